@@ -1,0 +1,34 @@
+"""tritonconv: convolution-layer primitives written in Triton, drop-in for torch.nn.functional.
+
+Importing the package first decides where kernels run (``_runtime``: compiled on CUDA, Triton's
+interpreter on CPU when no GPU is visible); that must happen before any kernel is defined.
+"""
+
+from . import _runtime  # noqa: I001  (must come first: it sets up Triton's interpreter)
+from . import nn
+from .functional import CONV_ALGOS, conv2d, conv2d_workspace, fold, unfold
+from .geometry import TritonConvError
+from .ops.conv_gemm import (
+    DEFAULT_WORKSPACE_LIMIT,
+    WorkspacePlan,
+    get_workspace_limit,
+    set_workspace_limit,
+)
+
+INTERPRETER = _runtime.INTERPRETER
+
+__all__ = [
+    "CONV_ALGOS",
+    "DEFAULT_WORKSPACE_LIMIT",
+    "INTERPRETER",
+    "TritonConvError",
+    "WorkspacePlan",
+    "conv2d",
+    "conv2d_workspace",
+    "fold",
+    "get_workspace_limit",
+    "nn",
+    "set_workspace_limit",
+    "unfold",
+]
+__version__ = "0.1.0"

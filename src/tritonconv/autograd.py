@@ -1,0 +1,68 @@
+"""Thin ``torch.autograd.Function`` classes over the custom ops of ``library.py``.
+
+Forward saves what backward needs; backward calls other custom ops. Nothing here launches a
+kernel directly, so ``torch.compile`` sees only custom ops.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from . import library  # noqa: F401  (registers torch.ops.tritonconv.*)
+
+ops = torch.ops.tritonconv
+
+
+class Unfold(torch.autograd.Function):
+    """im2col; its adjoint (the gradient) is col2im."""
+
+    @staticmethod
+    def forward(ctx, input, kernel_size, dilation, padding, stride):
+        ctx.window = (kernel_size, dilation, padding, stride)
+        ctx.output_size = list(input.shape[2:])
+        return ops.unfold(input, kernel_size, dilation, padding, stride)
+
+    @staticmethod
+    def backward(ctx, grad_cols):
+        grad = ops.fold(grad_cols, ctx.output_size, *ctx.window)
+        return grad, None, None, None, None
+
+
+class Fold(torch.autograd.Function):
+    """col2im; its adjoint (the gradient) is im2col."""
+
+    @staticmethod
+    def forward(ctx, input, output_size, kernel_size, dilation, padding, stride):
+        ctx.window = (kernel_size, dilation, padding, stride)
+        return ops.fold(input, output_size, kernel_size, dilation, padding, stride)
+
+    @staticmethod
+    def backward(ctx, grad_image):
+        return ops.unfold(grad_image, *ctx.window), None, None, None, None, None
+
+
+class Conv2dGemm(torch.autograd.Function):
+    """Convolution by im2col + GEMM; gradients for input, weight and bias."""
+
+    @staticmethod
+    def forward(ctx, input, weight, bias, stride, pad_before, pad_after, dilation, groups, limit):
+        ctx.params = (stride, pad_before, pad_after, dilation, groups, limit)
+        ctx.has_bias = bias is not None
+        ctx.save_for_backward(input, weight)
+        return ops.conv2d_gemm(
+            input, weight, bias, stride, pad_before, pad_after, dilation, groups, limit
+        )
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        input, weight = ctx.saved_tensors
+        grad_input = grad_weight = grad_bias = None
+        if ctx.needs_input_grad[0]:
+            grad_input = ops.conv2d_gemm_grad_input(grad_output, weight, input, *ctx.params)
+        if ctx.needs_input_grad[1]:
+            grad_weight = ops.conv2d_gemm_grad_weight(
+                grad_output, input, list(weight.shape), *ctx.params
+            )
+        if ctx.has_bias and ctx.needs_input_grad[2]:
+            grad_bias = grad_output.sum(dim=(0, 2, 3))
+        return grad_input, grad_weight, grad_bias, None, None, None, None, None, None

@@ -1,0 +1,162 @@
+"""Benchmarks: tritonconv against PyTorch (cuDNN, F.unfold/F.fold, slicing) in one process.
+
+A *suite* is a generator of :class:`Row` registered with :func:`suite`; each op family keeps its
+suite in its own module here (``conv.py``, ``direct.py``, ``crop.py``). :func:`time_ms` is the
+one timer: CUDA-event medians after warm-up, cycling through several input sets so that caches
+do not flatter anyone. On a machine without CUDA it falls back to wall-clock medians (the
+interpreter's numbers say nothing about GPU speed; they only show the plumbing works).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+SuiteFn = Callable[["Options"], Iterator["Row"]]
+SUITES: dict[str, SuiteFn] = {}
+
+
+def suite(name: str):
+    """Register a suite function under ``name``."""
+
+    def register(fn: SuiteFn) -> SuiteFn:
+        SUITES[name] = fn
+        return fn
+
+    return register
+
+
+@dataclass
+class Options:
+    reps: int = 50
+    warmup: int = 10
+    quick: bool = False  # smaller shapes, fewer reps (the CPU path and smoke runs)
+    dtypes: tuple[str, ...] = ("float32",)
+    cases: tuple[str, ...] = ()  # only these case names (empty: all)
+
+    def wants(self, case: str) -> bool:
+        return not self.cases or case in self.cases
+
+
+@dataclass
+class Row:
+    """One measurement: ours against a reference on the same inputs, in the same process."""
+
+    suite: str
+    case: str
+    shape: str
+    op: str  # e.g. "fwd", "bwd (dX+dW)", "unfold"
+    dtype: str
+    ours_ms: float
+    ref_ms: float | None
+    ref_name: str
+    work: float = 0.0  # FLOPs or bytes moved by one call
+    unit: str = ""  # "TFLOP/s" or "GB/s"
+    note: str = ""
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def speedup(self) -> float | None:
+        """Reference time over ours: above 1 means tritonconv is faster."""
+        return None if not self.ref_ms else self.ref_ms / self.ours_ms
+
+    @property
+    def rate(self) -> float | None:
+        if not self.work or not self.unit:
+            return None
+        per_second = self.work / (self.ours_ms * 1e-3)
+        return per_second / (1e12 if self.unit == "TFLOP/s" else 1e9)
+
+
+def input_sets(make: Callable[[], object], bytes_each: int, *, cache_bytes: int = 64 << 20):
+    """Enough independent input sets that cycling through them overflows the L2 cache (2-8)."""
+    count = min(8, max(2, math.ceil(2 * cache_bytes / max(1, bytes_each))))
+    return [make() for _ in range(count)]
+
+
+def time_ms(fn: Callable[[int], object], n_inputs: int, opts: Options) -> float:
+    """Median milliseconds of ``fn(i)``, ``i`` cycling over ``n_inputs`` input sets."""
+    reps = max(3, opts.reps // 10) if opts.quick else opts.reps
+    warmup = 1 if opts.quick else opts.warmup
+    for i in range(warmup):
+        fn(i % n_inputs)
+    if not torch.cuda.is_available():
+        times = []
+        for i in range(reps):
+            start = time.perf_counter()
+            fn(i % n_inputs)
+            times.append((time.perf_counter() - start) * 1e3)
+        return statistics.median(times)
+    torch.cuda.synchronize()
+    events = [
+        (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+        for _ in range(reps)
+    ]
+    for i, (start, end) in enumerate(events):
+        start.record()
+        fn(i % n_inputs)
+        end.record()
+    torch.cuda.synchronize()
+    return statistics.median(start.elapsed_time(end) for start, end in events)
+
+
+def run(names: list[str], opts: Options, progress=None) -> list[Row]:
+    """Run the named suites; ``progress(row)`` is called as each row is measured."""
+    from . import conv, crop, direct  # noqa: F401  (register the suites)
+
+    rows: list[Row] = []
+    for name in names:
+        for row in SUITES[name](opts):
+            rows.append(row)
+            if progress:
+                progress(row)
+    return rows
+
+
+def environment() -> dict:
+    info = {"torch": torch.__version__, "date": time.strftime("%Y-%m-%d")}
+    try:
+        import triton
+
+        info["triton"] = triton.__version__
+    except ImportError:  # pragma: no cover
+        pass
+    if torch.cuda.is_available():
+        info["gpu"] = torch.cuda.get_device_name()
+        info["cudnn"] = torch.backends.cudnn.version()
+    else:
+        info["gpu"] = "none (Triton interpreter on CPU)"
+    return info
+
+
+def _fmt(value, digits=3):
+    return "—" if value is None else f"{value:.{digits}f}"
+
+
+def markdown(rows: list[Row], env: dict) -> str:
+    lines = [
+        f"Measured {env['date']} on {env['gpu']}; torch {env['torch']}, Triton "
+        f"{env.get('triton', '?')}, cuDNN {env.get('cudnn', '—')}. Median ms of CUDA-event "
+        "timings after warm-up, inputs rotated; speedup = reference time / ours (>1: ours faster).",
+        "",
+        "| suite | case | shape | op | dtype | ours ms | ref | ref ms | speedup | ours rate |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        rate = f"{r.rate:.1f} {r.unit}" if r.rate is not None else "—"
+        lines.append(
+            f"| {r.suite} | {r.case} | {r.shape} | {r.op} | {r.dtype} | {_fmt(r.ours_ms)} | "
+            f"{r.ref_name} | {_fmt(r.ref_ms)} | {_fmt(r.speedup, 2)} | {rate} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def to_json(rows: list[Row], env: dict) -> str:
+    data = [dict(asdict(r), speedup=r.speedup, rate=r.rate) for r in rows]
+    return json.dumps({"environment": env, "rows": data}, indent=2)

@@ -1,0 +1,139 @@
+"""Public functions with ``torch.nn.functional``'s exact signatures (plus ``algo=``).
+
+Each function validates its arguments (``geometry.py``; errors before any kernel runs), turns an
+unbatched input into a batch of one, and applies the op's autograd Function.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from . import autograd
+from ._runtime import check_kernel_device
+from .geometry import (
+    FLOAT_DTYPES,
+    TritonConvError,
+    check_conv,
+    check_fold,
+    check_unfold,
+    dtype_name,
+)
+from .ops import conv_gemm
+
+#: Convolution algorithms ``conv2d(..., algo=...)`` accepts.
+CONV_ALGOS = ("auto", "im2col_gemm")
+
+
+def unfold(input, kernel_size, dilation=1, padding=0, stride=1):
+    """Extract sliding local blocks (im2col), as ``torch.nn.functional.unfold``.
+
+    ``(N, C, H, W) -> (N, C*KH*KW, L)`` (or unbatched ``(C, H, W) -> (C*KH*KW, L)``). Any
+    real dtype, integers included (copies are exact).
+    """
+    args = check_unfold(input, kernel_size, dilation, padding, stride)
+    check_kernel_device(input, "input")
+    g = args.geometry
+    x = input if args.batched else input.unsqueeze(0)
+    cols = autograd.Unfold.apply(
+        x, list(g.kernel), list(g.dilation), list(g.pad_before), list(g.stride)
+    )
+    return cols if args.batched else cols.squeeze(0)
+
+
+def fold(input, output_size, kernel_size, dilation=1, padding=0, stride=1):
+    """Combine sliding local blocks into an image (col2im, summing overlaps), as
+    ``torch.nn.functional.fold``. A deterministic gather (no atomics); integer dtypes sum
+    exactly in int64 and wrap like the dtype."""
+    args = check_fold(input, output_size, kernel_size, dilation, padding, stride)
+    check_kernel_device(input, "input")
+    g = args.geometry
+    cols = input if args.batched else input.unsqueeze(0)
+    image = autograd.Fold.apply(
+        cols, list(g.input), list(g.kernel), list(g.dilation), list(g.pad_before), list(g.stride)
+    )
+    return image if args.batched else image.squeeze(0)
+
+
+def _choose_algo(algo: str, input: torch.Tensor) -> str:
+    if algo not in CONV_ALGOS:
+        raise TritonConvError(f"algo must be one of {list(CONV_ALGOS)}, got {algo!r}")
+    if input.dtype not in FLOAT_DTYPES:
+        raise TritonConvError(
+            f"conv2d: algo={algo!r} has no kernel for dtype {dtype_name(input.dtype)} "
+            f"(im2col_gemm computes in {', '.join(dtype_name(d) for d in FLOAT_DTYPES)})"
+        )
+    return "im2col_gemm"
+
+
+def _workspace(workspace_limit) -> int:
+    if workspace_limit is None:
+        return conv_gemm.get_workspace_limit()
+    if isinstance(workspace_limit, bool) or not isinstance(workspace_limit, int):
+        raise TritonConvError(f"workspace_limit must be an int (bytes), got {workspace_limit!r}")
+    if workspace_limit <= 0:
+        raise TritonConvError(f"workspace_limit must be positive, got {workspace_limit}")
+    return workspace_limit
+
+
+def conv2d(
+    input,
+    weight,
+    bias=None,
+    stride=1,
+    padding=0,
+    dilation=1,
+    groups=1,
+    *,
+    algo="auto",
+    workspace_limit=None,
+):
+    """2-D convolution, as ``torch.nn.functional.conv2d``.
+
+    ``algo`` picks the algorithm (``CONV_ALGOS``; ``"auto"`` chooses). ``workspace_limit``
+    caps im2col+GEMM's column buffer in bytes (default: :func:`get_workspace_limit`).
+    The output has the input's memory format (contiguous or channels-last).
+    """
+    args = check_conv(input, weight, bias, stride, padding, dilation, groups)
+    limit = _workspace(workspace_limit)
+    _choose_algo(algo, input)
+    for name, t in (("input", input), ("weight", weight), ("bias", bias)):
+        if t is not None:
+            check_kernel_device(t, name)
+    g = args.geometry
+    x = input if args.batched else input.unsqueeze(0)
+    out = autograd.Conv2dGemm.apply(
+        x,
+        weight,
+        bias,
+        list(g.stride),
+        list(g.pad_before),
+        list(g.pad_after),
+        list(g.dilation),
+        groups,
+        limit,
+    )
+    return out if args.batched else out.squeeze(0)
+
+
+def conv2d_workspace(
+    input_shape,
+    weight_shape,
+    stride=1,
+    padding=0,
+    dilation=1,
+    groups=1,
+    *,
+    dtype=torch.float32,
+    workspace_limit=None,
+) -> conv_gemm.WorkspacePlan:
+    """The column-buffer plan im2col+GEMM uses for these shapes (bytes, chunks)."""
+    x = torch.empty(input_shape, dtype=dtype, device="meta")
+    w = torch.empty(weight_shape, dtype=dtype, device="meta")
+    args = check_conv(x, w, None, stride, padding, dilation, groups)
+    return conv_gemm.plan_workspace(
+        args.batch,
+        args.in_channels,
+        args.geometry,
+        torch.empty((), dtype=dtype).element_size(),
+        _workspace(workspace_limit),
+    )

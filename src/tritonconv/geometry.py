@@ -1,0 +1,401 @@
+"""Shapes, output sizes, argument normalisation and every validation error, in one place.
+
+Everything here is plain Python on sizes; nothing touches tensor data or launches a kernel, so
+every error is raised before any kernel runs. Spatial arguments are N-D ready: a convolution
+with ``n`` spatial dimensions takes ``stride``/``padding``/``dilation`` as an int or a sequence
+of ``n`` ints, and ``padding`` may also be ``'same'`` or ``'valid'``.
+
+Messages follow PyTorch's meaning (often its words) and name the argument, the value and what
+was expected.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+
+class TritonConvError(ValueError, RuntimeError):
+    """Bad arguments to a tritonconv function.
+
+    Derives from both ``ValueError`` and ``RuntimeError``: PyTorch raises ``RuntimeError`` for
+    the same mistakes, so code written for ``torch.nn.functional`` keeps catching them.
+    """
+
+
+FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+INT_DTYPES = (torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64)
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def shape_str(shape: Sequence[int]) -> str:
+    return "[" + ", ".join(str(s) for s in shape) + "]"
+
+
+def expand_param(value, n: int, name: str) -> tuple[int, ...]:
+    """``value`` as an n-tuple of ints: an int is repeated, a sequence must have length 1 or n."""
+    if isinstance(value, bool) or not isinstance(value, (int, Sequence)):
+        raise TritonConvError(f"{name} must be an int or a sequence of {n} ints, got {value!r}")
+    if isinstance(value, int):
+        return (value,) * n
+    values = tuple(value)
+    if len(values) == 1:
+        values = values * n
+    if len(values) != n or not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+        raise TritonConvError(
+            f"expected {name} to be a single integer value or a list of {n} values to match "
+            f"the convolution dimensions, but got {name}={list(values)}"
+        )
+    return values
+
+
+def output_size(
+    input_size: int, kernel: int, stride: int, pad_before: int, pad_after: int, dilation: int
+) -> int:
+    """Positions of a sliding window along one axis: ``(I + pads - dil*(K-1) - 1) // s + 1``."""
+    return (input_size + pad_before + pad_after - dilation * (kernel - 1) - 1) // stride + 1
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """One sliding-window geometry over ``n`` spatial axes (all tuples have length ``n``).
+
+    ``pad_before``/``pad_after`` may differ (``padding='same'`` with an even kernel puts the
+    extra pixel after, as PyTorch does). Kernels read ``pad_before`` and ``output``.
+    """
+
+    input: tuple[int, ...]
+    kernel: tuple[int, ...]
+    stride: tuple[int, ...]
+    dilation: tuple[int, ...]
+    pad_before: tuple[int, ...]
+    pad_after: tuple[int, ...]
+    output: tuple[int, ...]
+
+    @property
+    def ndim(self) -> int:
+        return len(self.input)
+
+    @property
+    def kernel_numel(self) -> int:
+        return _prod(self.kernel)
+
+    @property
+    def output_numel(self) -> int:
+        return _prod(self.output)
+
+
+def _prod(values: Sequence[int]) -> int:
+    result = 1
+    for v in values:
+        result *= v
+    return result
+
+
+def _fmt(values: Sequence[int]) -> str:
+    return "(" + " x ".join(str(v) for v in values) + ")"
+
+
+def _resolve_padding(padding, kernel, stride, dilation, n: int):
+    if isinstance(padding, str):
+        if padding == "valid":
+            return (0,) * n, (0,) * n
+        if padding != "same":
+            raise TritonConvError(
+                f"Invalid padding string {padding!r}, should be one of ['valid', 'same']"
+            )
+        if any(s != 1 for s in stride):
+            raise TritonConvError(
+                f"padding='same' is not supported for strided convolutions (stride={list(stride)})"
+            )
+        totals = [d * (k - 1) for k, d in zip(kernel, dilation)]
+        before = tuple(t // 2 for t in totals)
+        return before, tuple(t - b for t, b in zip(totals, before))
+    pads = expand_param(padding, n, "padding")
+    if any(p < 0 for p in pads):
+        raise TritonConvError(f"negative padding is not supported, got padding={list(pads)}")
+    return pads, pads
+
+
+def sliding_geometry(
+    input_size: Sequence[int], kernel_size, stride, padding, dilation, *, what: str = "conv"
+) -> Geometry:
+    """Validate and normalise one sliding-window geometry; raises on any bad value."""
+    n = len(input_size)
+    kernel = expand_param(kernel_size, n, "kernel_size")
+    strides = expand_param(stride, n, "stride")
+    dilations = expand_param(dilation, n, "dilation")
+    if any(k <= 0 for k in kernel):
+        raise TritonConvError(f"kernel size should be greater than zero, but got {list(kernel)}")
+    if any(s <= 0 for s in strides):
+        raise TritonConvError(f"non-positive stride is not supported, got stride={list(strides)}")
+    if any(d <= 0 for d in dilations):
+        raise TritonConvError(
+            f"dilation should be greater than zero, got dilation={list(dilations)}"
+        )
+    before, after = _resolve_padding(padding, kernel, strides, dilations, n)
+    padded = tuple(i + b + a for i, b, a in zip(input_size, before, after))
+    extent = tuple(d * (k - 1) + 1 for k, d in zip(kernel, dilations))
+    if any(p < e for p, e in zip(padded, extent)):
+        raise TritonConvError(
+            f"{what}: calculated padded input size per channel: {_fmt(padded)}. "
+            f"Kernel size (dilated): {_fmt(extent)}. "
+            "Kernel size can't be greater than actual input size"
+        )
+    out = tuple(
+        output_size(i, k, s, b, a, d)
+        for i, k, s, b, a, d in zip(input_size, kernel, strides, before, after, dilations)
+    )
+    return Geometry(tuple(input_size), kernel, strides, dilations, before, after, out)
+
+
+# --------------------------------------------------------------------------------------------
+# Tensor checks shared by every op
+# --------------------------------------------------------------------------------------------
+
+
+def check_same_device(**tensors: torch.Tensor | None) -> None:
+    named = [(k, t) for k, t in tensors.items() if t is not None]
+    first_name, first = named[0]
+    for name, t in named[1:]:
+        if t.device != first.device:
+            raise TritonConvError(
+                "Expected all tensors to be on the same device, but found at least two "
+                f"devices: {first_name} is on {first.device} and {name} is on {t.device}"
+            )
+
+
+def check_same_dtype(**tensors: torch.Tensor | None) -> None:
+    named = [(k, t) for k, t in tensors.items() if t is not None]
+    first_name, first = named[0]
+    for name, t in named[1:]:
+        if t.dtype != first.dtype:
+            raise TritonConvError(
+                f"{first_name} type ({dtype_name(first.dtype)}) and {name} type "
+                f"({dtype_name(t.dtype)}) should be the same"
+            )
+
+
+def check_dtype(tensor: torch.Tensor, name: str, allowed: Sequence[torch.dtype], op: str) -> None:
+    if tensor.dtype not in allowed:
+        names = ", ".join(dtype_name(d) for d in allowed)
+        raise TritonConvError(
+            f"{op}: {name} has dtype {dtype_name(tensor.dtype)}, which is not supported "
+            f"(supported: {names})"
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# Convolution
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ConvArgs:
+    """A validated convolution call: the input is always batched here (``batched`` records
+    whether the caller's was)."""
+
+    batch: int
+    in_channels: int
+    out_channels: int
+    groups: int
+    geometry: Geometry
+    batched: bool
+
+    @property
+    def in_per_group(self) -> int:
+        return self.in_channels // self.groups
+
+    @property
+    def out_per_group(self) -> int:
+        return self.out_channels // self.groups
+
+    @property
+    def output_shape(self) -> tuple[int, ...]:
+        return (self.batch, self.out_channels, *self.geometry.output)
+
+
+def check_conv(
+    input: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    stride,
+    padding,
+    dilation,
+    groups: int,
+    *,
+    ndim: int = 2,
+    op: str = "conv2d",
+) -> ConvArgs:
+    """Validate a ``F.conv{ndim}d`` call; return the normalised arguments."""
+    for name, t in (("input", input), ("weight", weight), ("bias", bias)):
+        if t is not None and not isinstance(t, torch.Tensor):
+            raise TritonConvError(f"{op}: {name} must be a Tensor, got {type(t).__name__}")
+    if input.dim() not in (ndim + 1, ndim + 2):
+        raise TritonConvError(
+            f"Expected {ndim + 1}D (unbatched) or {ndim + 2}D (batched) input to {op}, "
+            f"but got input of size: {shape_str(input.shape)}"
+        )
+    if weight.dim() != ndim + 2:
+        raise TritonConvError(
+            f"{op}: expected {ndim + 2}-dimensional weight (out_channels, in_channels/groups, "
+            f"*kernel_size), but got weight of size {shape_str(weight.shape)}"
+        )
+    check_same_device(input=input, weight=weight, bias=bias)
+    check_same_dtype(Input=input, weight=weight, bias=bias)
+    for name, t in (("input", input), ("weight", weight), ("bias", bias)):
+        if t is not None and (t.dtype == torch.bool or t.is_complex()):
+            raise TritonConvError(
+                f"{op}: {name} has dtype {dtype_name(t.dtype)}; convolution needs a real "
+                "floating-point or integer dtype"
+            )
+    if isinstance(groups, bool) or not isinstance(groups, int) or groups <= 0:
+        raise TritonConvError(f"non-positive groups is not supported, got groups={groups!r}")
+
+    batched = input.dim() == ndim + 2
+    shape = tuple(input.shape) if batched else (1, *input.shape)
+    batch, in_channels = shape[0], shape[1]
+    out_channels = weight.shape[0]
+    if out_channels % groups != 0:
+        raise TritonConvError(
+            f"Given groups={groups}, expected weight to be divisible by {groups} at dimension 0, "
+            f"but got weight of size {shape_str(weight.shape)} instead"
+        )
+    if in_channels != weight.shape[1] * groups:
+        raise TritonConvError(
+            f"Given groups={groups}, weight of size {shape_str(weight.shape)}, expected "
+            f"input{shape_str(input.shape)} to have {weight.shape[1] * groups} channels, but got "
+            f"{in_channels} channels instead"
+        )
+    if bias is not None and (bias.dim() != 1 or bias.shape[0] != out_channels):
+        raise TritonConvError(
+            f"Given weight of size {shape_str(weight.shape)}, expected bias to be 1-dimensional "
+            f"with {out_channels} elements, but got bias of size {shape_str(bias.shape)} instead"
+        )
+    if any(s == 0 for s in shape[2:]):
+        raise TritonConvError(
+            f"{op}: expected non-zero spatial sizes, but got input of size {shape_str(input.shape)}"
+        )
+    geometry = sliding_geometry(
+        shape[2:], tuple(weight.shape[2:]), stride, padding, dilation, what=op
+    )
+    return ConvArgs(batch, in_channels, out_channels, groups, geometry, batched)
+
+
+# --------------------------------------------------------------------------------------------
+# unfold / fold (2-D spatial, as torch.nn.functional)
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FoldArgs:
+    """A validated unfold or fold call (batched view; ``batched`` records the caller's)."""
+
+    batch: int
+    channels: int
+    geometry: Geometry
+    batched: bool
+
+    @property
+    def rows(self) -> int:
+        return self.channels * self.geometry.kernel_numel
+
+
+def _check_window(kernel_size, dilation, padding, stride):
+    kernel = expand_param(kernel_size, 2, "kernel_size")
+    dil = expand_param(dilation, 2, "dilation")
+    pad = expand_param(padding, 2, "padding")
+    strides = expand_param(stride, 2, "stride")
+    if any(k <= 0 for k in kernel):
+        raise TritonConvError(
+            f"kernel size should be greater than zero, but got kernel_size={list(kernel)}"
+        )
+    if any(s <= 0 for s in strides):
+        raise TritonConvError(f"stride should be greater than zero, but got stride={list(strides)}")
+    if any(d <= 0 for d in dil):
+        raise TritonConvError(f"dilation should be greater than zero, but got dilation={list(dil)}")
+    if any(p < 0 for p in pad):
+        raise TritonConvError(f"padding should be non-negative, but got padding={list(pad)}")
+    return kernel, dil, pad, strides
+
+
+def make_geometry(input_size, kernel, stride, pad_before, pad_after, dilation) -> Geometry:
+    """A Geometry from already-validated integer sequences (no checks)."""
+    out = tuple(
+        output_size(*axis)
+        for axis in zip(input_size, kernel, stride, pad_before, pad_after, dilation)
+    )
+    return Geometry(
+        *(tuple(v) for v in (input_size, kernel, stride, dilation, pad_before, pad_after)), out
+    )
+
+
+def _window_geometry(input_size, kernel, dil, pad, strides) -> Geometry:
+    return make_geometry(input_size, kernel, strides, pad, pad, dil)
+
+
+def check_unfold(input: torch.Tensor, kernel_size, dilation, padding, stride) -> FoldArgs:
+    if not isinstance(input, torch.Tensor):
+        raise TritonConvError(f"unfold: input must be a Tensor, got {type(input).__name__}")
+    if input.dim() not in (3, 4) or any(s == 0 for s in input.shape[-3:]):
+        raise TritonConvError(
+            "Expected 3D or 4D (batch mode) tensor with possibly 0 batch size and other "
+            f"non-zero dimensions for input, but got: {shape_str(input.shape)}"
+        )
+    if input.is_complex():
+        raise TritonConvError("unfold: complex input is not supported")
+    kernel, dil, pad, strides = _check_window(kernel_size, dilation, padding, stride)
+    batched = input.dim() == 4
+    shape = tuple(input.shape) if batched else (1, *input.shape)
+    geometry = _window_geometry(shape[2:], kernel, dil, pad, strides)
+    if any(o < 1 for o in geometry.output):
+        raise TritonConvError(
+            f"Given input with spatial size {tuple(shape[2:])}, kernel_size={kernel}, "
+            f"dilation={dil}, padding={pad}, calculated shape of the array of sliding blocks as "
+            f"{geometry.output}, but its components must be at least one."
+        )
+    return FoldArgs(shape[0], shape[1], geometry, batched)
+
+
+def check_fold(
+    input: torch.Tensor, output_size, kernel_size, dilation, padding, stride
+) -> FoldArgs:
+    if not isinstance(input, torch.Tensor):
+        raise TritonConvError(f"fold: input must be a Tensor, got {type(input).__name__}")
+    if input.dim() not in (2, 3) or any(s == 0 for s in input.shape[-2:]):
+        raise TritonConvError(
+            "Expected 2D or 3D (batch mode) tensor for input with possibly 0 batch size and "
+            f"non-zero dimensions for input, but got: {shape_str(input.shape)}"
+        )
+    if input.dtype == torch.bool or input.is_complex():
+        raise TritonConvError(
+            f"fold: input has dtype {dtype_name(input.dtype)}; fold sums overlapping blocks "
+            "and needs a real floating-point or integer dtype"
+        )
+    out_hw = expand_param(output_size, 2, "output_size")
+    kernel, dil, pad, strides = _check_window(kernel_size, dilation, padding, stride)
+    if any(o <= 0 for o in out_hw):
+        raise TritonConvError(f"output_size should be greater than zero, got {list(out_hw)}")
+    batched = input.dim() == 3
+    shape = tuple(input.shape) if batched else (1, *input.shape)
+    kernel_numel = kernel[0] * kernel[1]
+    if shape[1] % kernel_numel != 0:
+        raise TritonConvError(
+            "Expected size of input's dimension 1 to be divisible by the product of "
+            f"kernel_size, but got input.size(1)={shape[1]} and kernel_size={kernel}"
+        )
+    geometry = _window_geometry(out_hw, kernel, dil, pad, strides)
+    blocks = geometry.output[0] * geometry.output[1]
+    if any(o < 1 for o in geometry.output) or shape[2] != blocks:
+        raise TritonConvError(
+            f"Given output_size={out_hw}, kernel_size={kernel}, dilation={dil}, "
+            f"padding={pad}, stride={strides}, expected size of input's dimension 2 to match "
+            f"the calculated number of sliding blocks {geometry.output[0]} * "
+            f"{geometry.output[1]} = {blocks}, but got input.size(2)={shape[2]}."
+        )
+    return FoldArgs(shape[0], shape[1] // kernel_numel, geometry, batched)

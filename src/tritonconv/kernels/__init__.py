@@ -1,0 +1,1 @@
+"""``@triton.jit`` kernels only: no allocation, no autograd, no argument checking."""

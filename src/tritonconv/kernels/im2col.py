@@ -1,0 +1,247 @@
+"""im2col, col2im and relayout: the memory-bound kernels of convolution by GEMM.
+
+Index vocabulary (2-D spatial):
+
+* an *image* element is ``x[n, c, h, w]``, read or written through four element strides, so
+  contiguous, channels-last and any non-contiguous view are the same code;
+* a *column row* is ``r = (c * KH + kh) * KW + kw`` (the order of ``weight.flatten(1)``), split
+  for grouped convolution into ``g = r // rows_per_group`` and ``kg = r % rows_per_group``;
+* an output *position* is ``pos = n * OH * OW + oh * OW + ow``.
+
+The column matrix's address is affine in ``(n, q, g, kg)`` with ``q = oh * OW + ow``::
+
+    col_base + n * col_sn + q * col_sq + g * col_sg + kg * col_sk
+
+F.unfold's ``(N, C*KH*KW, L)`` layout and the GEMM's ``(G, rows_per_group, positions)`` layout
+are two stride choices of this one formula; ``col_base`` lets a chunk of positions start
+anywhere. Kernels only see a window ``[position_start, position_start + num_positions)``.
+
+Registers: im2col and relayout hold one ``BLOCK_R x BLOCK_P`` tile; col2im holds one
+``BLOCK`` accumulator and loops over the KH*KW taps at run time, so kernel size is unbounded.
+``INDEX_64`` switches index arithmetic to int64 (set when a tensor has 2**31 elements or more).
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def im2col_kernel(
+    # pointers
+    x_ptr,
+    col_ptr,
+    # sizes
+    position_start,
+    num_positions,
+    rows,
+    rows_per_group,
+    H,
+    W,
+    OW,
+    L,
+    KH,
+    KW,
+    # geometry
+    stride_h,
+    stride_w,
+    pad_h,
+    pad_w,
+    dil_h,
+    dil_w,
+    # image strides
+    x_sn,
+    x_sc,
+    x_sh,
+    x_sw,
+    # column address
+    col_base,
+    col_sn,
+    col_sq,
+    col_sg,
+    col_sk,
+    # meta-parameters
+    BLOCK_R: tl.constexpr,
+    BLOCK_P: tl.constexpr,
+    INDEX_64: tl.constexpr,
+):
+    """cols[r, pos] = x[n, c, oh*sh - ph + kh*dh, ow*sw - pw + kw*dw], 0 in the padding."""
+    pid = tl.program_id(0)
+    row_blocks = tl.cdiv(rows, BLOCK_R)
+    r = (pid % row_blocks) * BLOCK_R + tl.arange(0, BLOCK_R)
+    p = (pid // row_blocks) * BLOCK_P + tl.arange(0, BLOCK_P)
+    if INDEX_64:
+        r = r.to(tl.int64)
+        p = p.to(tl.int64)
+    row_ok = r < rows
+    pos_ok = p < num_positions
+
+    pos = position_start + p
+    n = pos // L
+    q = pos % L
+    oh = q // OW
+    ow = q % OW
+    kk = KH * KW
+    c = r // kk
+    kh = (r % kk) // KW
+    kw = r % KW
+    g = r // rows_per_group
+    kg = r % rows_per_group
+
+    ih = oh[None, :] * stride_h - pad_h + kh[:, None] * dil_h
+    iw = ow[None, :] * stride_w - pad_w + kw[:, None] * dil_w
+    inside = (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W)
+    store_ok = row_ok[:, None] & pos_ok[None, :]
+    src = x_ptr + (n * x_sn)[None, :] + (c * x_sc)[:, None] + ih * x_sh + iw * x_sw
+    values = tl.load(src, mask=store_ok & inside, other=0)
+    dst = (
+        col_ptr
+        + col_base
+        + (n * col_sn + q * col_sq)[None, :]
+        + (g * col_sg + kg * col_sk)[:, None]
+    )
+    tl.store(dst, values, mask=store_ok)
+
+
+@triton.jit
+def col2im_kernel(
+    # pointers
+    col_ptr,
+    x_ptr,
+    # sizes: the image elements written are samples [n_start, n_start + numel // (C*H*W))
+    n_start,
+    numel,
+    C,
+    H,
+    W,
+    OH,
+    OW,
+    KH,
+    KW,
+    rows_per_group,
+    position_start,
+    position_end,
+    # geometry
+    stride_h,
+    stride_w,
+    pad_h,
+    pad_w,
+    dil_h,
+    dil_w,
+    # image strides
+    x_sn,
+    x_sc,
+    x_sh,
+    x_sw,
+    # column address
+    col_base,
+    col_sn,
+    col_sq,
+    col_sg,
+    col_sk,
+    # meta-parameters
+    ACC_DTYPE: tl.constexpr,
+    ACCUMULATE: tl.constexpr,
+    BLOCK: tl.constexpr,
+    INDEX_64: tl.constexpr,
+):
+    """x[n, c, h, w] (+)= sum of the column entries whose window covers (h, w).
+
+    A gather: each lane owns one image element and walks the KH*KW taps in a fixed order,
+    keeping a tap when ``h + ph - kh*dh`` is a non-negative multiple of the stride below
+    ``OH*stride`` (likewise for w) and its position lies in the chunk. No atomics, so the
+    result is bitwise reproducible.
+    """
+    e = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    if INDEX_64:
+        e = e.to(tl.int64)
+    live = e < numel
+    w = e % W
+    t = e // W
+    h = t % H
+    t = t // H
+    c = t % C
+    n = n_start + t // C
+    L = OH * OW
+
+    acc = tl.zeros([BLOCK], dtype=ACC_DTYPE)
+    for kh in range(0, KH):
+        oh_num = h + pad_h - kh * dil_h
+        oh = oh_num // stride_h
+        ok_h = live & (oh_num >= 0) & (oh * stride_h == oh_num) & (oh < OH)
+        for kw in range(0, KW):
+            ow_num = w + pad_w - kw * dil_w
+            ow = ow_num // stride_w
+            q = oh * OW + ow
+            pos = n * L + q
+            ok = ok_h & (ow_num >= 0) & (ow * stride_w == ow_num) & (ow < OW)
+            ok = ok & (pos >= position_start) & (pos < position_end)
+            r = (c * KH + kh) * KW + kw
+            g = r // rows_per_group
+            kg = r % rows_per_group
+            src = col_ptr + col_base + n * col_sn + q * col_sq + g * col_sg + kg * col_sk
+            acc += tl.load(src, mask=ok, other=0).to(ACC_DTYPE)
+
+    dst = x_ptr + n * x_sn + c * x_sc + h * x_sh + w * x_sw
+    if ACCUMULATE:
+        acc += tl.load(dst, mask=live, other=0).to(ACC_DTYPE)
+    tl.store(dst, acc.to(x_ptr.dtype.element_ty), mask=live)
+
+
+@triton.jit
+def relayout_kernel(
+    # pointers
+    src_ptr,
+    dst_ptr,
+    bias_ptr,
+    # sizes
+    position_start,
+    num_positions,
+    channels,
+    OW,
+    L,
+    # addresses: base + n*sn + c*sc + oh*sh + ow*sw on each side
+    src_base,
+    src_sn,
+    src_sc,
+    src_sh,
+    src_sw,
+    dst_base,
+    dst_sn,
+    dst_sc,
+    dst_sh,
+    dst_sw,
+    # meta-parameters
+    HAS_BIAS: tl.constexpr,
+    ACC_DTYPE: tl.constexpr,
+    BLOCK_C: tl.constexpr,
+    BLOCK_P: tl.constexpr,
+    INDEX_64: tl.constexpr,
+):
+    """dst[n, c, oh, ow] = src[n, c, oh, ow] (+ bias[c]) for positions of one chunk.
+
+    Moves a GEMM's ``(channels, positions)`` matrix into an NCHW or channels-last tensor (the
+    forward's epilogue, with the bias fused into this single pass), or a tensor into such a
+    matrix (the backward's prologue for the output gradient).
+    """
+    pid = tl.program_id(0)
+    channel_blocks = tl.cdiv(channels, BLOCK_C)
+    c = (pid % channel_blocks) * BLOCK_C + tl.arange(0, BLOCK_C)
+    p = (pid // channel_blocks) * BLOCK_P + tl.arange(0, BLOCK_P)
+    if INDEX_64:
+        c = c.to(tl.int64)
+        p = p.to(tl.int64)
+    ok = (c < channels)[:, None] & (p < num_positions)[None, :]
+    pos = position_start + p
+    n = pos // L
+    q = pos % L
+    oh = q // OW
+    ow = q % OW
+    src = src_ptr + src_base + (n * src_sn + oh * src_sh + ow * src_sw)[None, :]
+    values = tl.load(src + (c * src_sc)[:, None], mask=ok, other=0)
+    if HAS_BIAS:
+        bias = tl.load(bias_ptr + c, mask=c < channels, other=0)
+        values = values.to(ACC_DTYPE) + bias.to(ACC_DTYPE)[:, None]
+    dst = dst_ptr + dst_base + (n * dst_sn + oh * dst_sh + ow * dst_sw)[None, :]
+    tl.store(dst + (c * dst_sc)[:, None], values.to(dst_ptr.dtype.element_ty), mask=ok)

@@ -1,0 +1,1 @@
+"""Launchers: validate → allocate → pick the grid → launch. One module per op family."""

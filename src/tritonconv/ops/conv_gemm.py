@@ -1,0 +1,316 @@
+"""Convolution by im2col + GEMM: forward, input gradient and weight gradient (2-D).
+
+For one chunk of output positions (a run of ``pos = n*OH*OW + oh*OW + ow``)::
+
+    cols   = im2col(x)                      (G, K, P)   K = C_in/G * KH * KW
+    y      = W @ cols                       (G, M, P)   M = C_out/G   one bmm over groups
+    out    = relayout(y) + bias             (N, C_out, OH, OW), any memory format, one pass
+
+    dy_mat = relayout(grad_out)             (G, M, P)
+    dW    += dy_mat @ cols^T                (G, M, K)   fixed chunk order: deterministic
+    dx     = col2im(W^T @ dy_mat)           gather, no atomics
+
+The GEMMs are ``torch.matmul`` (cuBLAS on the GPU, batched over groups in one call). The column
+buffer is bounded by a *workspace limit*: positions are processed in chunks of whole samples
+when a sample fits, else in chunks of one sample's rows (col2im then accumulates). A 1x1,
+stride-1, unpadded convolution skips im2col: the input already is the column matrix.
+
+Inputs arrive validated; integer dtypes are not served here (cuBLAS has no integer GEMM).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from ..geometry import Geometry
+from .im2col import (
+    col2im,
+    gemm_layout,
+    im2col,
+    matrix_address,
+    relayout,
+    tensor_address,
+)
+
+DEFAULT_WORKSPACE_LIMIT = 1 << 30  # bytes: 1 GiB
+_workspace_limit = DEFAULT_WORKSPACE_LIMIT
+
+
+def set_workspace_limit(limit_bytes: int) -> None:
+    """Set the process-wide cap on the column buffer of im2col+GEMM convolution, in bytes."""
+    global _workspace_limit
+    if isinstance(limit_bytes, bool) or not isinstance(limit_bytes, int) or limit_bytes <= 0:
+        from ..geometry import TritonConvError
+
+        raise TritonConvError(
+            f"workspace_limit must be a positive int (bytes), got {limit_bytes!r}"
+        )
+    _workspace_limit = limit_bytes
+
+
+def get_workspace_limit() -> int:
+    """The process-wide cap on the column buffer, in bytes (default 1 GiB)."""
+    return _workspace_limit
+
+
+@dataclass(frozen=True)
+class WorkspacePlan:
+    """How a convolution's output positions are split so its column buffer stays bounded.
+
+    ``bytes`` is the column buffer's size (0 when im2col is skipped); ``chunk_positions`` output
+    positions are processed per GEMM, ``chunks`` times.
+    """
+
+    bytes: int
+    chunk_positions: int
+    chunks: int
+    whole_samples: bool
+    skips_im2col: bool
+
+
+def is_pointwise(geometry: Geometry) -> bool:
+    """1x1 kernel, stride 1, no padding: the input is its own column matrix."""
+    return (
+        all(k == 1 for k in geometry.kernel)
+        and all(s == 1 for s in geometry.stride)
+        and not any(geometry.pad_before)
+        and not any(geometry.pad_after)
+    )
+
+
+def plan_workspace(
+    batch: int, in_channels: int, geometry: Geometry, itemsize: int, limit: int
+) -> WorkspacePlan:
+    """Chunking of ``batch * OH * OW`` positions under ``limit`` bytes of columns."""
+    L = geometry.output_numel
+    total = batch * L
+    if is_pointwise(geometry):
+        return WorkspacePlan(0, total, 1 if total else 0, True, True)
+    bytes_per_position = in_channels * geometry.kernel_numel * itemsize
+    fit = max(1, limit // max(1, bytes_per_position))
+    if fit >= L:
+        chunk = min(total, (fit // L) * L)
+        whole = True
+    else:
+        chunk = fit
+        whole = False
+    chunk = max(chunk, 1)
+    chunks = math.ceil(total / chunk) if total else 0
+    return WorkspacePlan(chunk * bytes_per_position if total else 0, chunk, chunks, whole, False)
+
+
+def _chunks(plan: WorkspacePlan, L: int, total: int):
+    """(start, count) of each chunk; sub-sample chunks never straddle two samples."""
+    start = 0
+    while start < total:
+        end = min(start + plan.chunk_positions, total)
+        if not plan.whole_samples:
+            end = min(end, (start // L + 1) * L)
+        yield start, end - start
+        start = end
+
+
+def _empty_like_memory_format(shape, like: torch.Tensor) -> torch.Tensor:
+    channels_last = (
+        like.dim() == 4
+        and not like.is_contiguous()
+        and like.is_contiguous(memory_format=torch.channels_last)
+    )
+    fmt = torch.channels_last if channels_last else torch.contiguous_format
+    return torch.empty(shape, dtype=like.dtype, device=like.device, memory_format=fmt)
+
+
+def conv2d_forward(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    geometry: Geometry,
+    groups: int,
+    workspace_limit: int,
+) -> torch.Tensor:
+    """y = conv2d(x, weight, bias) for a batched (N, C, H, W) input."""
+    N, C = x.shape[:2]
+    C_out = weight.shape[0]
+    G, M = groups, C_out // groups
+    L = geometry.output_numel
+    out = _empty_like_memory_format((N, C_out, *geometry.output), x)
+    if out.numel() == 0:
+        return out
+    w = weight.reshape(G, M, -1)
+    plan = plan_workspace(N, C, geometry, x.element_size(), workspace_limit)
+
+    if plan.skips_im2col:
+        return _pointwise_forward(x, w, bias, out, G)
+
+    K = w.shape[2]
+    col = torch.empty(G * K * plan.chunk_positions, dtype=x.dtype, device=x.device)
+    gemm_out = None
+    for start, count in _chunks(plan, L, N * L):
+        cols = col[: G * K * count].view(G, K, count)
+        im2col(x, cols, gemm_layout(K, start, count, L), geometry, K, start, count)
+        n = start // L
+        if count == L and bias is None and out.is_contiguous():
+            # One whole sample in NCHW: the GEMM writes the output in place, no relayout.
+            torch.matmul(w, cols, out=out[n].view(G, M, L))
+            continue
+        if gemm_out is None:
+            gemm_out = torch.empty(G * M * plan.chunk_positions, dtype=x.dtype, device=x.device)
+        y = torch.matmul(w, cols, out=gemm_out[: G * M * count].view(G, M, count))
+        relayout(
+            y,
+            matrix_address(count, start, geometry),
+            out,
+            tensor_address(out),
+            C_out,
+            geometry,
+            start,
+            count,
+            bias,
+        )
+    return out
+
+
+def _pointwise_forward(x, w, bias, out, G):
+    """1x1 / stride 1 / no padding: one GEMM on the input as it lies in memory."""
+    N, C = x.shape[:2]
+    C_out = out.shape[1]
+    if out.is_contiguous():  # NCHW: out[n] = W @ x[n], batched over samples and groups
+        xs = x.contiguous().view(N, G, C // G, -1)
+        torch.matmul(w.unsqueeze(0), xs, out=out.view(N, G, C_out // G, -1))
+        if bias is not None:
+            out.add_(bias.view(1, -1, 1, 1))
+        return out
+    # channels-last: (N*H*W, C) @ W^T, the bias added in the GEMM's epilogue when groups == 1
+    rows = x.permute(0, 2, 3, 1).reshape(-1, C)
+    out_rows = out.permute(0, 2, 3, 1).view(-1, C_out)
+    if G == 1:
+        if bias is not None:
+            torch.addmm(bias, rows, w[0].t(), out=out_rows)
+        else:
+            torch.mm(rows, w[0].t(), out=out_rows)
+        return out
+    per_group = torch.matmul(rows.view(-1, G, C // G).transpose(0, 1), w.transpose(1, 2))
+    out_rows.view(-1, G, C_out // G).copy_(per_group.transpose(0, 1))
+    if bias is not None:
+        out_rows.add_(bias)
+    return out
+
+
+def _grad_buffer(grad_out, plan: WorkspacePlan, L: int, channels: int):
+    """Room for the output gradient as matrices, unless every chunk can view it in place."""
+    if plan.whole_samples and plan.chunk_positions == L and grad_out.is_contiguous():
+        return None
+    return grad_out.new_empty(channels * plan.chunk_positions)
+
+
+def _grad_matrix(grad_out, start, count, geometry, G, M, buffer):
+    """The output gradient of one chunk as a (G, M, count) matrix (a view when possible)."""
+    L = geometry.output_numel
+    if count == L and grad_out.is_contiguous():
+        return grad_out[start // L].view(G, M, L)
+    mat = buffer[: G * M * count].view(G, M, count)
+    relayout(
+        grad_out,
+        tensor_address(grad_out),
+        mat,
+        matrix_address(count, start, geometry),
+        G * M,
+        geometry,
+        start,
+        count,
+    )
+    return mat
+
+
+def conv2d_grad_input(
+    grad_out: torch.Tensor,
+    weight: torch.Tensor,
+    input_shape,
+    like: torch.Tensor,
+    geometry: Geometry,
+    groups: int,
+    workspace_limit: int,
+) -> torch.Tensor:
+    """dx = col2im(W^T @ dy); ``like`` gives dtype, device and memory format."""
+    N, C = input_shape[:2]
+    C_out = weight.shape[0]
+    G, M = groups, C_out // groups
+    L = geometry.output_numel
+    grad_in = _empty_like_memory_format(tuple(input_shape), like)
+    if grad_in.numel() == 0:
+        return grad_in
+    w_t = weight.reshape(G, M, -1).transpose(1, 2)  # (G, K, M)
+    plan = plan_workspace(N, C, geometry, like.element_size(), workspace_limit)
+    if plan.skips_im2col:
+        if grad_in.is_contiguous():
+            dy = grad_out.contiguous().view(N, G, M, L)
+            torch.matmul(w_t.unsqueeze(0), dy, out=grad_in.view(N, G, C // G, L))
+        else:
+            dy = grad_out.permute(0, 2, 3, 1).reshape(-1, G, M).transpose(0, 1)
+            dx = torch.matmul(dy, w_t.transpose(1, 2))  # (G, N*L, C/G)
+            grad_in.permute(0, 2, 3, 1).view(-1, G, C // G).copy_(dx.transpose(0, 1))
+        return grad_in
+
+    K = w_t.shape[1]
+    col = torch.empty(G * K * plan.chunk_positions, dtype=like.dtype, device=like.device)
+    buffer = _grad_buffer(grad_out, plan, L, G * M)
+    for start, count in _chunks(plan, L, N * L):
+        dy = _grad_matrix(grad_out, start, count, geometry, G, M, buffer)
+        cols = torch.matmul(w_t, dy, out=col[: G * K * count].view(G, K, count))
+        first_of_sample = start % L == 0
+        col2im(
+            cols,
+            gemm_layout(K, start, count, L),
+            grad_in,
+            geometry,
+            K,
+            start,
+            count,
+            accumulate=not first_of_sample,
+        )
+    return grad_in
+
+
+def conv2d_grad_weight(
+    grad_out: torch.Tensor,
+    x: torch.Tensor,
+    weight_shape,
+    geometry: Geometry,
+    groups: int,
+    workspace_limit: int,
+) -> torch.Tensor:
+    """dW = sum over chunks of dy @ cols^T, in a fixed chunk order (deterministic)."""
+    N, C = x.shape[:2]
+    C_out = weight_shape[0]
+    G, M = groups, C_out // groups
+    L = geometry.output_numel
+    K = C // G * geometry.kernel_numel
+    grad_w = torch.zeros((G, M, K), dtype=x.dtype, device=x.device)
+    if N * L == 0:
+        return grad_w.view(weight_shape)
+    plan = plan_workspace(N, C, geometry, x.element_size(), workspace_limit)
+    if plan.skips_im2col:
+        if x.is_contiguous() and grad_out.is_contiguous():
+            dy = grad_out.view(N, G, M, L)
+            xs = x.view(N, G, K, L)
+            torch.sum(torch.matmul(dy, xs.transpose(-1, -2)), dim=0, out=grad_w)
+        else:
+            dy = grad_out.permute(0, 2, 3, 1).reshape(-1, G, M).permute(1, 2, 0)
+            xs = x.permute(0, 2, 3, 1).reshape(-1, G, K).transpose(0, 1)
+            torch.matmul(dy, xs, out=grad_w)
+        return grad_w.view(weight_shape)
+
+    col = torch.empty(G * K * plan.chunk_positions, dtype=x.dtype, device=x.device)
+    buffer = _grad_buffer(grad_out, plan, L, G * M)
+    for index, (start, count) in enumerate(_chunks(plan, L, N * L)):
+        cols = col[: G * K * count].view(G, K, count)
+        im2col(x, cols, gemm_layout(K, start, count, L), geometry, K, start, count)
+        dy = _grad_matrix(grad_out, start, count, geometry, G, M, buffer)
+        if index == 0:
+            torch.matmul(dy, cols.transpose(1, 2), out=grad_w)
+        else:
+            grad_w.baddbmm_(dy, cols.transpose(1, 2))
+    return grad_w.view(weight_shape)

@@ -1,0 +1,262 @@
+"""Launchers for im2col, col2im and relayout, and the F.unfold / F.fold ops built on them.
+
+A column matrix is described by :class:`ColumnLayout` (the affine address of
+``kernels/im2col.py``); two layouts are used:
+
+* :func:`unfold_layout`: F.unfold's ``(N, C*KH*KW, OH*OW)``;
+* :func:`gemm_layout`: ``(groups, rows_per_group, positions)`` for one chunk of output
+  positions, which is what a batched GEMM over groups consumes.
+
+Arguments arrive validated (``geometry.py``); launchers only check the device, allocate and
+launch. Block sizes are chosen here: memory-bound tiles on the GPU, larger tiles under the
+interpreter, where every program is a Python-level step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from .._runtime import INTERPRETER, check_kernel_device
+from ..geometry import INT_DTYPES, Geometry
+from ..kernels.im2col import col2im_kernel, im2col_kernel, relayout_kernel
+
+# Index arithmetic switches to int64 when an address can reach this many elements.
+INDEX32_LIMIT = 2**31 - 1
+
+
+def needs_int64(*tensors: torch.Tensor) -> bool:
+    """True when some element offset of some tensor does not fit in int32."""
+    for t in tensors:
+        if t is None or t.numel() == 0:
+            continue
+        span = 1 + sum((size - 1) * abs(stride) for size, stride in zip(t.shape, t.stride()))
+        if max(span, t.numel()) > INDEX32_LIMIT:
+            return True
+    return False
+
+
+def accumulator_dtype(dtype: torch.dtype):
+    """Triton dtype sums are kept in: int64 for integers (exact, wraps like the dtype on the
+    final cast), float64 for float64, float32 for the other floats."""
+    if dtype in INT_DTYPES or dtype == torch.bool:
+        return tl.int64
+    if dtype == torch.float64:
+        return tl.float64
+    return tl.float32
+
+
+@dataclass(frozen=True)
+class ColumnLayout:
+    """Address of column entry (n, q, g, kg): ``base + n*sn + q*sq + g*sg + kg*sk``."""
+
+    base: int
+    sn: int
+    sq: int
+    sg: int
+    sk: int
+
+    def args(self) -> tuple[int, int, int, int, int]:
+        return (self.base, self.sn, self.sq, self.sg, self.sk)
+
+
+def unfold_layout(rows: int, positions_per_sample: int) -> ColumnLayout:
+    return ColumnLayout(0, rows * positions_per_sample, 1, 0, positions_per_sample)
+
+
+def gemm_layout(
+    rows_per_group: int, position_start: int, num_positions: int, positions_per_sample: int
+) -> ColumnLayout:
+    """``(groups, rows_per_group, num_positions)`` contiguous, holding positions from
+    ``position_start`` on."""
+    return ColumnLayout(
+        -position_start,
+        positions_per_sample,
+        1,
+        rows_per_group * num_positions,
+        num_positions,
+    )
+
+
+def _image_strides(x: torch.Tensor) -> tuple[int, int, int, int]:
+    sn, sc, sh, sw = x.stride()
+    return sn, sc, sh, sw
+
+
+def _tiles(rows: int, positions: int) -> tuple[int, int]:
+    """(BLOCK_R, BLOCK_P) for a rows x positions tile of a memory-bound 2-D kernel."""
+    if INTERPRETER:
+        return min(32, triton.next_power_of_2(rows)), min(256, triton.next_power_of_2(positions))
+    block_p = min(128, max(16, triton.next_power_of_2(positions)))
+    block_r = min(triton.next_power_of_2(rows), max(1, 2048 // block_p))
+    return block_r, block_p
+
+
+def im2col(
+    x: torch.Tensor,
+    col: torch.Tensor,
+    layout: ColumnLayout,
+    geometry: Geometry,
+    rows_per_group: int,
+    position_start: int,
+    num_positions: int,
+) -> None:
+    """Write the columns of positions ``[position_start, +num_positions)`` of ``x`` (N, C, H, W)
+    into ``col`` at ``layout``."""
+    check_kernel_device(x, "input")
+    rows = x.shape[1] * geometry.kernel_numel
+    if rows == 0 or num_positions == 0:
+        return
+    (H, W), (KH, KW) = geometry.input, geometry.kernel
+    OW = geometry.output[1]
+    block_r, block_p = _tiles(rows, num_positions)
+    grid = (triton.cdiv(rows, block_r) * triton.cdiv(num_positions, block_p),)
+    im2col_kernel[grid](
+        x,
+        col,
+        position_start,
+        num_positions,
+        rows,
+        rows_per_group,
+        H,
+        W,
+        OW,
+        geometry.output_numel,
+        KH,
+        KW,
+        *geometry.stride,
+        *geometry.pad_before,
+        *geometry.dilation,
+        *_image_strides(x),
+        *layout.args(),
+        BLOCK_R=block_r,
+        BLOCK_P=block_p,
+        INDEX_64=needs_int64(x, col),
+        num_warps=4,
+    )
+
+
+def col2im(
+    col: torch.Tensor,
+    layout: ColumnLayout,
+    out: torch.Tensor,
+    geometry: Geometry,
+    rows_per_group: int,
+    position_start: int,
+    num_positions: int,
+    accumulate: bool,
+) -> None:
+    """Sum the columns of positions ``[position_start, +num_positions)`` into the samples of
+    ``out`` (N, C, H, W) that those positions belong to (write, or add when ``accumulate``)."""
+    check_kernel_device(out, "output")
+    L = geometry.output_numel
+    if num_positions == 0 or out.numel() == 0:
+        return
+    n_start = position_start // L
+    n_end = (position_start + num_positions - 1) // L + 1
+    C = out.shape[1]
+    (H, W), (KH, KW), (OH, OW) = geometry.input, geometry.kernel, geometry.output
+    numel = (n_end - n_start) * C * H * W
+    block = 4096 if INTERPRETER else 512
+    col2im_kernel[(triton.cdiv(numel, block),)](
+        col,
+        out,
+        n_start,
+        numel,
+        C,
+        H,
+        W,
+        OH,
+        OW,
+        KH,
+        KW,
+        rows_per_group,
+        position_start,
+        position_start + num_positions,
+        *geometry.stride,
+        *geometry.pad_before,
+        *geometry.dilation,
+        *_image_strides(out),
+        *layout.args(),
+        ACC_DTYPE=accumulator_dtype(out.dtype),
+        ACCUMULATE=accumulate,
+        BLOCK=block,
+        INDEX_64=needs_int64(col, out),
+        num_warps=4,
+    )
+
+
+def matrix_address(num_positions: int, position_start: int, geometry: Geometry):
+    """(base, sn, sc, sh, sw) of a ``(channels, num_positions)`` matrix holding one chunk."""
+    OH, OW = geometry.output
+    return (-position_start, OH * OW, num_positions, OW, 1)
+
+
+def tensor_address(t: torch.Tensor):
+    """(base, sn, sc, sh, sw) of an (N, C, OH, OW) tensor."""
+    return (0, *_image_strides(t))
+
+
+def relayout(
+    src: torch.Tensor,
+    src_address,
+    dst: torch.Tensor,
+    dst_address,
+    channels: int,
+    geometry: Geometry,
+    position_start: int,
+    num_positions: int,
+    bias: torch.Tensor | None = None,
+) -> None:
+    """``dst[n, c, oh, ow] = src[n, c, oh, ow] (+ bias[c])`` over one chunk of positions."""
+    check_kernel_device(dst, "output")
+    if channels == 0 or num_positions == 0:
+        return
+    block_c, block_p = _tiles(channels, num_positions)
+    grid = (triton.cdiv(channels, block_c) * triton.cdiv(num_positions, block_p),)
+    relayout_kernel[grid](
+        src,
+        dst,
+        bias if bias is not None else src,
+        position_start,
+        num_positions,
+        channels,
+        geometry.output[1],
+        geometry.output_numel,
+        *src_address,
+        *dst_address,
+        HAS_BIAS=bias is not None,
+        ACC_DTYPE=accumulator_dtype(dst.dtype),
+        BLOCK_C=block_c,
+        BLOCK_P=block_p,
+        INDEX_64=needs_int64(src, dst),
+        num_warps=4,
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# F.unfold / F.fold on a batched input
+# --------------------------------------------------------------------------------------------
+
+
+def unfold(x: torch.Tensor, geometry: Geometry) -> torch.Tensor:
+    """F.unfold of a batched ``(N, C, H, W)`` tensor: ``(N, C*KH*KW, OH*OW)``."""
+    N, C = x.shape[:2]
+    rows, L = C * geometry.kernel_numel, geometry.output_numel
+    cols = torch.empty((N, rows, L), dtype=x.dtype, device=x.device)
+    im2col(x, cols, unfold_layout(rows, L), geometry, rows, 0, N * L)
+    return cols
+
+
+def fold(cols: torch.Tensor, geometry: Geometry) -> torch.Tensor:
+    """F.fold of a batched ``(N, C*KH*KW, L)`` tensor: ``(N, C, H, W)``."""
+    N, rows, L = cols.shape
+    C = rows // geometry.kernel_numel
+    out = torch.empty((N, C, *geometry.input), dtype=cols.dtype, device=cols.device)
+    sn, sk, sq = cols.stride()
+    layout = ColumnLayout(0, sn, sq, 0, sk)
+    col2im(cols, layout, out, geometry, rows, 0, N * L, accumulate=False)
+    return out

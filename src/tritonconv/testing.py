@@ -1,0 +1,103 @@
+"""Test helpers shared by the test suite, the CLI's ``verify``/``demo`` and the benchmarks.
+
+References are computed in float64 (or exactly, for integers) by PyTorch. Tolerances live here
+and only here: ``rtol`` per dtype, ``atol`` scaled by the length of the reduction behind each
+output element.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ._runtime import kernel_device_type
+
+#: The device tritonconv's kernels take in this process ("cpu" under the interpreter).
+DEVICE = kernel_device_type()
+
+# rtol per dtype; atol = ATOL_PER_TERM[dtype] * sqrt(reduction length) (random-walk growth)
+RTOL = {
+    torch.float16: 2e-3,
+    torch.bfloat16: 1.6e-2,
+    torch.float32: 1.3e-5,
+    torch.float64: 1e-10,
+}
+ATOL_PER_TERM = {
+    torch.float16: 2e-3,
+    torch.bfloat16: 1.6e-2,
+    torch.float32: 2e-5,
+    torch.float64: 1e-11,
+}
+
+
+def tolerance(dtype: torch.dtype, reduction: int = 1) -> tuple[float, float]:
+    """(atol, rtol) for a result of ``dtype`` summing ``reduction`` products per element.
+
+    fp32 reductions on the GPU may use TF32 when the user allows it; tests turn it off.
+    """
+    scale = math.sqrt(max(1, reduction))
+    return ATOL_PER_TERM[dtype] * scale, RTOL[dtype]
+
+
+def assert_close(actual: torch.Tensor, expected: torch.Tensor, *, reduction: int = 1, name=""):
+    """Compare ``actual`` against a float64 (or exact integer) ``expected``.
+
+    Integers and bool must match exactly. Floats must be within :func:`tolerance`; the message
+    says how many elements mismatch, the worst one and where it is.
+    """
+    assert actual.shape == expected.shape, (
+        f"{name} shape {tuple(actual.shape)} != {tuple(expected.shape)}"
+    )
+    actual = actual.detach().cpu()
+    expected = expected.detach().cpu()
+    if not actual.dtype.is_floating_point:
+        mismatch = actual != expected.to(actual.dtype)
+        if mismatch.any():
+            where = mismatch.nonzero()[0].tolist()
+            raise AssertionError(
+                f"{name}: {int(mismatch.sum())} of {actual.numel()} elements differ "
+                f"(first at {where}: {actual[tuple(where)].item()} != "
+                f"{expected[tuple(where)].item()})"
+            )
+        return
+    atol, rtol = tolerance(actual.dtype, reduction)
+    a = actual.double()
+    e = expected.double()
+    bad = ~((a - e).abs() <= atol + rtol * e.abs())
+    if bad.any():
+        err = (a - e).abs()
+        where = tuple(
+            int(i) for i in torch.unravel_index(err.nan_to_num(float("inf")).argmax(), err.shape)
+        )
+        raise AssertionError(
+            f"{name}: {int(bad.sum())} of {a.numel()} elements outside atol={atol:.2e} "
+            f"rtol={rtol:.1e}; worst at {list(where)}: {a[where].item()!r} vs {e[where].item()!r}"
+        )
+
+
+def random_tensor(shape, dtype: torch.dtype, device=DEVICE, *, generator=None, low=None, high=None):
+    """Fresh random data: normal floats, or integers spread over ``[low, high)`` (default: the
+    dtype's full range for 8-bit types, ±1000 for wider ones)."""
+    if dtype.is_floating_point:
+        return torch.randn(shape, generator=generator).to(dtype=dtype, device=device)
+    if dtype == torch.bool:
+        return (torch.rand(shape, generator=generator) < 0.5).to(device)
+    info = torch.iinfo(dtype)
+    if low is None:
+        low, high = (info.min, info.max + 1) if info.bits == 8 else (-1000, 1000)
+        if info.min == 0:
+            low = 0
+    return torch.randint(low, high, shape, generator=generator, dtype=torch.int64).to(
+        dtype=dtype, device=device
+    )
+
+
+def poison_(tensor: torch.Tensor) -> torch.Tensor:
+    """Fill an output buffer with a value no kernel produces by accident (NaN, or the dtype's
+    extreme), so that elements a kernel forgot to write stand out."""
+    if tensor.dtype.is_floating_point:
+        return tensor.fill_(float("nan"))
+    if tensor.dtype == torch.bool:
+        return tensor.fill_(True)
+    return tensor.fill_(torch.iinfo(tensor.dtype).min)

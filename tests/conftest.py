@@ -1,0 +1,37 @@
+"""Shared fixtures: every test runs on the device tritonconv's kernels take in this process
+(CPU through Triton's interpreter in CI, CUDA on the GPU machine)."""
+
+import os
+
+import pytest
+import torch
+from hypothesis import settings
+
+import tritonconv
+from tritonconv.testing import DEVICE
+
+settings.register_profile("ci", max_examples=25, deadline=None, derandomize=True)
+settings.register_profile("gpu", max_examples=200, deadline=None)
+settings.load_profile(
+    os.environ.get("HYPOTHESIS_PROFILE", "ci" if tritonconv.INTERPRETER else "gpu")
+)
+
+
+@pytest.fixture
+def device():
+    return DEVICE
+
+
+@pytest.fixture(autouse=True)
+def _exact_fp32():
+    """fp32 means fp32: no TF32 in the GEMMs or in cuDNN references."""
+    old = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    yield
+    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = old
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    torch.manual_seed(0)
