@@ -20,8 +20,13 @@ from .geometry import (
 )
 from .ops import conv_gemm
 
-#: Convolution algorithms ``conv2d(..., algo=...)`` accepts.
-CONV_ALGOS = ("auto", "im2col_gemm")
+#: Convolution algorithms ``conv2d(..., algo=...)`` accepts, each an autograd Function whose
+#: ``apply(input, weight, bias, stride, pad_before, pad_after, dilation, groups,
+#: workspace_limit)`` takes a batched input and normalised int lists.
+CONV_FUNCTIONS = {
+    "im2col_gemm": autograd.Conv2dGemm,
+}
+CONV_ALGOS = ("auto", *CONV_FUNCTIONS)
 
 
 def unfold(input, kernel_size, dilation=1, padding=0, stride=1):
@@ -54,15 +59,18 @@ def fold(input, output_size, kernel_size, dilation=1, padding=0, stride=1):
     return image if args.batched else image.squeeze(0)
 
 
-def _choose_algo(algo: str, input: torch.Tensor) -> str:
+def _choose_algo(algo: str, input: torch.Tensor, args) -> str:
+    """The algorithm that runs: ``algo`` itself, or for ``"auto"`` the best fit."""
     if algo not in CONV_ALGOS:
         raise TritonConvError(f"algo must be one of {list(CONV_ALGOS)}, got {algo!r}")
-    if input.dtype not in FLOAT_DTYPES:
+    if algo == "auto":
+        algo = "im2col_gemm"
+    if algo == "im2col_gemm" and input.dtype not in FLOAT_DTYPES:
         raise TritonConvError(
-            f"conv2d: algo={algo!r} has no kernel for dtype {dtype_name(input.dtype)} "
-            f"(im2col_gemm computes in {', '.join(dtype_name(d) for d in FLOAT_DTYPES)})"
+            f"conv2d: algo='im2col_gemm' has no kernel for dtype {dtype_name(input.dtype)} "
+            f"(it computes in {', '.join(dtype_name(d) for d in FLOAT_DTYPES)})"
         )
-    return "im2col_gemm"
+    return algo
 
 
 def _workspace(workspace_limit) -> int:
@@ -95,13 +103,13 @@ def conv2d(
     """
     args = check_conv(input, weight, bias, stride, padding, dilation, groups)
     limit = _workspace(workspace_limit)
-    _choose_algo(algo, input)
+    function = CONV_FUNCTIONS[_choose_algo(algo, input, args)]
     for name, t in (("input", input), ("weight", weight), ("bias", bias)):
         if t is not None:
             check_kernel_device(t, name)
     g = args.geometry
     x = input if args.batched else input.unsqueeze(0)
-    out = autograd.Conv2dGemm.apply(
+    out = function.apply(
         x,
         weight,
         bias,
