@@ -108,8 +108,7 @@ def time_ms(fn: Callable[[int], object], n_inputs: int, opts: Options) -> float:
 
 def run(names: list[str], opts: Options, progress=None) -> list[Row]:
     """Run the named suites; ``progress(row)`` is called as each row is measured."""
-    from . import conv, crop, direct  # noqa: F401  (register the suites)
-
+    _load_suites()
     rows: list[Row] = []
     for name in names:
         for row in SUITES[name](opts):
@@ -117,6 +116,20 @@ def run(names: list[str], opts: Options, progress=None) -> list[Row]:
             if progress:
                 progress(row)
     return rows
+
+
+def _load_suites() -> None:
+    """Import every module of this package: each registers its suites."""
+    import importlib
+    import pkgutil
+
+    for module in pkgutil.iter_modules(__path__):
+        importlib.import_module(f"{__name__}.{module.name}")
+
+
+def suite_names() -> list[str]:
+    _load_suites()
+    return list(SUITES)
 
 
 def environment() -> dict:

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# The GPU check: on a machine with a CUDA GPU, run the test suite on CUDA, the demo, and the
+# benchmarks, then print a short summary (last, so a truncated log still shows it).
+#
+#   scripts/gpu_check.sh                 # everything
+#   SUITES="conv im2col" scripts/gpu_check.sh
+#   SKIP_TESTS=1 scripts/gpu_check.sh    # benchmarks only
+#   PYTEST_ARGS="-k crop" scripts/gpu_check.sh
+#
+# Runs from source (PYTHONPATH=src), so it needs only the machine's torch and triton. Results
+# go to $OUT (the device tool's folder) or bench-out/.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export PYTHONPATH=src PYTHONUNBUFFERED=1 COLUMNS=160
+OUT_DIR=${OUT:-bench-out}
+mkdir -p "$OUT_DIR"
+SUITES=${SUITES:-"conv im2col direct crop"}
+DTYPES=${DTYPES:-"float32 bfloat16"}
+
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, 'cudnn', torch.backends.cudnn.version())"
+
+status=0
+if [ -z "${SKIP_TESTS:-}" ]; then
+    workers=$(python3 -c "import xdist" 2>/dev/null && echo "-n 8" || echo "")
+    python3 -m pytest -q $workers -p no:cacheprovider ${PYTEST_ARGS:-} 2>&1 | tee "$OUT_DIR/pytest.log" | tail -n 40
+    status=${PIPESTATUS[0]}
+fi
+python3 -m tritonconv.cli demo 2>&1 | tee "$OUT_DIR/demo.log" | tail -n 25
+
+suite_args=""
+for s in $SUITES; do suite_args="$suite_args --suite $s"; done
+dtype_args=""
+for d in $DTYPES; do dtype_args="$dtype_args --dtype $d"; done
+python3 -m tritonconv.cli bench $suite_args $dtype_args --out "$OUT_DIR" > "$OUT_DIR/bench.log" 2>&1
+bench_status=$?
+
+echo "================ summary ================"
+[ -z "${SKIP_TESTS:-}" ] && echo "pytest: $(grep -E '(passed|failed|error)' "$OUT_DIR/pytest.log" | tail -n 1)"
+grep -E "ok|MISMATCH" "$OUT_DIR/demo.log" | grep -c ok | sed 's/^/demo checks ok: /'
+if [ $bench_status -ne 0 ]; then
+    echo "bench FAILED:"; tail -n 30 "$OUT_DIR/bench.log"; status=1
+else
+    python3 - "$OUT_DIR/bench.json" <<'PY'
+import json, sys
+rows = json.load(open(sys.argv[1]))["rows"]
+print(f"{'suite':8} {'case':16} {'op':12} {'dtype':8} {'ours ms':>9} {'ref ms':>9} {'speedup':>8} {'rate':>16}  ref")
+for r in rows:
+    sp = f"{r['speedup']:.2f}" if r["speedup"] else "-"
+    ref = f"{r['ref_ms']:.3f}" if r["ref_ms"] else "-"
+    rate = f"{r['rate']:.1f} {r['unit']}" if r["rate"] is not None else "-"
+    print(f"{r['suite']:8} {r['case']:16} {r['op']:12} {r['dtype']:8} {r['ours_ms']:9.3f} {ref:>9} {sp:>8} {rate:>16}  {r['ref_name']}")
+PY
+fi
+exit $status

@@ -1,0 +1,304 @@
+"""The ``tritonconv`` command: ``demo | verify | bench | info``.
+
+* ``demo``: the built-in example (DESIGN.md's reference case) through every op, compared with
+  PyTorch, as a table. Works on CPU (Triton's interpreter) and on a GPU.
+* ``verify``: random geometries through every op against float64 / exact references; exits 1 on
+  any mismatch.
+* ``bench``: tritonconv against cuDNN / PyTorch on named suites; writes JSON and Markdown.
+* ``info``: versions, device, where kernels run, algorithms, workspace limit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from rich.console import Console
+from rich.table import Table
+
+import tritonconv as tc
+
+from .testing import DEVICE, assert_close, random_tensor
+
+console = Console(width=None if sys.stdout.isatty() else 140)
+
+
+@dataclass
+class Check:
+    op: str
+    shape: str
+    dtype: str
+    max_error: float
+    ms: float
+    ok: bool
+    detail: str = ""
+
+
+def _timed(fn: Callable[[], object]) -> tuple[object, float]:
+    fn()  # compile / warm up
+    if DEVICE == "cuda":
+        torch.cuda.synchronize()
+    start = time.perf_counter()
+    result = fn()
+    if DEVICE == "cuda":
+        torch.cuda.synchronize()
+    return result, (time.perf_counter() - start) * 1e3
+
+
+def _check(op, shape, ours_fn, reference, reduction=1) -> Check:
+    """Run ``ours_fn`` (timed) and compare every tensor it returns with ``reference``."""
+    ours, ms = _timed(ours_fn)
+    ours = ours if isinstance(ours, tuple) else (ours,)
+    reference = reference if isinstance(reference, tuple) else (reference,)
+    worst, detail = 0.0, ""
+    try:
+        for a, e in zip(ours, reference, strict=True):
+            assert_close(a, e, reduction=reduction, name=op)
+            worst = max(worst, (a.detach().cpu().double() - e.cpu().double()).abs().max().item())
+        ok = True
+    except AssertionError as err:
+        ok, detail = False, str(err)
+    dtype = str(ours[0].dtype).removeprefix("torch.")
+    return Check(op, shape, dtype, worst, ms, ok, detail)
+
+
+def demo_checks() -> list[Check]:
+    """DESIGN.md's example: a 112x112 single-channel image, a 3x3 kernel holding 0..8, stride 1,
+    'same' padding; and a 3-channel image checked exactly in int64."""
+    checks = []
+    image = torch.rand(1, 1, 112, 112, dtype=torch.float32)
+    kernel = torch.arange(9, dtype=torch.float32).view(1, 1, 3, 3)
+    x, w = image.to(DEVICE), kernel.to(DEVICE)
+    x64, w64 = image.double(), kernel.double()
+    shape = "1×1×112×112, 3×3 (0..8), same"
+
+    cols_ref = F.unfold(x64, 3, padding=1)
+    checks.append(_check("unfold (im2col)", shape, lambda: tc.unfold(x, 3, padding=1), cols_ref))
+    cols = cols_ref.float().to(DEVICE)
+    checks.append(
+        _check(
+            "fold (col2im)",
+            shape,
+            lambda: tc.fold(cols, (112, 112), 3, padding=1),
+            F.fold(cols_ref, (112, 112), 3, padding=1),
+            reduction=9,
+        )
+    )
+    checks.append(
+        _check(
+            "conv2d forward",
+            shape,
+            lambda: tc.conv2d(x, w, padding="same"),
+            F.conv2d(x64, w64, padding="same"),
+            reduction=9,
+        )
+    )
+
+    xg = x.clone().requires_grad_()
+    wg = w.clone().requires_grad_()
+    x64g, w64g = x64.clone().requires_grad_(), w64.clone().requires_grad_()
+    grad = torch.randn(1, 1, 112, 112, dtype=torch.float64)
+    ref_grads = torch.autograd.grad(F.conv2d(x64g, w64g, padding="same"), (x64g, w64g), grad)
+
+    def backward():
+        y = tc.conv2d(xg, wg, padding="same")
+        return torch.autograd.grad(y, (xg, wg), grad.float().to(DEVICE))
+
+    checks.append(
+        _check("conv2d backward (dX, dW)", shape, backward, ref_grads, reduction=112 * 112)
+    )
+
+    xi = random_tensor((1, 3, 64, 64), torch.int64, "cpu", low=-50, high=50)
+    wi = random_tensor((4, 3, 3, 3), torch.int64, "cpu", low=-9, high=10)
+    shape_i = "1×3×64×64 → 4, 3×3, same"
+    xi_dev, wi_dev = xi.to(DEVICE), wi.to(DEVICE)
+    checks.append(
+        _check(
+            "unfold int64 (exact)",
+            shape_i,
+            lambda: tc.unfold(xi_dev, 3, padding=1),
+            F.unfold(xi.double(), 3, padding=1).long(),
+        )
+    )
+    if any(algo != "im2col_gemm" for algo in tc.CONV_ALGOS[1:]):  # an integer kernel exists
+        checks.append(
+            _check(
+                "conv2d int64 (exact)",
+                shape_i,
+                lambda: tc.conv2d(xi_dev, wi_dev, padding="same"),
+                F.conv2d(xi, wi, padding="same"),
+            )
+        )
+    return checks
+
+
+def verify_checks(seed: int = 0) -> list[Check]:
+    """Random geometries: unfold/fold/conv2d forward and backward against float64."""
+    gen = torch.Generator().manual_seed(seed)
+    checks = []
+    for _ in range(4):
+        n, c, k = (int(v) for v in torch.randint(1, 4, (3,), generator=gen))
+        kh, kw = (int(v) for v in torch.randint(1, 4, (2,), generator=gen))
+        sh, sw, dh, dw, ph, pw = (int(v) for v in torch.randint(1, 3, (6,), generator=gen))
+        h, w = (int(v) for v in torch.randint(7, 14, (2,), generator=gen))
+        window = dict(kernel_size=(kh, kw), dilation=(dh, dw), padding=(ph, pw), stride=(sh, sw))
+        shape = f"{n}×{c}×{h}×{w} k{kh}×{kw} s{sh},{sw} p{ph},{pw} d{dh},{dw}"
+        x64 = torch.randn(n, c, h, w, dtype=torch.float64, generator=gen)
+        w64 = torch.randn(k, c, kh, kw, dtype=torch.float64, generator=gen)
+        x, wt = x64.float().to(DEVICE), w64.float().to(DEVICE)
+        cols_ref = F.unfold(x64, **window)
+        checks.append(_check("unfold", shape, lambda x=x, wd=window: tc.unfold(x, **wd), cols_ref))
+        cols = cols_ref.float().to(DEVICE)
+        checks.append(
+            _check(
+                "fold",
+                shape,
+                lambda cols=cols, hw=(h, w), wd=window: tc.fold(cols, hw, **wd),
+                F.fold(cols_ref, (h, w), **window),
+                reduction=kh * kw,
+            )
+        )
+        conv = dict(stride=(sh, sw), padding=(ph, pw), dilation=(dh, dw))
+        checks.append(
+            _check(
+                "conv2d",
+                shape,
+                lambda x=x, wt=wt, cv=conv: tc.conv2d(x, wt, **cv),
+                F.conv2d(x64, w64, **conv),
+                reduction=c * kh * kw,
+            )
+        )
+    return checks
+
+
+def _print_checks(title: str, checks: list[Check]) -> bool:
+    table = Table(title=title)
+    for column in ("op", "shape", "dtype", "max |error|", "time ms", "result"):
+        table.add_column(column)
+    for c in checks:
+        table.add_row(
+            c.op,
+            c.shape,
+            c.dtype,
+            f"{c.max_error:.2e}",
+            f"{c.ms:.3f}",
+            "[green]ok[/]" if c.ok else "[red]MISMATCH[/]",
+        )
+    console.print(table)
+    for c in checks:
+        if not c.ok:
+            console.print(f"[red]{c.op}[/]: {c.detail}")
+    return all(c.ok for c in checks)
+
+
+def _where() -> str:
+    if tc.INTERPRETER:
+        return "Triton interpreter on CPU (no CUDA device)"
+    return f"compiled Triton kernels on {torch.cuda.get_device_name()}"
+
+
+def cmd_demo(args) -> int:
+    console.print(f"tritonconv {tc.__version__}: {_where()}")
+    torch.manual_seed(args.seed)
+    ok = _print_checks(
+        "tritonconv demo: ours vs PyTorch (float64 / exact reference)", demo_checks()
+    )
+    return 0 if ok else 1
+
+
+def cmd_verify(args) -> int:
+    ok = _print_checks(f"tritonconv verify (seed {args.seed})", verify_checks(args.seed))
+    return 0 if ok else 1
+
+
+def cmd_bench(args) -> int:
+    from . import bench
+
+    names = args.suite or ["conv", "im2col"]
+    unknown = [n for n in names if n not in bench.suite_names()]
+    if unknown:
+        console.print(f"[red]unknown suite(s) {unknown}; known: {bench.suite_names()}[/]")
+        return 2
+    quick = args.quick or tc.INTERPRETER
+    if tc.INTERPRETER and not args.quick:
+        console.print("[yellow]no CUDA device: running toy shapes through the interpreter[/]")
+    opts = bench.Options(
+        reps=args.reps, quick=quick, dtypes=tuple(args.dtype), cases=tuple(args.case or ())
+    )
+    with console.status("benchmarking…") as status:
+
+        def progress(row):
+            speed = f"{row.speedup:.2f}×" if row.speedup else "—"
+            status.update(f"{row.suite} {row.case} {row.op} {row.dtype}: {speed}")
+            console.log(f"{row.suite:8} {row.case:16} {row.op:12} {row.dtype:9} {speed}")
+
+        rows = bench.run(names, opts, progress)
+    env = bench.environment()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "bench.json").write_text(bench.to_json(rows, env))
+    (out / "bench.md").write_text(bench.markdown(rows, env))
+    table = Table(title=f"tritonconv bench on {env['gpu']} (speedup = ref time / ours)")
+    for column in ("suite", "case", "op", "dtype", "ours ms", "ref", "ref ms", "speedup", "rate"):
+        table.add_column(column)
+    for r in rows:
+        table.add_row(
+            r.suite,
+            r.case,
+            r.op,
+            r.dtype,
+            f"{r.ours_ms:.3f}",
+            r.ref_name,
+            f"{r.ref_ms:.3f}" if r.ref_ms else "—",
+            f"{r.speedup:.2f}" if r.speedup else "—",
+            f"{r.rate:.1f} {r.unit}" if r.rate is not None else "—",
+        )
+    console.print(table)
+    console.print(f"wrote {out / 'bench.json'} and {out / 'bench.md'}")
+    return 0
+
+
+def cmd_info(args) -> int:
+    import triton
+
+    console.print(f"tritonconv {tc.__version__}")
+    console.print(f"torch {torch.__version__}, triton {triton.__version__}")
+    console.print(f"kernels: {_where()}")
+    console.print(f"conv2d algorithms: {', '.join(tc.CONV_ALGOS)}")
+    console.print(f"workspace limit: {tc.get_workspace_limit()} bytes")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="tritonconv", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("demo", help="the built-in example through every op, vs PyTorch")
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(fn=cmd_demo)
+    p = sub.add_parser("verify", help="random geometries vs float64 references")
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(fn=cmd_verify)
+    p = sub.add_parser("bench", help="time tritonconv against cuDNN / PyTorch")
+    p.add_argument("--suite", action="append", help="suite name (repeatable); default conv, im2col")
+    p.add_argument("--case", action="append", help="only this case (repeatable)")
+    p.add_argument("--dtype", action="append", default=None, help="float32 (default), bfloat16…")
+    p.add_argument("--reps", type=int, default=50)
+    p.add_argument("--quick", action="store_true", help="toy shapes, few repetitions")
+    p.add_argument("--out", default="bench-out", help="folder for bench.json and bench.md")
+    p.set_defaults(fn=cmd_bench)
+    p = sub.add_parser("info", help="versions, device, algorithms")
+    p.set_defaults(fn=cmd_info)
+    args = parser.parse_args(argv)
+    if args.command == "bench" and args.dtype is None:
+        args.dtype = ["float32"]
+    return args.fn(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
