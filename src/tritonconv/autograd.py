@@ -66,3 +66,44 @@ class Conv2dGemm(torch.autograd.Function):
         if ctx.has_bias and ctx.needs_input_grad[2]:
             grad_bias = grad_output.sum(dim=(0, 2, 3))
         return grad_input, grad_weight, grad_bias, None, None, None, None, None, None
+
+
+def _direct_conv_function(depthwise: bool, name: str, doc: str):
+    """An autograd Function over the ``conv2d_direct*`` ops, on the depthwise kernels or not.
+    ``workspace_limit`` is accepted for the common signature and unused (no workspace)."""
+
+    class Function(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, input, weight, bias, stride, pad_before, pad_after, dilation, groups, _):
+            ctx.params = (stride, pad_before, pad_after, dilation, groups, depthwise)
+            ctx.has_bias = bias is not None
+            ctx.save_for_backward(input, weight)
+            return ops.conv2d_direct(
+                input, weight, bias, stride, pad_before, pad_after, dilation, groups, depthwise
+            )
+
+        @staticmethod
+        def backward(ctx, grad_output):
+            input, weight = ctx.saved_tensors
+            grad_input = grad_weight = grad_bias = None
+            if ctx.needs_input_grad[0]:
+                grad_input = ops.conv2d_direct_grad_input(grad_output, weight, input, *ctx.params)
+            if ctx.needs_input_grad[1]:
+                grad_weight = ops.conv2d_direct_grad_weight(
+                    grad_output, input, list(weight.shape), *ctx.params
+                )
+            if ctx.has_bias and ctx.needs_input_grad[2]:
+                grad_bias = grad_output.sum(dim=(0, 2, 3))
+            return grad_input, grad_weight, grad_bias, None, None, None, None, None, None
+
+    Function.__name__ = Function.__qualname__ = name
+    Function.__doc__ = doc
+    return Function
+
+
+Conv2dDirect = _direct_conv_function(
+    False, "Conv2dDirect", "Direct convolution (any groups; integer dtypes exact)."
+)
+Conv2dDepthwise = _direct_conv_function(
+    True, "Conv2dDepthwise", "Depthwise convolution (groups == in_channels), specialised kernels."
+)

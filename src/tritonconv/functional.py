@@ -25,6 +25,8 @@ from .ops import conv_gemm
 #: workspace_limit)`` takes a batched input and normalised int lists.
 CONV_FUNCTIONS = {
     "im2col_gemm": autograd.Conv2dGemm,
+    "direct": autograd.Conv2dDirect,
+    "depthwise": autograd.Conv2dDepthwise,
 }
 CONV_ALGOS = ("auto", *CONV_FUNCTIONS)
 
@@ -59,12 +61,36 @@ def fold(input, output_size, kernel_size, dilation=1, padding=0, stride=1):
     return image if args.batched else image.squeeze(0)
 
 
+def _auto_algo(input: torch.Tensor, args) -> str:
+    """``algo="auto"``, by reasoning until GPU measurements say otherwise:
+
+    * integers: ``direct`` (the only exact integer path; cuBLAS/cuDNN have none);
+    * depthwise: ``depthwise`` (im2col+GEMM would write KH*KW copies of the input to feed
+      per-channel GEMMs of one row, while the depthwise kernels read the input once);
+    * at most 8 output channels per group: ``direct`` (columns cost more memory traffic than
+      the direct kernel's FMAs on so few filters, e.g. one 3x3 filter over an image);
+    * otherwise ``im2col_gemm`` (cuBLAS).
+    """
+    if input.dtype not in FLOAT_DTYPES:
+        return "direct"
+    if args.depthwise:
+        return "depthwise"
+    if args.out_per_group <= 8:
+        return "direct"
+    return "im2col_gemm"
+
+
 def _choose_algo(algo: str, input: torch.Tensor, args) -> str:
     """The algorithm that runs: ``algo`` itself, or for ``"auto"`` the best fit."""
     if algo not in CONV_ALGOS:
         raise TritonConvError(f"algo must be one of {list(CONV_ALGOS)}, got {algo!r}")
     if algo == "auto":
-        algo = "im2col_gemm"
+        algo = _auto_algo(input, args)
+    if algo == "depthwise" and not args.depthwise:
+        raise TritonConvError(
+            f"conv2d: algo='depthwise' needs groups == in_channels, got groups={args.groups} "
+            f"with {args.in_channels} input channels"
+        )
     if algo == "im2col_gemm" and input.dtype not in FLOAT_DTYPES:
         raise TritonConvError(
             f"conv2d: algo='im2col_gemm' has no kernel for dtype {dtype_name(input.dtype)} "

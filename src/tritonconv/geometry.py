@@ -219,6 +219,11 @@ class ConvArgs:
     def output_shape(self) -> tuple[int, ...]:
         return (self.batch, self.out_channels, *self.geometry.output)
 
+    @property
+    def depthwise(self) -> bool:
+        """Each input channel convolved on its own (groups == in_channels, any multiplier)."""
+        return self.groups == self.in_channels
+
 
 def check_conv(
     input: torch.Tensor,

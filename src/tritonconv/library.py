@@ -12,7 +12,7 @@ import torch
 from torch import Tensor
 
 from .geometry import make_geometry
-from .ops import conv_gemm
+from .ops import conv_gemm, depthwise, direct
 from .ops import im2col as im2col_ops
 
 # --------------------------------------------------------------------------------------------
@@ -143,4 +143,82 @@ def conv2d_gemm_grad_weight(
 
 @conv2d_gemm_grad_weight.register_fake
 def _(grad_output, input, weight_size, stride, pad_before, pad_after, dilation, groups, limit):
+    return input.new_empty(weight_size)
+
+
+# --------------------------------------------------------------------------------------------
+# direct convolution (``depthwise=True``: the depthwise kernels, groups == in_channels)
+# --------------------------------------------------------------------------------------------
+
+
+@torch.library.custom_op("tritonconv::conv2d_direct", mutates_args=())
+def conv2d_direct(
+    input: Tensor,
+    weight: Tensor,
+    bias: Tensor | None,
+    stride: list[int],
+    pad_before: list[int],
+    pad_after: list[int],
+    dilation: list[int],
+    groups: int,
+    depthwise_kernels: bool,
+) -> Tensor:
+    geometry = _conv_geometry(input.shape, weight.shape, stride, pad_before, pad_after, dilation)
+    if depthwise_kernels:
+        return depthwise.depthwise_forward(input, weight, bias, geometry)
+    return direct.conv2d_forward(input, weight, bias, geometry, groups)
+
+
+@conv2d_direct.register_fake
+def _(input, weight, bias, stride, pad_before, pad_after, dilation, groups, depthwise_kernels):
+    geometry = _conv_geometry(input.shape, weight.shape, stride, pad_before, pad_after, dilation)
+    return _empty_conv_output(input, (input.shape[0], weight.shape[0], *geometry.output))
+
+
+@torch.library.custom_op("tritonconv::conv2d_direct_grad_input", mutates_args=())
+def conv2d_direct_grad_input(
+    grad_output: Tensor,
+    weight: Tensor,
+    input_like: Tensor,
+    stride: list[int],
+    pad_before: list[int],
+    pad_after: list[int],
+    dilation: list[int],
+    groups: int,
+    depthwise_kernels: bool,
+) -> Tensor:
+    """``input_like`` supplies the input's shape, dtype and memory format (not its values)."""
+    geometry = _conv_geometry(
+        input_like.shape, weight.shape, stride, pad_before, pad_after, dilation
+    )
+    if depthwise_kernels:
+        return depthwise.depthwise_grad_input(grad_output, weight, input_like, geometry)
+    return direct.conv2d_grad_input(grad_output, weight, input_like, geometry, groups)
+
+
+@conv2d_direct_grad_input.register_fake
+def _(grad_output, weight, input_like, stride, pad_before, pad_after, dilation, groups, dw):
+    return _empty_conv_output(input_like, input_like.shape)
+
+
+@torch.library.custom_op("tritonconv::conv2d_direct_grad_weight", mutates_args=())
+def conv2d_direct_grad_weight(
+    grad_output: Tensor,
+    input: Tensor,
+    weight_size: list[int],
+    stride: list[int],
+    pad_before: list[int],
+    pad_after: list[int],
+    dilation: list[int],
+    groups: int,
+    depthwise_kernels: bool,
+) -> Tensor:
+    geometry = _conv_geometry(input.shape, weight_size, stride, pad_before, pad_after, dilation)
+    if depthwise_kernels:
+        return depthwise.depthwise_grad_weight(grad_output, input, weight_size, geometry)
+    return direct.conv2d_grad_weight(grad_output, input, weight_size, geometry, groups)
+
+
+@conv2d_direct_grad_weight.register_fake
+def _(grad_output, input, weight_size, stride, pad_before, pad_after, dilation, groups, dw):
     return input.new_empty(weight_size)

@@ -1,0 +1,400 @@
+"""Depthwise convolution (groups == C_in, C_out = multiplier * C_in): forward, input gradient and
+weight gradient, each deterministic (every output element is owned by one program, partial sums
+are added in a fixed order by the launcher).
+
+Channel vocabulary. The forward and the stride-1 input gradient are the same computation:
+``dst[n, c] = sum over r < R of conv(src[n, (c*R + r) // DIV], w[c*R + r])`` (+ bias[c]).
+The forward has ``R = 1, DIV = multiplier``; the input gradient has ``R = multiplier, DIV = 1``
+and the weight walked backwards (``w_base`` points at the last tap, the tap strides are
+negative) with padding ``dil*(K-1) - pad``. Every tensor is read through element strides, so
+NCHW and channels-last are the same code; the launcher picks the tile shape that is contiguous
+in memory (wide rows for NCHW, a block of channels for channels-last).
+
+Two ways to do the multiply-adds, chosen by the launcher:
+
+* ``depthwise_kernel``: a ``[BLOCK_C, BLOCK_H, BLOCK_W]`` output tile in registers; for each
+  tap (run-time loops), one masked load of the shifted source tile (an L1/L2 hit after the
+  first tap) and one FMA per element. Small kernels: memory-bound, any dtype (int64 exact).
+* ``depthwise_band_kernel``: one ``(n, c)`` plane tile ``[BLOCK_H, BLOCK_W]``; for each kernel
+  row ``kh``, the output tile is ``A @ B`` with ``A[h, j] = src[row(h, kh), j]`` (a block of
+  source columns) and ``B[j, w] = weight[kh, kw]`` where source column ``j`` meets output column
+  ``w`` at tap ``kw`` (a banded Toeplitz matrix built from the weight row on the fly). This
+  runs the window on tensor cores; only source columns inside the image are visited, so the
+  redundant multiplies are about ``BLOCK_J / KW``. Large kernels, floating point.
+
+Weight gradient ``dW[c, kh, kw] = sum over n, oh, ow of dy[n, c, oh, ow] * x[n, c // m, ih, iw]``:
+
+* ``depthwise_grad_weight_kernel``: a program owns a channel block, a tap block and a spatial
+  tile; the ``dy`` tile is loaded once per sample and each tap's shifted ``x`` tile is
+  multiplied and reduced; the per-tap sums live in a ``[BLOCK_C, BLOCK_T]`` register tile across
+  all samples. The launcher sums the tiles' partials in a fixed order.
+* ``depthwise_band_grad_weight_kernel``: ``dW[kh, kw] = A @ B`` over ``k = (ih, ow)`` with
+  ``A[kh, k] = dy[oh, ow]`` where ``oh*stride - pad + kh*dil == ih`` and
+  ``B[k, kw] = x[ih, ow*stride - pad + kw*dil]``; a program owns one channel, one
+  ``[BLOCK_KH, BLOCK_KW]`` tap tile and one split of the batch. Large kernels, floating point.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def depthwise_kernel(
+    # pointers
+    src_ptr,
+    w_ptr,
+    bias_ptr,
+    dst_ptr,
+    # sizes
+    C_dst,
+    SH,
+    SW,
+    DH,
+    DW,
+    KH,
+    KW,
+    R,
+    DIV,
+    # geometry
+    stride_h,
+    stride_w,
+    pad_h,
+    pad_w,
+    dil_h,
+    dil_w,
+    # strides
+    src_sn,
+    src_sc,
+    src_sh,
+    src_sw,
+    dst_sn,
+    dst_sc,
+    dst_sh,
+    dst_sw,
+    w_base,
+    w_sc,
+    w_skh,
+    w_skw,
+    # meta-parameters
+    HAS_BIAS: tl.constexpr,
+    ACC_DTYPE: tl.constexpr,
+    BLOCK_C: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    BLOCK_W: tl.constexpr,
+    INDEX_64: tl.constexpr,
+):
+    """dst[n, c, h, w] = sum over r, kh, kw of src[n, (c*R+r)//DIV, h*sh-ph+kh*dh, w*sw-pw+kw*dw]
+    * w[c*R + r, kh, kw] (+ bias[c]); grid ``(N * channel blocks, spatial tiles)``."""
+    pid_nc = tl.program_id(0)
+    pid_hw = tl.program_id(1)
+    c_blocks = tl.cdiv(C_dst, BLOCK_C)
+    n = pid_nc // c_blocks
+    w_tiles = tl.cdiv(DW, BLOCK_W)
+    c = (pid_nc % c_blocks) * BLOCK_C + tl.arange(0, BLOCK_C)
+    h = (pid_hw // w_tiles) * BLOCK_H + tl.arange(0, BLOCK_H)
+    w = (pid_hw % w_tiles) * BLOCK_W + tl.arange(0, BLOCK_W)
+    if INDEX_64:
+        n = n.to(tl.int64)
+        c = c.to(tl.int64)
+    c_ok = c < C_dst
+    out_ok = c_ok[:, None, None] & (h < DH)[None, :, None] & (w < DW)[None, None, :]
+
+    acc = tl.zeros([BLOCK_C, BLOCK_H, BLOCK_W], dtype=ACC_DTYPE)
+    for r in range(0, R):
+        wc = c * R + r
+        src_c = src_ptr + n * src_sn + (wc // DIV) * src_sc
+        w_c = w_ptr + w_base + wc * w_sc
+        for kh in range(0, KH):
+            sh = h * stride_h - pad_h + kh * dil_h
+            row_ok = (sh >= 0) & (sh < SH)
+            src_row = src_c[:, None, None] + (sh * src_sh)[None, :, None]
+            for kw in range(0, KW):
+                sw = w * stride_w - pad_w + kw * dil_w
+                ok = out_ok & row_ok[None, :, None] & ((sw >= 0) & (sw < SW))[None, None, :]
+                x = tl.load(src_row + (sw * src_sw)[None, None, :], mask=ok, other=0)
+                wt = tl.load(w_c + kh * w_skh + kw * w_skw, mask=c_ok, other=0)
+                acc += x.to(ACC_DTYPE) * wt.to(ACC_DTYPE)[:, None, None]
+
+    if HAS_BIAS:
+        bias = tl.load(bias_ptr + c, mask=c_ok, other=0)
+        acc += bias.to(ACC_DTYPE)[:, None, None]
+    dst = dst_ptr + n * dst_sn + (c * dst_sc)[:, None, None]
+    dst += (h * dst_sh)[None, :, None] + (w * dst_sw)[None, None, :]
+    tl.store(dst, acc.to(dst_ptr.dtype.element_ty), mask=out_ok)
+
+
+@triton.jit
+def depthwise_band_kernel(
+    # pointers
+    src_ptr,
+    w_ptr,
+    bias_ptr,
+    dst_ptr,
+    # sizes
+    C_dst,
+    SH,
+    SW,
+    DH,
+    DW,
+    KH,
+    KW,
+    R,
+    DIV,
+    # geometry
+    stride_h,
+    stride_w,
+    pad_h,
+    pad_w,
+    dil_h,
+    dil_w,
+    # strides
+    src_sn,
+    src_sc,
+    src_sh,
+    src_sw,
+    dst_sn,
+    dst_sc,
+    dst_sh,
+    dst_sw,
+    w_base,
+    w_sc,
+    w_skh,
+    w_skw,
+    # meta-parameters
+    HAS_BIAS: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    BLOCK_W: tl.constexpr,
+    BLOCK_J: tl.constexpr,
+    INDEX_64: tl.constexpr,
+):
+    """The same sum as ``depthwise_kernel`` for one ``(n, c)`` plane tile, one kernel row at a
+    time as ``[BLOCK_H, BLOCK_J] @ [BLOCK_J, BLOCK_W]`` on tensor cores (fp32 accumulate);
+    grid ``(N * C_dst, spatial tiles)``."""
+    pid_nc = tl.program_id(0)
+    pid_hw = tl.program_id(1)
+    if INDEX_64:
+        pid_nc = pid_nc.to(tl.int64)
+    n = pid_nc // C_dst
+    c = pid_nc % C_dst
+    w_tiles = tl.cdiv(DW, BLOCK_W)
+    h0 = (pid_hw // w_tiles) * BLOCK_H
+    w0 = (pid_hw % w_tiles) * BLOCK_W
+    h = h0 + tl.arange(0, BLOCK_H)
+    w = w0 + tl.arange(0, BLOCK_W)
+    # Source columns that some output column of this tile reads, clipped to the image.
+    j_lo = tl.maximum(w0 * stride_w - pad_w, 0)
+    w_top = tl.minimum(w0 + BLOCK_W, DW) - 1
+    j_hi = tl.minimum(w_top * stride_w - pad_w + (KW - 1) * dil_w + 1, SW)
+    col_start = w * stride_w - pad_w  # source column of tap 0, per output column
+
+    acc = tl.zeros([BLOCK_H, BLOCK_W], dtype=tl.float32)
+    for r in range(0, R):
+        wc = c * R + r
+        src_c = src_ptr + n * src_sn + (wc // DIV) * src_sc
+        w_c = w_ptr + w_base + wc * w_sc
+        for kh in range(0, KH):
+            sh = h * stride_h - pad_h + kh * dil_h
+            row_ok = (sh >= 0) & (sh < SH)
+            src_row = src_c + sh * src_sh
+            w_row = w_c + kh * w_skh
+            for j0 in range(j_lo, j_hi, BLOCK_J):
+                j = j0 + tl.arange(0, BLOCK_J)
+                a = tl.load(
+                    src_row[:, None] + (j * src_sw)[None, :],
+                    mask=row_ok[:, None] & (j < j_hi)[None, :],
+                    other=0,
+                )
+                offset = j[:, None] - col_start[None, :]  # = kw * dil_w on the band
+                kw = offset // dil_w
+                on_band = (offset >= 0) & (kw * dil_w == offset) & (kw < KW)
+                b = tl.load(w_row + kw * w_skw, mask=on_band, other=0)
+                acc = tl.dot(a, b, acc, input_precision=DOT_PRECISION)
+
+    if HAS_BIAS:
+        acc += tl.load(bias_ptr + c).to(tl.float32)
+    dst = dst_ptr + n * dst_sn + c * dst_sc + (h * dst_sh)[:, None] + (w * dst_sw)[None, :]
+    tl.store(dst, acc.to(dst_ptr.dtype.element_ty), mask=(h < DH)[:, None] & (w < DW)[None, :])
+
+
+@triton.jit
+def depthwise_grad_weight_kernel(
+    # pointers
+    dy_ptr,
+    x_ptr,
+    partial_ptr,
+    # sizes
+    N,
+    C_out,
+    H,
+    W,
+    OH,
+    OW,
+    KH,
+    KW,
+    multiplier,
+    # geometry
+    stride_h,
+    stride_w,
+    pad_h,
+    pad_w,
+    dil_h,
+    dil_w,
+    # strides
+    dy_sn,
+    dy_sc,
+    dy_sh,
+    dy_sw,
+    x_sn,
+    x_sc,
+    x_sh,
+    x_sw,
+    # meta-parameters
+    ACC_DTYPE: tl.constexpr,
+    BLOCK_C: tl.constexpr,
+    BLOCK_T: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    BLOCK_W: tl.constexpr,
+    INDEX_64: tl.constexpr,
+):
+    """partial[tile, c, t] = sum over n and the spatial tile of dy[n, c, oh, ow] * x at tap t
+    (``t = kh*KW + kw``); ``partial`` is ``(tiles, C_out, KH*KW)`` contiguous; grid
+    ``(channel blocks * tap blocks, spatial tiles)``."""
+    pid_ct = tl.program_id(0)
+    tile = tl.program_id(1)
+    taps = KH * KW
+    t_blocks = tl.cdiv(taps, BLOCK_T)
+    c = (pid_ct // t_blocks) * BLOCK_C + tl.arange(0, BLOCK_C)
+    t_first = (pid_ct % t_blocks) * BLOCK_T
+    w_tiles = tl.cdiv(OW, BLOCK_W)
+    h = (tile // w_tiles) * BLOCK_H + tl.arange(0, BLOCK_H)
+    w = (tile % w_tiles) * BLOCK_W + tl.arange(0, BLOCK_W)
+    if INDEX_64:
+        c = c.to(tl.int64)
+        tile = tile.to(tl.int64)
+    c_ok = c < C_out
+    out_ok = c_ok[:, None, None] & (h < OH)[None, :, None] & (w < OW)[None, None, :]
+    t_range = t_first + tl.arange(0, BLOCK_T)
+    t_last = tl.minimum(t_first + BLOCK_T, taps)
+
+    acc = tl.zeros([BLOCK_C, BLOCK_T], dtype=ACC_DTYPE)
+    for n in range(0, N):
+        dy = tl.load(
+            dy_ptr
+            + n * dy_sn
+            + (c * dy_sc)[:, None, None]
+            + (h * dy_sh)[None, :, None]
+            + (w * dy_sw)[None, None, :],
+            mask=out_ok,
+            other=0,
+        ).to(ACC_DTYPE)
+        x_n = x_ptr + n * x_sn + ((c // multiplier) * x_sc)[:, None, None]
+        for t in range(t_first, t_last):
+            kh = t // KW
+            kw = t % KW
+            ih = h * stride_h - pad_h + kh * dil_h
+            iw = w * stride_w - pad_w + kw * dil_w
+            ok = out_ok & ((ih >= 0) & (ih < H))[None, :, None]
+            ok = ok & ((iw >= 0) & (iw < W))[None, None, :]
+            x = tl.load(
+                x_n + (ih * x_sh)[None, :, None] + (iw * x_sw)[None, None, :], mask=ok, other=0
+            )
+            tap_sum = tl.sum(tl.sum(dy * x.to(ACC_DTYPE), 2), 1)
+            acc += tl.where(t_range[None, :] == t, tap_sum[:, None], 0)
+
+    dst = partial_ptr + tile * C_out * taps + (c * taps)[:, None] + t_range[None, :]
+    tl.store(dst, acc, mask=c_ok[:, None] & (t_range < taps)[None, :])
+
+
+@triton.jit
+def depthwise_band_grad_weight_kernel(
+    # pointers
+    dy_ptr,
+    x_ptr,
+    partial_ptr,
+    # sizes
+    samples_per_split,
+    N,
+    C_out,
+    H,
+    W,
+    OH,
+    OW,
+    KH,
+    KW,
+    multiplier,
+    # geometry
+    stride_h,
+    stride_w,
+    pad_h,
+    pad_w,
+    dil_h,
+    dil_w,
+    # strides
+    dy_sn,
+    dy_sc,
+    dy_sh,
+    dy_sw,
+    x_sn,
+    x_sc,
+    x_sh,
+    x_sw,
+    # meta-parameters
+    DOT_PRECISION: tl.constexpr,
+    BLOCK_KH: tl.constexpr,
+    BLOCK_KW: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    INDEX_64: tl.constexpr,
+):
+    """partial[split, c, kh, kw] for one channel ``c`` and one tap tile, summed over the split's
+    samples and ``k = (ih, ow)`` in order; ``partial`` is ``(splits, C_out, KH, KW)``
+    contiguous; grid ``(C_out * tap tiles, splits)``."""
+    pid_ct = tl.program_id(0)
+    split = tl.program_id(1)
+    kh_tiles = tl.cdiv(KH, BLOCK_KH)
+    kw_tiles = tl.cdiv(KW, BLOCK_KW)
+    c = pid_ct // (kh_tiles * kw_tiles)
+    tap_tile = pid_ct % (kh_tiles * kw_tiles)
+    if INDEX_64:
+        c = c.to(tl.int64)
+        split = split.to(tl.int64)
+    kh0 = (tap_tile // kw_tiles) * BLOCK_KH
+    kh = kh0 + tl.arange(0, BLOCK_KH)
+    kw = (tap_tile % kw_tiles) * BLOCK_KW + tl.arange(0, BLOCK_KW)
+    kh_ok = kh < KH
+    kw_ok = kw < KW
+    # Input rows this tap tile reads from, clipped to the image.
+    ih_lo = tl.maximum(kh0 * dil_h - pad_h, 0)
+    kh_top = tl.minimum(kh0 + BLOCK_KH, KH) - 1
+    ih_hi = tl.minimum((OH - 1) * stride_h - pad_h + kh_top * dil_h + 1, H)
+    k_count = tl.maximum(ih_hi - ih_lo, 0) * OW
+    n_first = split * samples_per_split
+    n_last = tl.minimum(n_first + samples_per_split, N)
+
+    acc = tl.zeros([BLOCK_KH, BLOCK_KW], dtype=tl.float32)
+    for n in range(n_first, n_last):
+        dy_c = dy_ptr + n * dy_sn + c * dy_sc
+        x_c = x_ptr + n * x_sn + (c // multiplier) * x_sc
+        for k0 in range(0, k_count, BLOCK_K):
+            k = k0 + tl.arange(0, BLOCK_K)
+            k_ok = k < k_count
+            ih = ih_lo + k // OW
+            ow = k % OW
+            oh_num = ih[None, :] + pad_h - (kh * dil_h)[:, None]
+            oh = oh_num // stride_h
+            a_ok = (oh_num >= 0) & (oh * stride_h == oh_num) & (oh < OH)
+            a = tl.load(
+                dy_c + oh * dy_sh + (ow * dy_sw)[None, :],
+                mask=a_ok & kh_ok[:, None] & k_ok[None, :],
+                other=0,
+            )
+            iw = (ow * stride_w - pad_w)[:, None] + (kw * dil_w)[None, :]
+            b_ok = (iw >= 0) & (iw < W) & k_ok[:, None] & kw_ok[None, :]
+            b = tl.load(x_c + (ih * x_sh)[:, None] + iw * x_sw, mask=b_ok, other=0)
+            acc = tl.dot(a, b, acc, input_precision=DOT_PRECISION)
+
+    dst = partial_ptr + split * C_out * KH * KW + c * KH * KW
+    dst += (kh * KW)[:, None] + kw[None, :]
+    tl.store(dst, acc, mask=kh_ok[:, None] & kw_ok[None, :])

@@ -1,0 +1,226 @@
+"""Depthwise convolution launchers (groups == C_in, C_out = multiplier * C_in): forward, input
+gradient and weight gradient.
+
+Which kernel (``kernels/depthwise.py``) runs:
+
+* fp16/bf16/fp32 with ``KW >= BAND_MIN_KW``: the banded tensor-core kernels (forward, stride-1
+  input gradient, weight gradient). Their redundant multiplies are about ``BLOCK_J / KW``, so
+  below a 7-wide kernel the FMA kernel, which is memory-bound there anyway, is the better one.
+* otherwise (small kernels, fp64, integers): the FMA kernels.
+* the input gradient of a strided depthwise convolution is not a convolution of ``dy``; it is
+  gathered by the general direct kernel (``ops/direct.py``, ``TRANSPOSED``).
+
+The stride-1 input gradient is the forward kernel run on ``dy`` with the weight walked
+backwards and padding ``dil*(K-1) - pad``; the multiplier's channels are summed in the kernel.
+Weight gradients are per-tile partial sums added by ``partial.sum(0)``: a fixed order, so
+reruns are bitwise equal.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+
+from .._runtime import INTERPRETER, check_kernel_device
+from ..geometry import Geometry, make_geometry
+from ..kernels.depthwise import (
+    depthwise_band_grad_weight_kernel,
+    depthwise_band_kernel,
+    depthwise_grad_weight_kernel,
+    depthwise_kernel,
+)
+from . import direct
+from .conv_gemm import _empty_like_memory_format
+from .im2col import accumulator_dtype, needs_int64
+
+# Kernel width from which the banded tensor-core kernels replace the FMA kernels (a reasoned
+# choice: at KW = 7 a 32-column band does ~4.6x redundant multiplies on tensor cores that are
+# ~8-16x faster than FMAs; to be confirmed by measurement on the GPU).
+BAND_MIN_KW = 7
+
+
+def uses_band(dtype: torch.dtype, geometry: Geometry) -> bool:
+    return direct.uses_dot(dtype, 16) and geometry.kernel[1] >= BAND_MIN_KW
+
+
+def _is_channels_last(t: torch.Tensor) -> bool:
+    return t.shape[1] > 1 and t.stride(1) == 1
+
+
+def _pow2(value: int, low: int, high: int) -> int:
+    return max(low, min(high, triton.next_power_of_2(max(1, value))))
+
+
+def _fma_tiles(t: torch.Tensor, height: int, width: int):
+    """(BLOCK_C, BLOCK_H, BLOCK_W): rows of one plane for NCHW, a channel block for
+    channels-last, so that the tile's fastest axis is the one contiguous in memory."""
+    elements = 4096 if INTERPRETER else 512
+    if _is_channels_last(t):
+        channels = t.shape[1]
+        block_c = 32 if channels % 32 == 0 else _pow2(channels, 1, 16)
+        block_w = _pow2(width, 1, 8)
+        return block_c, _pow2(height, 1, max(1, elements // (block_c * block_w))), block_w
+    block_w = _pow2(width, 1, 64)
+    return 1, _pow2(height, 1, max(1, elements // block_w)), block_w
+
+
+def _weight_walk(weight: torch.Tensor, flip: bool):
+    """(base, channel stride, kh stride, kw stride) of the weight, walked backwards if ``flip``."""
+    s_c, _, s_kh, s_kw = weight.stride()
+    if not flip:
+        return 0, s_c, s_kh, s_kw
+    KH, KW = weight.shape[2:]
+    return (KH - 1) * s_kh + (KW - 1) * s_kw, s_c, -s_kh, -s_kw
+
+
+def _launch(src, weight, bias, dst, geometry: Geometry, R: int, DIV: int, flip: bool):
+    """dst[n, c] = sum over r < R of conv(src[n, (c*R + r) // DIV], w[c*R + r]) (+ bias[c])."""
+    N, C_dst, DH, DW = dst.shape
+    common = (
+        src,
+        weight,
+        bias if bias is not None else weight,
+        dst,
+        C_dst,
+        *src.shape[2:],
+        DH,
+        DW,
+        *geometry.kernel,
+        R,
+        DIV,
+        *geometry.stride,
+        *geometry.pad_before,
+        *geometry.dilation,
+        *src.stride(),
+        *dst.stride(),
+        *_weight_walk(weight, flip),
+    )
+    index_64 = needs_int64(src, dst, weight)
+    if uses_band(src.dtype, geometry):
+        block_h, block_w = _pow2(DH, 16, 32), _pow2(DW, 16, 32)
+        grid = (N * C_dst, triton.cdiv(DH, block_h) * triton.cdiv(DW, block_w))
+        depthwise_band_kernel[grid](
+            *common,
+            HAS_BIAS=bias is not None,
+            DOT_PRECISION=direct.dot_precision(src.dtype),
+            BLOCK_H=block_h,
+            BLOCK_W=block_w,
+            BLOCK_J=32,
+            INDEX_64=index_64,
+            num_warps=4,
+        )
+        return dst
+    block_c, block_h, block_w = _fma_tiles(dst, DH, DW)
+    grid = (N * triton.cdiv(C_dst, block_c), triton.cdiv(DH, block_h) * triton.cdiv(DW, block_w))
+    depthwise_kernel[grid](
+        *common,
+        HAS_BIAS=bias is not None,
+        ACC_DTYPE=accumulator_dtype(src.dtype),
+        BLOCK_C=block_c,
+        BLOCK_H=block_h,
+        BLOCK_W=block_w,
+        INDEX_64=index_64,
+        num_warps=4,
+    )
+    return dst
+
+
+def depthwise_forward(x, weight, bias, geometry: Geometry) -> torch.Tensor:
+    """y = conv2d(x, weight, bias, groups=C_in) for a batched input, in x's memory format."""
+    check_kernel_device(x, "input")
+    C_in, C_out = x.shape[1], weight.shape[0]
+    out = _empty_like_memory_format((x.shape[0], C_out, *geometry.output), x)
+    if out.numel() == 0:
+        return out
+    return _launch(x, weight, bias, out, geometry, 1, C_out // C_in, flip=False)
+
+
+def depthwise_grad_input(grad_out, weight, like, geometry: Geometry) -> torch.Tensor:
+    """dx of a depthwise convolution; ``like`` gives shape, dtype and memory format."""
+    check_kernel_device(grad_out, "grad_output")
+    C_in = like.shape[1]
+    if any(s != 1 for s in geometry.stride):
+        return direct.conv2d_grad_input(grad_out, weight, like, geometry, C_in)
+    grad_in = _empty_like_memory_format(tuple(like.shape), like)
+    if grad_in.numel() == 0:
+        return grad_in
+    pads = tuple(
+        d * (k - 1) - p for d, k, p in zip(geometry.dilation, geometry.kernel, geometry.pad_before)
+    )
+    flipped = make_geometry(geometry.output, geometry.kernel, (1, 1), pads, pads, geometry.dilation)
+    multiplier = weight.shape[0] // C_in
+    return _launch(grad_out, weight, None, grad_in, flipped, multiplier, 1, flip=True)
+
+
+def depthwise_grad_weight(grad_out, x, weight_shape, geometry: Geometry) -> torch.Tensor:
+    """dW of a depthwise convolution: per-tile partials summed in a fixed order."""
+    check_kernel_device(x, "input")
+    N, C_in = x.shape[:2]
+    C_out = weight_shape[0]
+    KH, KW = geometry.kernel
+    OH, OW = geometry.output
+    if N == 0:
+        return torch.zeros(weight_shape, dtype=x.dtype, device=x.device)
+    geometry_args = (*geometry.stride, *geometry.pad_before, *geometry.dilation)
+    strides = (*grad_out.stride(), *x.stride())
+    acc_dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
+    if uses_band(x.dtype, geometry):
+        block_kh, block_kw = _pow2(KH, 16, 32), _pow2(KW, 16, 32)
+        tap_tiles = triton.cdiv(KH, block_kh) * triton.cdiv(KW, block_kw)
+        splits = (
+            1 if INTERPRETER else triton.cdiv(direct.WGRAD_TARGET_PROGRAMS * 2, C_out * tap_tiles)
+        )
+        samples_per_split = triton.cdiv(N, max(1, min(N, splits)))
+        splits = triton.cdiv(N, samples_per_split)
+        partial = torch.empty((splits, C_out, KH, KW), dtype=acc_dtype, device=x.device)
+        depthwise_band_grad_weight_kernel[(C_out * tap_tiles, splits)](
+            grad_out,
+            x,
+            partial,
+            samples_per_split,
+            N,
+            C_out,
+            *geometry.input,
+            OH,
+            OW,
+            KH,
+            KW,
+            C_out // C_in,
+            *geometry_args,
+            *strides,
+            DOT_PRECISION=direct.dot_precision(x.dtype),
+            BLOCK_KH=block_kh,
+            BLOCK_KW=block_kw,
+            BLOCK_K=64,
+            INDEX_64=needs_int64(grad_out, x, partial),
+            num_warps=4,
+        )
+    else:
+        block_c, block_h, block_w = _fma_tiles(grad_out, OH, OW)
+        block_t = _pow2(KH * KW, 1, 16)
+        spatial_tiles = triton.cdiv(OH, block_h) * triton.cdiv(OW, block_w)
+        partial = torch.empty((spatial_tiles, C_out, KH * KW), dtype=acc_dtype, device=x.device)
+        grid = (triton.cdiv(C_out, block_c) * triton.cdiv(KH * KW, block_t), spatial_tiles)
+        depthwise_grad_weight_kernel[grid](
+            grad_out,
+            x,
+            partial,
+            N,
+            C_out,
+            *geometry.input,
+            OH,
+            OW,
+            KH,
+            KW,
+            C_out // C_in,
+            *geometry_args,
+            *strides,
+            ACC_DTYPE=accumulator_dtype(x.dtype),
+            BLOCK_C=block_c,
+            BLOCK_T=block_t,
+            BLOCK_H=block_h,
+            BLOCK_W=block_w,
+            INDEX_64=needs_int64(grad_out, x, partial),
+            num_warps=4,
+        )
+    return partial.sum(0).to(x.dtype).view(weight_shape)

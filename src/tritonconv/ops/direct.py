@@ -1,0 +1,184 @@
+"""Direct convolution launchers: forward, input gradient and weight gradient (2-D, any groups).
+
+No column buffer: ``kernels/direct.py`` walks the window in registers. Integer dtypes
+(int8, uint8, int16, int32, int64) accumulate in int64 and are cast once (wrapping like the
+dtype), so results are bitwise those of PyTorch's CPU convolution; int64 sums wrap modulo
+2**64 exactly as PyTorch's do. Floats accumulate in fp32 (fp64 for fp64).
+
+The weight gradient is split over positions into partial tiles, summed by ``partial.sum(0)``
+in a fixed order: the split count depends only on the shapes, so reruns are bitwise equal.
+
+Arguments arrive validated (``geometry.py``); launchers only check the device, allocate and
+launch. Block sizes are chosen here; the interpreter gets larger tiles (fewer Python steps).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+
+from .._runtime import INTERPRETER, check_kernel_device
+from ..geometry import Geometry
+from ..kernels.direct import direct_conv_kernel, direct_grad_weight_kernel
+from .conv_gemm import _empty_like_memory_format
+from .im2col import accumulator_dtype, needs_int64
+
+# Programs the weight gradient aims for when choosing its split count (a few per SM).
+WGRAD_TARGET_PROGRAMS = 4 * 132
+# Cap on the weight gradient's partial sums, in elements (splits x weight numel).
+WGRAD_PARTIAL_LIMIT = 1 << 24
+
+
+def dot_precision(dtype: torch.dtype) -> str:
+    """``tl.dot``'s input precision. fp32 follows ``torch.backends.cudnn.allow_tf32`` (the flag
+    PyTorch's convolutions obey): TF32 when allowed, else ``tf32x3`` (three TF32 products
+    recovering about fp32 accuracy on tensor cores). 16-bit inputs ignore it."""
+    if dtype == torch.float32 and not torch.backends.cudnn.allow_tf32:
+        return "tf32x3"
+    return "tf32"
+
+
+def uses_dot(dtype: torch.dtype, *tile_dims: int) -> bool:
+    """Tensor cores (``tl.dot``) pay off for 16-bit and fp32 tiles at least 16 wide."""
+    return dtype in (torch.float16, torch.bfloat16, torch.float32) and min(tile_dims) >= 16
+
+
+def _pow2(value: int, low: int, high: int) -> int:
+    return max(low, min(high, triton.next_power_of_2(max(1, value))))
+
+
+def _conv_tiles(dtype, src_per_group: int, dst_per_group: int):
+    """(USE_DOT, BLOCK_P, BLOCK_S, BLOCK_D) for ``direct_conv_kernel``."""
+    if uses_dot(dtype, src_per_group, dst_per_group):
+        block_s = _pow2(src_per_group, 16, 32)
+        block_d = _pow2(dst_per_group, 16, 64)
+        return True, 128 if INTERPRETER else 64, block_s, block_d
+    block_s = _pow2(src_per_group, 1, 8)
+    block_d = _pow2(dst_per_group, 1, 16)
+    budget = 16384 if INTERPRETER else 2048  # elements of the [P, S, D] product
+    return False, max(16, budget // (block_s * block_d)), block_s, block_d
+
+
+def _launch_conv(src, weight, bias, dst, geometry: Geometry, groups: int, transposed: bool):
+    """dst = direct conv (or, ``transposed``, its input gradient) of src; see the kernel."""
+    N, C_src = src.shape[:2]
+    C_dst = dst.shape[1]
+    src_per_group, dst_per_group = C_src // groups, C_dst // groups
+    use_dot, block_p, block_s, block_d = _conv_tiles(src.dtype, src_per_group, dst_per_group)
+    num_positions = N * dst.shape[2] * dst.shape[3]
+    w_so, w_si, w_skh, w_skw = weight.stride()
+    out_per_group = weight.shape[0] // groups
+    w_ss, w_sd = (w_so, w_si) if transposed else (w_si, w_so)
+    grid = (triton.cdiv(num_positions, block_p), groups * triton.cdiv(dst_per_group, block_d))
+    direct_conv_kernel[grid](
+        src,
+        weight,
+        bias if bias is not None else weight,
+        dst,
+        num_positions,
+        *src.shape[2:],
+        *dst.shape[2:],
+        src_per_group,
+        dst_per_group,
+        *geometry.kernel,
+        *geometry.stride,
+        *geometry.pad_before,
+        *geometry.dilation,
+        *src.stride(),
+        *dst.stride(),
+        out_per_group * w_so,
+        w_ss,
+        w_sd,
+        w_skh,
+        w_skw,
+        TRANSPOSED=transposed,
+        HAS_BIAS=bias is not None,
+        USE_DOT=use_dot,
+        DOT_PRECISION=dot_precision(src.dtype),
+        ACC_DTYPE=accumulator_dtype(src.dtype),
+        BLOCK_P=block_p,
+        BLOCK_S=block_s,
+        BLOCK_D=block_d,
+        INDEX_64=needs_int64(src, dst, weight),
+        num_warps=4,
+    )
+    return dst
+
+
+def conv2d_forward(x, weight, bias, geometry: Geometry, groups: int) -> torch.Tensor:
+    """y = conv2d(x, weight, bias) for a batched (N, C, H, W) input, in x's memory format."""
+    check_kernel_device(x, "input")
+    out = _empty_like_memory_format((x.shape[0], weight.shape[0], *geometry.output), x)
+    if out.numel() == 0:
+        return out
+    return _launch_conv(x, weight, bias, out, geometry, groups, transposed=False)
+
+
+def conv2d_grad_input(grad_out, weight, like, geometry: Geometry, groups: int) -> torch.Tensor:
+    """dx of a direct convolution, gathered (no atomics); ``like`` gives shape, dtype and
+    memory format."""
+    check_kernel_device(grad_out, "grad_output")
+    grad_in = _empty_like_memory_format(tuple(like.shape), like)
+    if grad_in.numel() == 0:
+        return grad_in
+    if grad_out.numel() == 0:
+        return grad_in.zero_()
+    return _launch_conv(grad_out, weight, None, grad_in, geometry, groups, transposed=True)
+
+
+def _grad_weight_tiles(dtype, out_per_group: int, rows: int):
+    """(USE_DOT, BLOCK_D, BLOCK_R, BLOCK_P) for ``direct_grad_weight_kernel``."""
+    if uses_dot(dtype, out_per_group, rows):
+        return True, _pow2(out_per_group, 16, 64), _pow2(rows, 16, 64), 128 if INTERPRETER else 32
+    block_d = _pow2(out_per_group, 1, 8)
+    block_r = _pow2(rows, 1, 16)
+    budget = 16384 if INTERPRETER else 2048
+    return False, block_d, block_r, max(16, budget // (block_d * block_r))
+
+
+def conv2d_grad_weight(grad_out, x, weight_shape, geometry: Geometry, groups: int):
+    """dW of a direct convolution: split over positions, partials summed in a fixed order."""
+    check_kernel_device(x, "input")
+    N, C = x.shape[:2]
+    C_out = weight_shape[0]
+    in_per_group, out_per_group = C // groups, C_out // groups
+    rows = in_per_group * geometry.kernel_numel
+    num_positions = N * geometry.output_numel
+    if num_positions == 0:
+        return torch.zeros(weight_shape, dtype=x.dtype, device=x.device)
+    use_dot, block_d, block_r, block_p = _grad_weight_tiles(x.dtype, out_per_group, rows)
+    tiles = groups * triton.cdiv(out_per_group, block_d) * triton.cdiv(rows, block_r)
+    position_blocks = triton.cdiv(num_positions, block_p)
+    splits = 1 if INTERPRETER else triton.cdiv(WGRAD_TARGET_PROGRAMS, tiles)
+    splits = max(1, min(splits, position_blocks, WGRAD_PARTIAL_LIMIT // (C_out * rows)))
+    per_split = triton.cdiv(position_blocks, splits) * block_p
+    splits = triton.cdiv(num_positions, per_split)
+    acc_dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
+    partial = torch.empty((splits, C_out, rows), dtype=acc_dtype, device=x.device)
+    direct_grad_weight_kernel[(tiles, splits)](
+        grad_out,
+        x,
+        partial,
+        num_positions,
+        per_split,
+        *geometry.input,
+        *geometry.output,
+        in_per_group,
+        out_per_group,
+        *geometry.kernel,
+        *geometry.stride,
+        *geometry.pad_before,
+        *geometry.dilation,
+        *grad_out.stride(),
+        *x.stride(),
+        C_out * rows,
+        USE_DOT=use_dot,
+        DOT_PRECISION=dot_precision(x.dtype),
+        ACC_DTYPE=accumulator_dtype(x.dtype),
+        BLOCK_D=block_d,
+        BLOCK_R=block_r,
+        BLOCK_P=block_p,
+        INDEX_64=needs_int64(grad_out, x, partial),
+        num_warps=4,
+    )
+    return partial.sum(0).to(x.dtype).view(weight_shape)
