@@ -6,7 +6,7 @@ interpreter on CPU when no GPU is visible); that must happen before any kernel i
 
 from . import _runtime  # noqa: I001  (must come first: it sets up Triton's interpreter)
 from . import nn
-from .functional import CONV_ALGOS, conv2d, conv2d_workspace, fold, unfold
+from .functional import CONV_ALGOS, conv2d, conv2d_workspace, crop, fold, unfold
 from .geometry import TritonConvError
 from .ops.conv_gemm import (
     DEFAULT_WORKSPACE_LIMIT,
@@ -25,6 +25,7 @@ __all__ = [
     "WorkspacePlan",
     "conv2d",
     "conv2d_workspace",
+    "crop",
     "fold",
     "get_workspace_limit",
     "nn",

@@ -9,6 +9,7 @@ from __future__ import annotations
 import torch
 
 from . import library  # noqa: F401  (registers torch.ops.tritonconv.*)
+from .ops import crop as crop_ops
 
 ops = torch.ops.tritonconv
 
@@ -107,3 +108,20 @@ Conv2dDirect = _direct_conv_function(
 Conv2dDepthwise = _direct_conv_function(
     True, "Conv2dDepthwise", "Depthwise convolution (groups == in_channels), specialised kernels."
 )
+
+
+class Crop(torch.autograd.Function):
+    """Crop ``input[offsets[d] : offsets[d] + sizes[d]]``; the gradient writes the output
+    gradient into the window and zeros around it, in the input's layout."""
+
+    @staticmethod
+    def forward(ctx, input, offsets, sizes):
+        ctx.input_size = list(input.shape)
+        ctx.offsets = offsets
+        ctx.dim_order = crop_ops.dim_order(input)
+        return ops.crop(input, offsets, sizes)
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        grad_input = ops.crop_backward(grad_output, ctx.input_size, ctx.offsets, ctx.dim_order)
+        return grad_input, None, None

@@ -14,6 +14,7 @@ from .geometry import (
     FLOAT_DTYPES,
     TritonConvError,
     check_conv,
+    check_crop,
     check_fold,
     check_unfold,
     dtype_name,
@@ -171,3 +172,22 @@ def conv2d_workspace(
         torch.empty((), dtype=dtype).element_size(),
         _workspace(workspace_limit),
     )
+
+
+def crop(input, reference, axis=2, offset=0):
+    """Crop ``input`` to ``reference``'s size from dimension ``axis`` on (Caffe's Crop layer).
+
+    Dimensions before ``axis`` (negative counts from the end) keep ``input``'s size; from
+    ``axis`` on the output has the size of ``reference`` (a tensor, of which only the shape is
+    read, or a sequence of ints; either with ``input``'s number of dimensions) and starts at
+    ``offset``: one int for every cropped dimension, one int per cropped dimension, or
+    ``None`` to centre the window (offset ``(input_size - size) // 2``, so an odd margin leaves
+    the extra element after the window). A window reaching past the input is an error.
+
+    Any dtype and layout, 1 to 6 dimensions. The output is a new tensor (never a view) laid out
+    in the input's dimension order (channels-last stays channels-last); the gradient flows to
+    ``input`` only.
+    """
+    args = check_crop(input, reference, axis, offset)
+    check_kernel_device(input, "input")
+    return autograd.Crop.apply(input, list(args.offsets), list(args.sizes))

@@ -404,3 +404,105 @@ def check_fold(
             f"{geometry.output[1]} = {blocks}, but got input.size(2)={shape[2]}."
         )
     return FoldArgs(shape[0], shape[1] // kernel_numel, geometry, batched)
+
+
+# --------------------------------------------------------------------------------------------
+# crop (Caffe semantics, N-D)
+# --------------------------------------------------------------------------------------------
+
+#: Most dimensions a crop input may have (the axes of ``kernels/crop.py``'s kernel).
+CROP_MAX_DIMS = 6
+
+
+@dataclass(frozen=True)
+class CropArgs:
+    """A validated crop: the output is ``input[offsets[d] : offsets[d] + sizes[d]]`` on every
+    dimension ``d`` (offset 0 and the input's size on the dimensions before ``axis``)."""
+
+    axis: int
+    offsets: tuple[int, ...]
+    sizes: tuple[int, ...]
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_crop(input: torch.Tensor, reference, axis, offset) -> CropArgs:
+    """Validate a ``crop(input, reference, axis, offset)`` call; nothing is clamped.
+
+    ``reference`` is a tensor or a sequence of ints with ``input``'s number of dimensions;
+    ``offset`` is an int, a sequence of one int or of one int per cropped dimension, or
+    ``None`` to centre the window (``(input_size - size) // 2``: an odd margin puts the extra
+    element after the window).
+    """
+    if not isinstance(input, torch.Tensor):
+        raise TritonConvError(f"crop: input must be a Tensor, got {type(input).__name__}")
+    ndim = input.dim()
+    if not 1 <= ndim <= CROP_MAX_DIMS:
+        raise TritonConvError(
+            f"crop: input must have 1 to {CROP_MAX_DIMS} dimensions, but got input of size "
+            f"{shape_str(input.shape)}"
+        )
+    if isinstance(reference, torch.Tensor):
+        ref_shape = tuple(reference.shape)
+    elif isinstance(reference, Sequence) and not isinstance(reference, str):
+        ref_shape = tuple(reference)
+        if not all(_is_int(s) and s >= 0 for s in ref_shape):
+            raise TritonConvError(
+                f"crop: reference must be a Tensor or a sequence of non-negative ints, got "
+                f"{reference!r}"
+            )
+    else:
+        raise TritonConvError(
+            f"crop: reference must be a Tensor or a sequence of ints, got {type(reference).__name__}"
+        )
+    if len(ref_shape) != ndim:
+        raise TritonConvError(
+            f"crop: reference has {len(ref_shape)} dimensions ({shape_str(ref_shape)}) but input "
+            f"has {ndim} ({shape_str(input.shape)}); they must have the same number"
+        )
+    if not _is_int(axis) or not -ndim <= axis < ndim:
+        raise TritonConvError(
+            f"crop: axis={axis!r} is out of range for a {ndim}-D input (expected an int in "
+            f"[{-ndim}, {ndim - 1}])"
+        )
+    axis %= ndim
+    cropped = range(axis, ndim)
+    for d in cropped:
+        if ref_shape[d] > input.shape[d]:
+            raise TritonConvError(
+                f"crop: at dimension {d} the reference's size {ref_shape[d]} is larger than the "
+                f"input's size {input.shape[d]} (input {shape_str(input.shape)}, reference "
+                f"{shape_str(ref_shape)})"
+            )
+    if offset is None:
+        offsets = tuple((input.shape[d] - ref_shape[d]) // 2 for d in cropped)
+    else:
+        offsets = (offset,) * len(cropped) if _is_int(offset) else offset
+        if not isinstance(offsets, Sequence) or not all(_is_int(o) for o in offsets):
+            raise TritonConvError(
+                f"crop: offset must be None, an int or a sequence of ints, got {offset!r}"
+            )
+        offsets = tuple(offsets)
+        if len(offsets) == 1:
+            offsets = offsets * len(cropped)
+        if len(offsets) != len(cropped):
+            raise TritonConvError(
+                f"crop: offset={list(offsets)} has {len(offsets)} values, but axis={axis} crops "
+                f"{len(cropped)} dimensions ({axis} to {ndim - 1}); give one offset or "
+                f"{len(cropped)}"
+            )
+    for d, o in zip(cropped, offsets):
+        if o < 0:
+            raise TritonConvError(f"crop: offset {o} at dimension {d} is negative")
+        if o + ref_shape[d] > input.shape[d]:
+            raise TritonConvError(
+                f"crop: at dimension {d}, offset {o} + size {ref_shape[d]} = {o + ref_shape[d]} "
+                f"reads past the input's size {input.shape[d]} (input {shape_str(input.shape)})"
+            )
+    return CropArgs(
+        axis,
+        (0,) * axis + offsets,
+        tuple(input.shape[:axis]) + ref_shape[axis:],
+    )

@@ -13,6 +13,7 @@ from torch import Tensor
 
 from .geometry import make_geometry
 from .ops import conv_gemm, depthwise, direct
+from .ops import crop as crop_ops
 from .ops import im2col as im2col_ops
 
 # --------------------------------------------------------------------------------------------
@@ -222,3 +223,31 @@ def conv2d_direct_grad_weight(
 @conv2d_direct_grad_weight.register_fake
 def _(grad_output, input, weight_size, stride, pad_before, pad_after, dilation, groups, dw):
     return input.new_empty(weight_size)
+
+
+# --------------------------------------------------------------------------------------------
+# crop
+# --------------------------------------------------------------------------------------------
+
+
+@torch.library.custom_op("tritonconv::crop", mutates_args=())
+def crop(input: Tensor, offsets: list[int], sizes: list[int]) -> Tensor:
+    return crop_ops.crop(input, offsets, sizes)
+
+
+@crop.register_fake
+def _(input, offsets, sizes):
+    return crop_ops.empty_in_order(input, sizes, crop_ops.dim_order(input))
+
+
+@torch.library.custom_op("tritonconv::crop_backward", mutates_args=())
+def crop_backward(
+    grad_output: Tensor, input_size: list[int], offsets: list[int], dim_order: list[int]
+) -> Tensor:
+    """``dim_order``: the input's dimensions from the largest stride to the smallest."""
+    return crop_ops.crop_backward(grad_output, input_size, offsets, dim_order)
+
+
+@crop_backward.register_fake
+def _(grad_output, input_size, offsets, dim_order):
+    return crop_ops.empty_in_order(grad_output, input_size, dim_order)

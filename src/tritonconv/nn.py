@@ -55,4 +55,21 @@ def convert(model: nn.Module, algo: str = "auto") -> nn.Module:
     return model
 
 
-__all__ = ["Conv2d", "convert"]
+class Crop(nn.Module):
+    """Caffe's Crop layer: ``forward(input, reference)`` crops ``input`` to ``reference``'s size
+    from dimension ``axis`` on, starting at ``offset`` (see :func:`tritonconv.crop`). Used in
+    fully-convolutional networks to align a skip connection with an upsampled map."""
+
+    def __init__(self, axis: int = 2, offset=0):
+        super().__init__()
+        self.axis = axis
+        self.offset = offset
+
+    def forward(self, input, reference):
+        return functional.crop(input, reference, self.axis, self.offset)
+
+    def extra_repr(self) -> str:
+        return f"axis={self.axis}, offset={self.offset!r}"
+
+
+__all__ = ["Conv2d", "Crop", "convert"]
