@@ -93,12 +93,12 @@ def plan_workspace(
     fit = max(1, limit // max(1, bytes_per_position))
     if fit >= L:
         chunk = min(total, (fit // L) * L)
+        chunks = math.ceil(total / chunk) if total else 0
         whole = True
-    else:
+    else:  # chunks of one sample's positions; none straddles two samples
         chunk = fit
+        chunks = batch * math.ceil(L / chunk)
         whole = False
-    chunk = max(chunk, 1)
-    chunks = math.ceil(total / chunk) if total else 0
     return WorkspacePlan(chunk * bytes_per_position if total else 0, chunk, chunks, whole, False)
 
 

@@ -1,0 +1,46 @@
+"""The tritonconv command: demo, verify, info and a quick bench run end to end."""
+
+import json
+
+from tritonconv.cli import main
+
+
+def test_demo_passes(capsys):
+    assert main(["demo"]) == 0
+    out = capsys.readouterr().out
+    assert "conv2d backward" in out and "MISMATCH" not in out
+
+
+def test_verify_and_info(capsys):
+    assert main(["verify", "--seed", "3"]) == 0
+    assert main(["info"]) == 0
+    assert "im2col_gemm" in capsys.readouterr().out
+
+
+def test_bench_writes_json_and_markdown(tmp_path):
+    args = [
+        "bench",
+        "--quick",
+        "--suite",
+        "conv",
+        "--suite",
+        "im2col",
+        "--case",
+        "r50_3x3_56",
+        "--out",
+        str(tmp_path),
+    ]
+    assert main(args) == 0
+    rows = json.loads((tmp_path / "bench.json").read_text())["rows"]
+    assert {(r["suite"], r["op"]) for r in rows} == {
+        ("conv", "fwd"),
+        ("conv", "bwd (dX+dW)"),
+        ("im2col", "unfold"),
+        ("im2col", "fold"),
+    }
+    assert all(r["ours_ms"] > 0 and r["ref_ms"] > 0 for r in rows)
+    assert "| conv | r50_3x3_56 |" in (tmp_path / "bench.md").read_text()
+
+
+def test_bench_rejects_unknown_suite():
+    assert main(["bench", "--suite", "nope"]) == 2

@@ -1,0 +1,148 @@
+"""Every validation error: raised before any kernel runs, clear, and catchable as PyTorch's."""
+
+import pytest
+import torch
+
+import tritonconv as tc
+from tritonconv import TritonConvError
+from tritonconv.testing import DEVICE
+
+X = torch.randn(2, 4, 8, 8, device=DEVICE)
+W = torch.randn(6, 4, 3, 3, device=DEVICE)
+
+CONV_ERRORS = [
+    (
+        dict(input=torch.randn(4, 8, device=DEVICE)),
+        r"Expected 3D \(unbatched\) or 4D \(batched\) input to conv2d, but got input of size: \[4, 8\]",
+    ),
+    (dict(weight=torch.randn(6, 4, 3, device=DEVICE)), r"expected 4-dimensional weight"),
+    (
+        dict(groups=3, weight=torch.randn(6, 1, 3, 3, device=DEVICE)),
+        r"expected input\[2, 4, 8, 8\] to have 3 channels, but got 4",
+    ),
+    (
+        dict(groups=4, weight=torch.randn(6, 1, 3, 3, device=DEVICE)),
+        r"expected weight to be divisible by 4 at dimension 0",
+    ),
+    (dict(groups=0), r"non-positive groups is not supported"),
+    (dict(stride=0), r"non-positive stride is not supported"),
+    (dict(stride=(1, -1)), r"non-positive stride"),
+    (dict(padding=-1), r"negative padding is not supported"),
+    (dict(dilation=0), r"dilation should be greater than zero"),
+    (
+        dict(weight=torch.randn(6, 4, 11, 3, device=DEVICE)),
+        r"padded input size per channel: \(8 x 8\).*\(11 x 3\).*can't be greater",
+    ),
+    (dict(padding="same", stride=2), r"padding='same' is not supported for strided convolutions"),
+    (dict(padding="full"), r"Invalid padding string 'full'"),
+    (
+        dict(stride=(1, 2, 3)),
+        r"stride to be a single integer value or a list of 2 values.*stride=\[1, 2, 3\]",
+    ),
+    (
+        dict(weight=W.double()),
+        r"Input type \(float32\) and weight type \(float64\) should be the same",
+    ),
+    (
+        dict(bias=torch.randn(5, device=DEVICE)),
+        r"expected bias to be 1-dimensional with 6 elements, but got bias of size \[5\]",
+    ),
+    (dict(bias=torch.randn(6, device="meta")), r"same device.*input is on .* bias is on meta"),
+    (dict(input=X.bool(), weight=W.bool()), r"dtype bool"),
+    (dict(input=X.to(torch.complex64), weight=W.to(torch.complex64)), r"dtype complex64"),
+    (dict(algo="winograd"), r"algo must be one of .*'winograd'"),
+    (dict(workspace_limit=0), r"workspace_limit must be positive"),
+    (dict(workspace_limit=1.5), r"workspace_limit must be an int"),
+]
+
+
+@pytest.mark.parametrize("override, message", CONV_ERRORS, ids=[m[:30] for _, m in CONV_ERRORS])
+def test_conv2d_errors(override, message):
+    call = dict(input=X, weight=W, bias=None)
+    call.update(override)
+    with pytest.raises(TritonConvError, match=message):
+        tc.conv2d(**call)
+
+
+def test_errors_are_both_value_and_runtime_errors():
+    for kind in (ValueError, RuntimeError):
+        with pytest.raises(kind):
+            tc.conv2d(X, W, stride=0)
+
+
+def test_im2col_gemm_rejects_integers():
+    with pytest.raises(TritonConvError, match="im2col_gemm.*int32"):
+        tc.conv2d(X.int(), W.int(), algo="im2col_gemm")
+
+
+def test_errors_come_before_any_kernel(monkeypatch):
+    """Bad input never reaches a launcher."""
+    from tritonconv.ops import conv_gemm, im2col
+
+    def boom(*args, **kwargs):
+        raise AssertionError("a kernel was launched")
+
+    for module, name in ((im2col, "im2col"), (im2col, "col2im"), (conv_gemm, "conv2d_forward")):
+        monkeypatch.setattr(module, name, boom)
+    with pytest.raises(TritonConvError):
+        tc.conv2d(X, W, padding=-1)
+    with pytest.raises(TritonConvError):
+        tc.unfold(X, 0)
+    with pytest.raises(TritonConvError):
+        tc.fold(torch.randn(2, 36, 10, device=DEVICE), (8, 8), 3)
+
+
+UNFOLD_ERRORS = [
+    (dict(input=torch.randn(8, 8, device=DEVICE)), r"Expected 3D or 4D .* but got: \[8, 8\]"),
+    (dict(input=torch.randn(2, 0, 8, 8, device=DEVICE)), r"non-zero dimensions"),
+    (dict(kernel_size=0), r"kernel size should be greater than zero"),
+    (dict(stride=0), r"stride should be greater than zero"),
+    (dict(dilation=(1, 0)), r"dilation should be greater than zero"),
+    (dict(padding=-2), r"padding should be non-negative"),
+    (dict(kernel_size=9), r"calculated shape of the array of sliding blocks as \(0, 0\)"),
+    (dict(input=X.to(torch.complex64)), r"complex input is not supported"),
+]
+
+
+@pytest.mark.parametrize("override, message", UNFOLD_ERRORS, ids=[m[:30] for _, m in UNFOLD_ERRORS])
+def test_unfold_errors(override, message):
+    call = dict(input=X, kernel_size=3)
+    call.update(override)
+    with pytest.raises(TritonConvError, match=message):
+        tc.unfold(**call)
+
+
+COLS = torch.randn(2, 36, 36, device=DEVICE)
+FOLD_ERRORS = [
+    (dict(input=torch.randn(2, 3, 36, 36, device=DEVICE)), r"Expected 2D or 3D"),
+    (
+        dict(input=torch.randn(2, 35, 36, device=DEVICE)),
+        r"divisible by the product of kernel_size, but got input.size\(1\)=35",
+    ),
+    (
+        dict(input=torch.randn(2, 36, 30, device=DEVICE)),
+        r"number of sliding blocks 6 \* 6 = 36, but got input.size\(2\)=30",
+    ),
+    (dict(output_size=(8, 8, 8)), r"output_size to be a single integer value or a list of 2"),
+    (dict(output_size=0), r"output_size should be greater than zero"),
+    (dict(input=COLS.bool()), r"fold: input has dtype bool"),
+]
+
+
+@pytest.mark.parametrize("override, message", FOLD_ERRORS, ids=[m[:30] for _, m in FOLD_ERRORS])
+def test_fold_errors(override, message):
+    call = dict(input=COLS, output_size=(8, 8), kernel_size=3)
+    call.update(override)
+    with pytest.raises(TritonConvError, match=message):
+        tc.fold(**call)
+
+
+def test_workspace_setter_rejects_nonsense():
+    with pytest.raises(TritonConvError, match="positive int"):
+        tc.set_workspace_limit(-5)
+
+
+def test_wrong_device_for_kernels():
+    other = "meta"
+    with pytest.raises(TritonConvError, match="meta"):
+        tc.unfold(torch.randn(1, 1, 4, 4, device=other), 2)

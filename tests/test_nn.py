@@ -1,0 +1,42 @@
+"""tritonconv.nn.Conv2d: a drop-in torch.nn.Conv2d (checkpoints, padding modes, conversion)."""
+
+import pytest
+import torch
+
+import tritonconv as tc
+from tritonconv.testing import assert_close
+
+
+def test_state_dict_compatible_with_torch(device):
+    ours = tc.nn.Conv2d(4, 6, 3, stride=2, padding=1, bias=True).to(
+        device=device, dtype=torch.float64
+    )
+    theirs = torch.nn.Conv2d(4, 6, 3, stride=2, padding=1, bias=True).double()
+    assert ours.state_dict().keys() == theirs.state_dict().keys()
+    ours.load_state_dict(theirs.state_dict())  # a torch checkpoint loads unchanged
+    x = torch.randn(2, 4, 9, 9, dtype=torch.float64)
+    assert_close(ours(x.to(device)), theirs(x), reduction=36)
+    assert isinstance(ours, torch.nn.Conv2d)
+    assert "algo='auto'" in repr(ours)
+
+
+@pytest.mark.parametrize("mode", ["reflect", "replicate", "circular"])
+def test_padding_modes(mode, device):
+    theirs = torch.nn.Conv2d(3, 4, (3, 2), padding=(1, 2), padding_mode=mode).double()
+    ours = tc.nn.Conv2d(3, 4, (3, 2), padding=(1, 2), padding_mode=mode).double().to(device)
+    ours.load_state_dict(theirs.state_dict())
+    x = torch.randn(2, 3, 7, 8, dtype=torch.float64)
+    assert_close(ours(x.to(device)), theirs(x), reduction=18)
+
+
+def test_convert_swaps_every_conv(device):
+    torch.manual_seed(1)
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3, padding=1),
+        torch.nn.Sequential(torch.nn.ReLU(), torch.nn.Conv2d(8, 4, 1, groups=2)),
+    ).double()
+    x = torch.randn(2, 3, 6, 6, dtype=torch.float64)
+    expected = model(x)
+    converted = tc.nn.convert(model).to(device)
+    assert isinstance(converted[0], tc.nn.Conv2d) and isinstance(converted[1][1], tc.nn.Conv2d)
+    assert_close(converted(x.to(device)), expected, reduction=72)
