@@ -71,7 +71,7 @@ def test_errors_are_both_value_and_runtime_errors():
 
 
 def test_im2col_gemm_rejects_integers():
-    with pytest.raises(TritonConvError, match="im2col_gemm.*int32"):
+    with pytest.raises(TritonConvError, match=r"im2col_gemm.*int32"):
         tc.conv2d(X.int(), W.int(), algo="im2col_gemm")
 
 

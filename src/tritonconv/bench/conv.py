@@ -18,7 +18,6 @@ from .. import functional
 from ..testing import DEVICE
 from . import Options, Row, input_sets, suite, time_ms
 
-
 #: What F.conv2d runs on this device (the reference every conv row is timed against).
 CONV_REF = "cuDNN NCHW" if DEVICE == "cuda" else "torch CPU"
 
@@ -68,8 +67,8 @@ class ConvCase:
 
     def quick(self) -> ConvCase:
         """A toy version with the same kernel geometry (the interpreter's scale)."""
-        _, C, H, W = self.input
-        K, Cg, R, S = self.weight
+        _, C, H, _ = self.input
+        K, _, R, S = self.weight
         groups = min(self.groups, 2)
         c = min(C, 2 * groups) if self.groups == 1 else groups
         k = min(K, 2 * groups)
@@ -191,37 +190,38 @@ def conv_suite(opts: Options) -> Iterator[Row]:
             )  # fmt: skip
 
 
+def _im2col_rows(case: ConvCase, name: str, opts: Options) -> Iterator[Row]:
+    dtype = getattr(torch, name)
+    window = dict(
+        kernel_size=case.weight[2:],
+        dilation=case.dilation,
+        padding=case.padding,
+        stride=case.stride,
+    )
+    xs = input_sets(
+        lambda: torch.randn(case.input, device=DEVICE, dtype=dtype),
+        torch.Size(case.input).numel() * 4,
+    )
+    cols = [F.unfold(x, **window) for x in xs]
+    size = case.input[2:]
+    moved = xs[0].numel() * xs[0].element_size() + cols[0].numel() * cols[0].element_size()
+    common = dict(suite="im2col", case=case.name, shape=case.shape(), dtype=name)
+    ours = time_ms(lambda i: functional.unfold(xs[i], **window), len(xs), opts)
+    ref = time_ms(lambda i: F.unfold(xs[i], **window), len(xs), opts)
+    yield Row(
+        **common, op="unfold", ours_ms=ours, ref_ms=ref, ref_name="F.unfold", work=moved,
+        unit="GB/s",
+    )  # fmt: skip
+    ours = time_ms(lambda i: functional.fold(cols[i], size, **window), len(cols), opts)
+    ref = time_ms(lambda i: F.fold(cols[i], size, **window), len(cols), opts)
+    yield Row(
+        **common, op="fold", ours_ms=ours, ref_ms=ref, ref_name="F.fold", work=moved, unit="GB/s"
+    )
+
+
 @suite("im2col")
 def im2col_suite(opts: Options) -> Iterator[Row]:
-    """unfold vs F.unfold (GB/s counts bytes read + written) and fold vs F.fold."""
+    """unfold vs F.unfold and fold vs F.fold; GB/s counts bytes read + written."""
     for name in opts.dtypes:
-        dtype = getattr(torch, name)
         for case in _cases(opts, UNFOLD_CASES):
-            window = dict(
-                kernel_size=case.weight[2:],
-                dilation=case.dilation,
-                padding=case.padding,
-                stride=case.stride,
-            )
-
-            def make_x(case=case):
-                return torch.randn(case.input, device=DEVICE, dtype=dtype)
-
-            xs = input_sets(make_x, torch.Size(case.input).numel() * 4)
-            cols = [F.unfold(x, **window) for x in xs]
-            in_bytes = xs[0].numel() * xs[0].element_size()
-            col_bytes = cols[0].numel() * cols[0].element_size()
-            common = dict(suite="im2col", case=case.name, shape=case.shape(), dtype=name)
-            ours = time_ms(lambda i: functional.unfold(xs[i], **window), len(xs), opts)
-            ref = time_ms(lambda i: F.unfold(xs[i], **window), len(xs), opts)
-            yield Row(
-                **common, op="unfold", ours_ms=ours, ref_ms=ref, ref_name="F.unfold",
-                work=in_bytes + col_bytes, unit="GB/s",
-            )  # fmt: skip
-            size = case.input[2:]
-            ours = time_ms(lambda i: functional.fold(cols[i], size, **window), len(cols), opts)
-            ref = time_ms(lambda i: F.fold(cols[i], size, **window), len(cols), opts)
-            yield Row(
-                **common, op="fold", ours_ms=ours, ref_ms=ref, ref_name="F.fold",
-                work=in_bytes + col_bytes, unit="GB/s",
-            )  # fmt: skip
+            yield from _im2col_rows(case, name, opts)
