@@ -149,9 +149,12 @@ def test_contiguous_input_gives_contiguous_output(device):
     assert out.is_contiguous()
 
 
+@pytest.mark.parametrize("index_64", [False, True], ids=["int32", "int64"])
 @pytest.mark.parametrize("channels_last", [False, True])
-def test_launcher_writes_every_element(channels_last, device):
-    """Called directly on poisoned buffers, forward and backward leave nothing unwritten."""
+def test_launcher_writes_every_element(channels_last, index_64, device, monkeypatch):
+    """Called directly on poisoned buffers, forward and backward leave nothing unwritten, with
+    int32 or int64 indices (the latter forced here: real cases need 2**31 elements)."""
+    monkeypatch.setattr(crop_ops, "needs_int64", lambda *tensors: index_64)
     fmt = torch.channels_last if channels_last else torch.contiguous_format
     x = random_tensor((3, 5, 7, 9), torch.float32, device).to(memory_format=fmt)
     offsets, sizes = [1, 2, 3, 4], [2, 3, 4, 5]

@@ -18,11 +18,14 @@ stride, then pads on the left with size-1 axes (Triton specialises integer argum
 so padded axes cost nothing). ``src`` keeps arbitrary strides (non-contiguous, channels-last,
 expanded views).
 
-Tiles. The 6 axes are seen as a ``rows x cols`` matrix, ``cols`` the innermost axis (contiguous
-in ``dst``, and in ``src`` whenever its innermost stride is 1). A program owns a
-``BLOCK_R x BLOCK_C`` tile: the row coordinates are split by integer division once per row,
-not once per element, and each row is one contiguous run on both sides. ``INDEX_64`` switches
-index arithmetic to int64 (set when a tensor spans 2**31 elements or more).
+Tiles. A program owns a ``BLOCK_R x BLOCK_C`` tile of the two innermost axes (axis 5, the
+innermost, is contiguous in ``dst`` and in ``src`` whenever its stride is 1) at one index of
+the four outer axes. The program splits its id into that outer index and its tile with a few
+scalar divisions; the tile's own indices are aranges, so no element and no row pays for an
+integer division. A tile is at most 4096 elements on the GPU; when the two innermost axes are
+both tiny (say 2 x 2) tiles are that small too and the launch is slow, but stays correct.
+``INDEX_64`` switches index arithmetic to int64 (set when a tensor spans 2**31 elements or
+more).
 """
 
 from __future__ import annotations
@@ -46,13 +49,12 @@ def crop_kernel(
     # pointers
     src_ptr,
     dst_ptr,
-    # destination sizes: rows = d0*d1*d2*d3*d4 (d0 is implied), cols = d5
-    rows,
-    cols,
+    # destination sizes (axis 0's is implied by the grid)
     d1,
     d2,
     d3,
     d4,
+    d5,
     # shift of the source index per axis (outermost first)
     shift0,
     shift1,
@@ -79,37 +81,47 @@ def crop_kernel(
     BLOCK_C: tl.constexpr,
     INDEX_64: tl.constexpr,
 ):
-    """dst[i] = src[i + shift] inside the source, 0 outside; ``dst`` row-major ``(rows, cols)``."""
-    pid = tl.program_id(0)
-    col_blocks = tl.cdiv(cols, BLOCK_C)
-    r = (pid // col_blocks) * BLOCK_R + tl.arange(0, BLOCK_R)
-    c = (pid % col_blocks) * BLOCK_C + tl.arange(0, BLOCK_C)
-    if INDEX_64:
-        r = r.to(tl.int64)
-        c = c.to(tl.int64)
+    """dst[i] = src[i + shift] inside the source, 0 outside; ``dst`` row-major, 6 axes.
 
-    # split each row index into its five outer coordinates (per row, not per element)
-    i4 = r % d4
-    t = r // d4
-    i3 = t % d3
-    t = t // d3
+    Grid: one program per (outer index over axes 0-3, row block of axis 4, column block of
+    axis 5), column blocks fastest.
+    """
+    pid = tl.program_id(0)
+    col_blocks = tl.cdiv(d5, BLOCK_C)
+    row_blocks = tl.cdiv(d4, BLOCK_R)
+    col_block = pid % col_blocks
+    t = pid // col_blocks
+    row_block = t % row_blocks
+    outer = t // row_blocks
+    if INDEX_64:
+        outer = outer.to(tl.int64)
+    i3 = outer % d3
+    t = outer // d3
     i2 = t % d2
     t = t // d2
     i1 = t % d1
     i0 = t // d1
+    i4 = row_block * BLOCK_R + tl.arange(0, BLOCK_R)
+    i5 = col_block * BLOCK_C + tl.arange(0, BLOCK_C)
+    if INDEX_64:
+        i4 = i4.to(tl.int64)
+        i5 = i5.to(tl.int64)
 
     a0, in0 = _source_axis(i0, shift0, src_size0, src_stride0)
     a1, in1 = _source_axis(i1, shift1, src_size1, src_stride1)
     a2, in2 = _source_axis(i2, shift2, src_size2, src_stride2)
     a3, in3 = _source_axis(i3, shift3, src_size3, src_stride3)
     a4, in4 = _source_axis(i4, shift4, src_size4, src_stride4)
-    a5, in5 = _source_axis(c, shift5, src_size5, src_stride5)
-    row_live = r < rows
-    col_live = c < cols
-    row_inside = row_live & in0 & in1 & in2 & in3 & in4
+    a5, in5 = _source_axis(i5, shift5, src_size5, src_stride5)
+    row_live = i4 < d4
+    col_live = i5 < d5
+    # rows to read: none when the outer index falls outside the source (a scalar select: the
+    # interpreter mis-types a vector & scalar mask)
+    read_rows = tl.where(in0 & in1 & in2 & in3, d4, 0)
+    row_inside = (i4 < read_rows) & in4
     col_inside = col_live & in5
 
-    src = src_ptr + (a0 + a1 + a2 + a3 + a4)[:, None] + a5[None, :]
+    src = src_ptr + (a0 + a1 + a2 + a3) + a4[:, None] + a5[None, :]
     values = tl.load(src, mask=row_inside[:, None] & col_inside[None, :], other=0)
-    dst = dst_ptr + (r * cols)[:, None] + c[None, :]
+    dst = dst_ptr + outer * d4 * d5 + (i4 * d5)[:, None] + i5[None, :]
     tl.store(dst, values, mask=row_live[:, None] & col_live[None, :])

@@ -8,10 +8,10 @@ the order of the input's strides (:func:`dim_order`): a contiguous input gives a
 output, a channels-last input a channels-last one. Reading and writing then both run along the
 innermost dimension.
 
-:func:`crop_into` reduces any problem to the kernel's 6 axes (see ``kernels/crop.py``). Block
-sizes: about 4096 elements per program on the GPU (memory-bound; 8 warps, 16 elements per
-thread), rows of up to 1024; under the interpreter, where every program is a Python-level
-step, 16384 elements per program.
+:func:`crop_into` reduces any problem to the kernel's 6 axes (see ``kernels/crop.py``). Tiles
+cover the two innermost axes, the innermost first: up to 4096 elements on the GPU
+(memory-bound; 8 warps hold 16 elements per thread, smaller tiles get fewer warps), up to
+16384 under the interpreter, where every program is a Python-level step.
 """
 
 from __future__ import annotations
@@ -25,9 +25,8 @@ from .._runtime import INTERPRETER, check_kernel_device
 from ..kernels.crop import RANK, crop_kernel
 from .im2col import needs_int64
 
+#: Elements per program: memory-bound tiles on the GPU, large ones under the interpreter.
 TILE = 16384 if INTERPRETER else 4096
-MAX_BLOCK_C = TILE if INTERPRETER else 1024
-NUM_WARPS = 8
 
 
 def dim_order(t: torch.Tensor) -> list[int]:
@@ -80,24 +79,22 @@ def crop_into(src: torch.Tensor, dst: torch.Tensor, shift: Sequence[int]) -> Non
         return
     axes = _axes(src, dst, shift)
     dst_sizes, src_sizes, shifts, src_strides = zip(*axes)
-    cols = dst_sizes[-1]
-    rows = dst.numel() // cols
-    block_c = min(MAX_BLOCK_C, triton.next_power_of_2(cols))
+    rows, cols = dst_sizes[4:]
+    block_c = min(TILE, triton.next_power_of_2(cols))
     block_r = min(TILE // block_c, triton.next_power_of_2(rows))
-    grid = (triton.cdiv(rows, block_r) * triton.cdiv(cols, block_c),)
+    outer = dst.numel() // (rows * cols)
+    grid = (outer * triton.cdiv(rows, block_r) * triton.cdiv(cols, block_c),)
     crop_kernel[grid](
         src,
         dst,
-        rows,
-        cols,
-        *dst_sizes[1:5],
+        *dst_sizes[1:],
         *shifts,
         *src_sizes,
         *src_strides,
         BLOCK_R=block_r,
         BLOCK_C=block_c,
         INDEX_64=needs_int64(src, dst),
-        num_warps=NUM_WARPS,
+        num_warps=max(1, min(8, block_r * block_c // 512)),
     )
 
 
