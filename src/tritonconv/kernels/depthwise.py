@@ -165,6 +165,7 @@ def depthwise_band_kernel(
     # meta-parameters
     HAS_BIAS: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
+    DOT_DTYPE: tl.constexpr,
     BLOCK_H: tl.constexpr,
     BLOCK_W: tl.constexpr,
     BLOCK_J: tl.constexpr,
@@ -211,7 +212,7 @@ def depthwise_band_kernel(
                 kw = offset // dil_w
                 on_band = (offset >= 0) & (kw * dil_w == offset) & (kw < KW)
                 b = tl.load(w_row + kw * w_skw, mask=on_band, other=0)
-                acc = tl.dot(a, b, acc, input_precision=DOT_PRECISION)
+                acc = tl.dot(a.to(DOT_DTYPE), b.to(DOT_DTYPE), acc, input_precision=DOT_PRECISION)
 
     if HAS_BIAS:
         acc += tl.load(bias_ptr + c).to(tl.float32)
@@ -343,6 +344,7 @@ def depthwise_band_grad_weight_kernel(
     x_sw,
     # meta-parameters
     DOT_PRECISION: tl.constexpr,
+    DOT_DTYPE: tl.constexpr,
     BLOCK_KH: tl.constexpr,
     BLOCK_KW: tl.constexpr,
     BLOCK_K: tl.constexpr,
@@ -393,7 +395,7 @@ def depthwise_band_grad_weight_kernel(
             iw = (ow * stride_w - pad_w)[:, None] + (kw * dil_w)[None, :]
             b_ok = (iw >= 0) & (iw < W) & k_ok[:, None] & kw_ok[None, :]
             b = tl.load(x_c + (ih * x_sh)[:, None] + iw * x_sw, mask=b_ok, other=0)
-            acc = tl.dot(a, b, acc, input_precision=DOT_PRECISION)
+            acc = tl.dot(a.to(DOT_DTYPE), b.to(DOT_DTYPE), acc, input_precision=DOT_PRECISION)
 
     dst = partial_ptr + split * C_out * KH * KW + c * KH * KW
     dst += (kh * KW)[:, None] + kw[None, :]

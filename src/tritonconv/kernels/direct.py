@@ -18,7 +18,8 @@ Index vocabulary (2-D spatial, any memory format: every tensor is read through e
 so kernel size is unbounded) and, per tap, over the group's source channels ``BLOCK_S`` at a
 time. Taps in the padding are masked, never loaded. Floats with at least 16 channels on both
 sides use ``tl.dot`` (``[P, S] @ [S, D]``, fp32 accumulate; ``DOT_PRECISION`` decides whether
-fp32 stays fp32-accurate); otherwise, and always for integers (int64 accumulate, exact) and
+fp32 stays fp32-accurate; operands are cast to ``DOT_DTYPE``, their own dtype except under
+the interpreter, whose NumPy dot has no bfloat16); otherwise, and always for integers (int64 accumulate, exact) and
 float64, a broadcast multiply and a sum over ``S``.
 
 ``direct_grad_weight_kernel``: ``dW[co, r] = sum over positions of dy[pos, co] * cols[pos, r]``
@@ -78,6 +79,7 @@ def direct_conv_kernel(
     HAS_BIAS: tl.constexpr,
     USE_DOT: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
+    DOT_DTYPE: tl.constexpr,
     ACC_DTYPE: tl.constexpr,
     BLOCK_P: tl.constexpr,
     BLOCK_S: tl.constexpr,
@@ -141,7 +143,9 @@ def direct_conv_kernel(
                     other=0,
                 )
                 if USE_DOT:
-                    acc = tl.dot(x, w, acc, input_precision=DOT_PRECISION)
+                    acc = tl.dot(
+                        x.to(DOT_DTYPE), w.to(DOT_DTYPE), acc, input_precision=DOT_PRECISION
+                    )
                 else:
                     acc += tl.sum(x.to(ACC_DTYPE)[:, :, None] * w.to(ACC_DTYPE)[None, :, :], 1)
 
@@ -190,6 +194,7 @@ def direct_grad_weight_kernel(
     # meta-parameters
     USE_DOT: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
+    DOT_DTYPE: tl.constexpr,
     ACC_DTYPE: tl.constexpr,
     BLOCK_D: tl.constexpr,
     BLOCK_R: tl.constexpr,
@@ -246,7 +251,7 @@ def direct_grad_weight_kernel(
             other=0,
         )
         if USE_DOT:
-            acc = tl.dot(dy, cols, acc, input_precision=DOT_PRECISION)
+            acc = tl.dot(dy.to(DOT_DTYPE), cols.to(DOT_DTYPE), acc, input_precision=DOT_PRECISION)
         else:
             acc += tl.sum(dy.to(ACC_DTYPE)[:, :, None] * cols.to(ACC_DTYPE)[None, :, :], 1)
 

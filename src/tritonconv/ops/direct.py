@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import torch
 import triton
+import triton.language as tl
 
 from .._runtime import INTERPRETER, check_kernel_device
 from ..geometry import Geometry
@@ -36,6 +37,14 @@ def dot_precision(dtype: torch.dtype) -> str:
     if dtype == torch.float32 and not torch.backends.cudnn.allow_tf32:
         return "tf32x3"
     return "tf32"
+
+
+def dot_dtype(dtype: torch.dtype):
+    """Triton dtype ``tl.dot``'s operands are cast to: their own, except bfloat16 under the
+    interpreter (its NumPy dot has none; fp32 holds bfloat16 values exactly)."""
+    if dtype == torch.bfloat16:
+        return tl.float32 if INTERPRETER else tl.bfloat16
+    return tl.float16 if dtype == torch.float16 else tl.float32
 
 
 def uses_dot(dtype: torch.dtype, *tile_dims: int) -> bool:
@@ -95,6 +104,7 @@ def _launch_conv(src, weight, bias, dst, geometry: Geometry, groups: int, transp
         HAS_BIAS=bias is not None,
         USE_DOT=use_dot,
         DOT_PRECISION=dot_precision(src.dtype),
+        DOT_DTYPE=dot_dtype(src.dtype),
         ACC_DTYPE=accumulator_dtype(src.dtype),
         BLOCK_P=block_p,
         BLOCK_S=block_s,
@@ -174,6 +184,7 @@ def conv2d_grad_weight(grad_out, x, weight_shape, geometry: Geometry, groups: in
         C_out * rows,
         USE_DOT=use_dot,
         DOT_PRECISION=dot_precision(x.dtype),
+        DOT_DTYPE=dot_dtype(x.dtype),
         ACC_DTYPE=accumulator_dtype(x.dtype),
         BLOCK_D=block_d,
         BLOCK_R=block_r,

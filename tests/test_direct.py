@@ -1,0 +1,253 @@
+"""Direct and depthwise convolution (algo="direct" / "depthwise") against PyTorch.
+
+Integers must equal PyTorch's CPU convolution bitwise; floats are checked against a float64
+PyTorch reference, forward and both gradients in one call (``_check``).
+"""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import tritonconv
+from tritonconv import TritonConvError
+from tritonconv.testing import assert_close, random_tensor
+
+INT_DTYPES = (torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64)
+
+
+def _reference_int(x, w, b, **kw):
+    """PyTorch's CPU convolution in the tensors' own dtype (wrapping like it). PyTorch's CPU
+    dilated kernel only has int64 among integers, so narrower dtypes go through int64 and wrap
+    on the cast, which is the same arithmetic modulo 2**bits."""
+    x, w = x.cpu(), w.cpu()
+    b = None if b is None else b.cpu()
+    if x.dtype != torch.int64 and kw.get("dilation", 1) != 1:
+        wide = [None if t is None else t.long() for t in (x, w, b)]
+        return F.conv2d(*wide, **kw).to(x.dtype)
+    return F.conv2d(x, w, b, **kw)
+
+
+def _check(x, w, b=None, *, algo, grads=True, **kw):
+    """Forward, and (floats) dx, dW, db against float64 PyTorch on CPU."""
+    reduction = w.shape[1] * w.shape[2] * w.shape[3]
+    leaves = [t.detach().requires_grad_(grads) if t is not None else None for t in (x, w, b)]
+    y = tritonconv.conv2d(*leaves, algo=algo, **kw)
+    ref_leaves = [t.detach().cpu().double().requires_grad_() if t is not None else None
+                  for t in (x, w, b)]  # fmt: skip
+    ref = F.conv2d(*ref_leaves, **kw)
+    assert y.dtype == x.dtype
+    assert_close(y, ref, reduction=reduction, name="output")
+    if x.dim() == 4 and x.is_contiguous(memory_format=torch.channels_last):
+        assert y.is_contiguous(memory_format=torch.channels_last), "output lost channels-last"
+    if not grads:
+        return
+    dy = random_tensor(y.shape, x.dtype, x.device)
+    got = torch.autograd.grad(y, [t for t in leaves if t is not None], dy)
+    want = torch.autograd.grad(ref, [t for t in ref_leaves if t is not None], dy.cpu().double())
+    out_per_group = w.shape[0] // kw.get("groups", 1)
+    positions = y.numel() // y.shape[-3] if y.numel() else 1
+    reductions = (out_per_group * w.shape[2] * w.shape[3], positions, positions)
+    for name, g, r, red in zip(("dx", "dW", "db"), got, want, reductions):
+        assert_close(g, r, reduction=red, name=name)
+
+
+# --------------------------------------------------------------------------------------------
+# exact integers
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", INT_DTYPES)
+def test_integer_conv_is_exact(dtype, device):
+    kw = dict(stride=(2, 1), padding=(1, 2), dilation=(1, 2), groups=2)
+    x = random_tensor((2, 6, 9, 11), dtype, device)
+    w = random_tensor((4, 3, 3, 2), dtype, device)
+    b = random_tensor((4,), dtype, device)
+    y = tritonconv.conv2d(x, w, b, **kw)  # auto sends integers to "direct"
+    assert y.dtype == dtype
+    assert_close(y, _reference_int(x, w, b, **kw), name=str(dtype))
+
+
+@pytest.mark.parametrize("dtype", (torch.int8, torch.int64))
+def test_integer_depthwise_is_exact(dtype, device):
+    x = random_tensor((2, 3, 7, 6), dtype, device).to(memory_format=torch.channels_last)
+    w = random_tensor((6, 1, 3, 3), dtype, device)
+    for algo in ("direct", "depthwise"):
+        y = tritonconv.conv2d(x, w, padding="same", groups=3, algo=algo)
+        assert y.is_contiguous(memory_format=torch.channels_last)
+        assert_close(y, _reference_int(x, w, None, padding="same", groups=3), name=algo)
+
+
+def test_int64_wraps_like_pytorch(device):
+    """int64 accumulation overflows silently, modulo 2**64, exactly as PyTorch's CPU conv."""
+    x = random_tensor((1, 2, 5, 5), torch.int64, device, low=2**40, high=2**41)
+    w = random_tensor((1, 2, 3, 3), torch.int64, device, low=2**40, high=2**41)
+    assert_close(tritonconv.conv2d(x, w), _reference_int(x, w, None), name="int64")
+
+
+def test_seed_example_exact(device):
+    """The design's reference: 3 channels, one 3x3 filter holding 0..8, 'same', in int64."""
+    x = torch.arange(3 * 20 * 17, dtype=torch.int64).view(1, 3, 20, 17).to(device) % 251
+    w = torch.arange(9, dtype=torch.int64).view(1, 1, 3, 3).expand(1, 3, 3, 3).to(device)
+    assert_close(tritonconv.conv2d(x, w, padding="same"), _reference_int(x, w, None, padding=1))
+
+
+# --------------------------------------------------------------------------------------------
+# floats: geometry, layouts, odd shapes
+# --------------------------------------------------------------------------------------------
+
+GEOMETRIES = [
+    # (input, weight, kwargs)
+    ((2, 3, 7, 5), (5, 3, 3, 3), dict(padding=1)),
+    ((1, 4, 11, 13), (6, 2, 2, 3), dict(stride=(2, 3), padding=(0, 2), groups=2)),
+    ((2, 6, 9, 8), (3, 2, 3, 3), dict(dilation=(2, 1), padding="same", groups=3)),
+    ((1, 1, 5, 7), (1, 1, 4, 2), dict(padding="same")),  # even kernel: asymmetric padding
+    ((3, 2, 6, 6), (2, 2, 1, 1), dict(padding="valid")),
+    ((1, 32, 5, 6), (32, 16, 3, 3), dict(padding=1, groups=2)),  # tensor-core (tl.dot) path
+]
+
+
+@pytest.mark.filterwarnings("ignore:Using padding='same' with even kernel")
+@pytest.mark.parametrize("shapes", GEOMETRIES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_direct_matches_float64(shapes, device):
+    x_shape, w_shape, kw = shapes
+    x = random_tensor(x_shape, torch.float32, device)
+    w = random_tensor(w_shape, torch.float32, device)
+    b = random_tensor((w_shape[0],), torch.float32, device)
+    _check(x, w, b, algo="direct", **kw)
+
+
+@pytest.mark.parametrize("dtype", (torch.bfloat16, torch.float16))
+def test_direct_half_precision(dtype, device):
+    x = random_tensor((2, 3, 9, 7), dtype, device)
+    w = random_tensor((2, 3, 3, 3), dtype, device)
+    _check(x, w, algo="direct", padding=1, stride=2)
+
+
+def test_direct_layouts_and_views(device):
+    w = random_tensor((4, 3, 3, 3), torch.float32, device)
+    base = random_tensor((2, 6, 12, 10), torch.float32, device)
+    channels_last = base[:, :3].contiguous(memory_format=torch.channels_last)
+    strided = base[:, ::2, 1::2].transpose(-1, -2)  # non-contiguous view
+    for x in (channels_last, strided):
+        _check(x, w, algo="direct", padding=1)
+    _check(base[0, :3], w, algo="direct", padding=1)  # unbatched
+
+
+@pytest.mark.parametrize("algo", ("direct", "depthwise"))
+def test_empty_batch(algo, device):
+    x = random_tensor((0, 4, 6, 6), torch.float32, device)
+    w = random_tensor((4, 1, 3, 3), torch.float32, device)
+    _check(x, w, algo=algo, padding=1, groups=4)
+
+
+# --------------------------------------------------------------------------------------------
+# depthwise
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("multiplier", (1, 2))
+@pytest.mark.parametrize("kernel", (3, 7), ids=("fma", "band"))
+@pytest.mark.parametrize("channels_last", (False, True), ids=("nchw", "nhwc"))
+def test_depthwise(multiplier, kernel, channels_last, device):
+    C = 3
+    x = random_tensor((2, C, 9, 10), torch.float32, device)
+    if channels_last:
+        x = x.to(memory_format=torch.channels_last)
+    w = random_tensor((C * multiplier, 1, kernel, kernel), torch.float32, device)
+    b = random_tensor((C * multiplier,), torch.float32, device)
+    _check(x, w, b, algo="depthwise", padding=kernel // 2, groups=C)
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [dict(stride=2, padding=1), dict(dilation=2, padding=(3, 1)), dict(padding="valid")],
+    ids=("stride2", "dilated", "valid"),
+)
+@pytest.mark.parametrize("kernel", (3, 7), ids=("fma", "band"))
+def test_depthwise_geometry(kw, kernel, device):
+    x = random_tensor((1, 2, 15, 16), torch.float32, device)
+    w = random_tensor((4, 1, kernel, kernel), torch.float32, device)
+    _check(x, w, algo="depthwise", groups=2, **kw)
+
+
+def test_depthwise_bf16_band(device):
+    x = random_tensor((1, 2, 12, 12), torch.bfloat16, device)
+    w = random_tensor((2, 1, 9, 9), torch.bfloat16, device)
+    _check(x, w, algo="depthwise", padding=4, groups=2)
+
+
+def test_auto_picks_depthwise_and_direct():
+    x = random_tensor((1, 4, 6, 6), torch.float32)
+    w = random_tensor((4, 1, 3, 3), torch.float32)
+    args = tritonconv.geometry.check_conv(x, w, None, 1, 1, 1, 4)
+    assert tritonconv.functional._choose_algo("auto", x, args) == "depthwise"
+    xi = x.to(torch.int32)
+    args = tritonconv.geometry.check_conv(xi, w.to(torch.int32), None, 1, 1, 1, 1 * 4)
+    assert tritonconv.functional._choose_algo("auto", xi, args) == "direct"
+
+
+# --------------------------------------------------------------------------------------------
+# gradients in float64, determinism
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "algo, w_shape, kw",
+    [
+        ("direct", (2, 2, 3, 2), dict(stride=(2, 1), padding=(1, 0), dilation=(1, 2))),
+        ("depthwise", (4, 1, 3, 3), dict(stride=(1, 2), padding=1, groups=2)),
+        ("depthwise", (2, 1, 3, 3), dict(padding="same", dilation=2, groups=2)),
+    ],
+    ids=("direct", "depthwise-strided", "depthwise-dilated"),
+)
+def test_gradcheck(algo, w_shape, kw, device):
+    x = random_tensor((1, 2, 5, 6), torch.float64, device).requires_grad_()
+    w = random_tensor(w_shape, torch.float64, device).requires_grad_()
+    b = random_tensor((w_shape[0],), torch.float64, device).requires_grad_()
+    assert torch.autograd.gradcheck(
+        lambda x, w, b: tritonconv.conv2d(x, w, b, algo=algo, **kw), (x, w, b), fast_mode=True
+    )
+
+
+@pytest.mark.parametrize(
+    "algo, w_shape, groups",
+    [("direct", (4, 3, 3, 3), 1), ("depthwise", (6, 1, 3, 3), 3), ("depthwise", (3, 1, 7, 7), 3)],
+    ids=("direct", "depthwise-fma", "depthwise-band"),
+)
+def test_deterministic(algo, w_shape, groups, device):
+    x = random_tensor((3, 3, 10, 9), torch.float32, device).requires_grad_()
+    w = random_tensor(w_shape, torch.float32, device).requires_grad_()
+
+    def run():
+        y = tritonconv.conv2d(x, w, padding=w_shape[-1] // 2, groups=groups, algo=algo)
+        return (y, *torch.autograd.grad(y, (x, w), torch.ones_like(y)))
+
+    for a, b in zip(run(), run()):
+        assert torch.equal(a, b)
+
+
+# --------------------------------------------------------------------------------------------
+# errors
+# --------------------------------------------------------------------------------------------
+
+
+def test_errors(device):
+    x = random_tensor((1, 2, 5, 5), torch.float32, device)
+    w = random_tensor((2, 1, 3, 3), torch.float32, device)
+    xi, wi = x.to(torch.int32), w.to(torch.int32)
+    with pytest.raises(TritonConvError, match=r"Input type \(int32\) and weight type \(float32\)"):
+        tritonconv.conv2d(xi, w, groups=2, algo="direct")
+    # Integer tensors cannot require grad in PyTorch; the reachable case is an integer input
+    # with a float weight that does, which the dtype rule rejects before any kernel runs.
+    with pytest.raises(TritonConvError, match="should be the same"):
+        tritonconv.conv2d(xi, w.requires_grad_(), groups=2)
+    with pytest.raises(TritonConvError, match="bias type"):
+        tritonconv.conv2d(xi, wi, w.detach()[:, 0, 0, 0], groups=2)
+    with pytest.raises(TritonConvError, match="dtype bool"):
+        tritonconv.conv2d(x > 0, w > 0, groups=2, algo="direct")
+    with pytest.raises(TritonConvError, match="dtype complex64"):
+        tritonconv.conv2d(x.to(torch.complex64), w.to(torch.complex64), groups=2)
+    with pytest.raises(TritonConvError, match="algo='depthwise' needs groups == in_channels"):
+        tritonconv.conv2d(x, w[:, :1].expand(2, 2, 3, 3), algo="depthwise")
+    with pytest.raises(TritonConvError, match="algo='im2col_gemm' has no kernel for dtype int32"):
+        tritonconv.conv2d(xi, wi, groups=2, algo="im2col_gemm")
