@@ -114,7 +114,7 @@ def crop_backward(
     """The input gradient: ``grad_output`` inside the window, 0 outside, laid out in ``order``
     (the input's :func:`dim_order`)."""
     grad_input = empty_in_order(grad_output, input_size, order)
-    if grad_output.numel() == 0:
+    if grad_output.numel() == 0:  # an empty window: nothing to read, all zeros
         return grad_input.zero_()
     crop_into(grad_output, grad_input, [-o for o in offsets])
     return grad_input
