@@ -11,7 +11,7 @@ import tritonconv
 from tritonconv.testing import DEVICE
 
 settings.register_profile("ci", max_examples=25, deadline=None, derandomize=True)
-settings.register_profile("gpu", max_examples=200, deadline=None)
+settings.register_profile("gpu", max_examples=30, deadline=None)
 settings.load_profile(
     os.environ.get("HYPOTHESIS_PROFILE", "ci" if tritonconv.INTERPRETER else "gpu")
 )

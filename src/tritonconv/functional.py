@@ -42,8 +42,8 @@ def unfold(input, kernel_size, dilation=1, padding=0, stride=1):
     check_kernel_device(input, "input")
     g = args.geometry
     x = input if args.batched else input.unsqueeze(0)
-    cols = autograd.Unfold.apply(
-        x, list(g.kernel), list(g.dilation), list(g.pad_before), list(g.stride)
+    cols = autograd.run(
+        autograd.Unfold, x, list(g.kernel), list(g.dilation), list(g.pad_before), list(g.stride)
     )
     return cols if args.batched else cols.squeeze(0)
 
@@ -56,8 +56,14 @@ def fold(input, output_size, kernel_size, dilation=1, padding=0, stride=1):
     check_kernel_device(input, "input")
     g = args.geometry
     cols = input if args.batched else input.unsqueeze(0)
-    image = autograd.Fold.apply(
-        cols, list(g.input), list(g.kernel), list(g.dilation), list(g.pad_before), list(g.stride)
+    image = autograd.run(
+        autograd.Fold,
+        cols,
+        list(g.input),
+        list(g.kernel),
+        list(g.dilation),
+        list(g.pad_before),
+        list(g.stride),
     )
     return image if args.batched else image.squeeze(0)
 
@@ -136,7 +142,8 @@ def conv2d(
             check_kernel_device(t, name)
     g = args.geometry
     x = input if args.batched else input.unsqueeze(0)
-    out = function.apply(
+    out = autograd.run(
+        function,
         x,
         weight,
         bias,
@@ -190,4 +197,4 @@ def crop(input, reference, axis=2, offset=0):
     """
     args = check_crop(input, reference, axis, offset)
     check_kernel_device(input, "input")
-    return autograd.Crop.apply(input, list(args.offsets), list(args.sizes))
+    return autograd.run(autograd.Crop, input, list(args.offsets), list(args.sizes))

@@ -16,6 +16,34 @@ from .ops import conv_gemm, depthwise, direct
 from .ops import crop as crop_ops
 from .ops import im2col as im2col_ops
 
+
+class Op:
+    """One tritonconv op: registered as ``torch.ops.tritonconv.<name>`` (with a fake), called
+    through that registration while torch.compile traces, and directly in eager mode, which
+    skips the custom-op dispatch (about 35 µs per call on the H100, benchmarks/NOTES.md)."""
+
+    def __init__(self, name: str, fn):
+        self.name = f"tritonconv::{name}"
+        torch.library.custom_op(self.name, fn, mutates_args=())
+        self.traced = getattr(torch.ops.tritonconv, name)
+        self.impl = fn
+        self.__doc__ = fn.__doc__
+
+    def register_fake(self, fake):
+        torch.library.register_fake(self.name)(fake)
+        return fake
+
+    def __call__(self, *args):
+        if torch.compiler.is_compiling():
+            return self.traced(*args)
+        return self.impl(*args)
+
+
+def custom_op(name: str):
+    """Decorator: ``fn`` (type-annotated, no mutation) becomes the op ``tritonconv::<name>``."""
+    return lambda fn: Op(name, fn)
+
+
 # --------------------------------------------------------------------------------------------
 # unfold / fold
 # --------------------------------------------------------------------------------------------
@@ -25,7 +53,7 @@ def _window(input_size, kernel_size, dilation, padding, stride):
     return make_geometry(input_size, kernel_size, stride, padding, padding, dilation)
 
 
-@torch.library.custom_op("tritonconv::unfold", mutates_args=())
+@custom_op("unfold")
 def unfold(
     input: Tensor,
     kernel_size: list[int],
@@ -44,7 +72,7 @@ def _(input, kernel_size, dilation, padding, stride):
     return input.new_empty((input.shape[0], rows, geometry.output_numel))
 
 
-@torch.library.custom_op("tritonconv::fold", mutates_args=())
+@custom_op("fold")
 def fold(
     input: Tensor,
     output_size: list[int],
@@ -76,7 +104,7 @@ def _empty_conv_output(input: Tensor, shape) -> Tensor:
     return conv_gemm._empty_like_memory_format(shape, input)
 
 
-@torch.library.custom_op("tritonconv::conv2d_gemm", mutates_args=())
+@custom_op("conv2d_gemm")
 def conv2d_gemm(
     input: Tensor,
     weight: Tensor,
@@ -98,53 +126,35 @@ def _(input, weight, bias, stride, pad_before, pad_after, dilation, groups, work
     return _empty_conv_output(input, (input.shape[0], weight.shape[0], *geometry.output))
 
 
-@torch.library.custom_op("tritonconv::conv2d_gemm_grad_input", mutates_args=())
-def conv2d_gemm_grad_input(
-    grad_output: Tensor,
-    weight: Tensor,
-    input_like: Tensor,
-    stride: list[int],
-    pad_before: list[int],
-    pad_after: list[int],
-    dilation: list[int],
-    groups: int,
-    workspace_limit: int,
-) -> Tensor:
-    """``input_like`` supplies the input's shape, dtype and memory format (not its values)."""
-    geometry = _conv_geometry(
-        input_like.shape, weight.shape, stride, pad_before, pad_after, dilation
-    )
-    return conv_gemm.conv2d_grad_input(
-        grad_output, weight, input_like.shape, input_like, geometry, groups, workspace_limit
-    )
-
-
-@conv2d_gemm_grad_input.register_fake
-def _(grad_output, weight, input_like, stride, pad_before, pad_after, dilation, groups, limit):
-    return _empty_conv_output(input_like, input_like.shape)
-
-
-@torch.library.custom_op("tritonconv::conv2d_gemm_grad_weight", mutates_args=())
-def conv2d_gemm_grad_weight(
+@custom_op("conv2d_gemm_backward")
+def conv2d_gemm_backward(
     grad_output: Tensor,
     input: Tensor,
-    weight_size: list[int],
+    weight: Tensor,
     stride: list[int],
     pad_before: list[int],
     pad_after: list[int],
     dilation: list[int],
     groups: int,
     workspace_limit: int,
-) -> Tensor:
-    geometry = _conv_geometry(input.shape, weight_size, stride, pad_before, pad_after, dilation)
-    return conv_gemm.conv2d_grad_weight(
-        grad_output, input, weight_size, geometry, groups, workspace_limit
+    output_mask: list[bool],
+) -> tuple[Tensor, Tensor]:
+    """(grad_input, grad_weight); an output left out by ``output_mask`` is an empty tensor."""
+    geometry = _conv_geometry(input.shape, weight.shape, stride, pad_before, pad_after, dilation)
+    grad_input, grad_weight = conv_gemm.conv2d_backward(
+        grad_output, input, weight, geometry, groups, workspace_limit, *output_mask
+    )
+    empty = input.new_empty(0)
+    return (
+        empty if grad_input is None else grad_input,
+        empty if grad_weight is None else grad_weight,
     )
 
 
-@conv2d_gemm_grad_weight.register_fake
-def _(grad_output, input, weight_size, stride, pad_before, pad_after, dilation, groups, limit):
-    return input.new_empty(weight_size)
+@conv2d_gemm_backward.register_fake
+def _(grad_output, input, weight, stride, pad_before, pad_after, dilation, groups, limit, mask):
+    grad_input = _empty_conv_output(input, input.shape) if mask[0] else input.new_empty(0)
+    return grad_input, input.new_empty(weight.shape if mask[1] else 0)
 
 
 # --------------------------------------------------------------------------------------------
@@ -152,7 +162,7 @@ def _(grad_output, input, weight_size, stride, pad_before, pad_after, dilation, 
 # --------------------------------------------------------------------------------------------
 
 
-@torch.library.custom_op("tritonconv::conv2d_direct", mutates_args=())
+@custom_op("conv2d_direct")
 def conv2d_direct(
     input: Tensor,
     weight: Tensor,
@@ -176,7 +186,7 @@ def _(input, weight, bias, stride, pad_before, pad_after, dilation, groups, dept
     return _empty_conv_output(input, (input.shape[0], weight.shape[0], *geometry.output))
 
 
-@torch.library.custom_op("tritonconv::conv2d_direct_grad_input", mutates_args=())
+@custom_op("conv2d_direct_grad_input")
 def conv2d_direct_grad_input(
     grad_output: Tensor,
     weight: Tensor,
@@ -202,7 +212,7 @@ def _(grad_output, weight, input_like, stride, pad_before, pad_after, dilation, 
     return _empty_conv_output(input_like, input_like.shape)
 
 
-@torch.library.custom_op("tritonconv::conv2d_direct_grad_weight", mutates_args=())
+@custom_op("conv2d_direct_grad_weight")
 def conv2d_direct_grad_weight(
     grad_output: Tensor,
     input: Tensor,
@@ -230,7 +240,7 @@ def _(grad_output, input, weight_size, stride, pad_before, pad_after, dilation, 
 # --------------------------------------------------------------------------------------------
 
 
-@torch.library.custom_op("tritonconv::crop", mutates_args=())
+@custom_op("crop")
 def crop(input: Tensor, offsets: list[int], sizes: list[int]) -> Tensor:
     return crop_ops.crop(input, offsets, sizes)
 
@@ -240,7 +250,7 @@ def _(input, offsets, sizes):
     return crop_ops.empty_in_order(input, sizes, crop_ops.dim_order(input))
 
 
-@torch.library.custom_op("tritonconv::crop_backward", mutates_args=())
+@custom_op("crop_backward")
 def crop_backward(
     grad_output: Tensor, input_size: list[int], offsets: list[int], dim_order: list[int]
 ) -> Tensor:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .. import functional
+from .. import functional, library
 from ..geometry import check_crop
 from ..ops.crop import dim_order
 from ..testing import DEVICE, random_tensor
@@ -88,7 +88,7 @@ def _rows(case: CropCase, name: str, opts: Options) -> Iterator[Row]:
         work=2 * out_bytes,
     )  # fmt: skip
     ours = time_ms(
-        lambda i: torch.ops.tritonconv.crop_backward(grads[i], input_size, offsets, order),
+        lambda i: library.crop_backward(grads[i], input_size, offsets, order),
         len(xs),
         opts,
     )

@@ -62,11 +62,17 @@ def im2col_kernel(
     col_sg,
     col_sk,
     # meta-parameters
+    FLAT_POSITIONS: tl.constexpr,
     BLOCK_R: tl.constexpr,
     BLOCK_P: tl.constexpr,
     INDEX_64: tl.constexpr,
 ):
-    """cols[r, pos] = x[n, c, oh*sh - ph + kh*dh, ow*sw - pw + kw*dw], 0 in the padding."""
+    """cols[r, pos] = x[n, c, oh*sh - ph + kh*dh, ow*sw - pw + kw*dw], 0 in the padding.
+
+    ``FLAT_POSITIONS``: the layout stores a chunk's positions contiguously (``col_sn == OH*OW``
+    and ``col_sq == 1``, the GEMM layout), so the column address is ``col_base + p + row
+    offset``; written that way Triton can prove contiguity and issue 16-byte stores.
+    """
     pid = tl.program_id(0)
     row_blocks = tl.cdiv(rows, BLOCK_R)
     r = (pid % row_blocks) * BLOCK_R + tl.arange(0, BLOCK_R)
@@ -95,12 +101,8 @@ def im2col_kernel(
     store_ok = row_ok[:, None] & pos_ok[None, :]
     src = x_ptr + (n * x_sn)[None, :] + (c * x_sc)[:, None] + ih * x_sh + iw * x_sw
     values = tl.load(src, mask=store_ok & inside, other=0)
-    dst = (
-        col_ptr
-        + col_base
-        + (n * col_sn + q * col_sq)[None, :]
-        + (g * col_sg + kg * col_sk)[:, None]
-    )
+    position_offset = p if FLAT_POSITIONS else n * col_sn + q * col_sq
+    dst = col_ptr + col_base + position_offset[None, :] + (g * col_sg + kg * col_sk)[:, None]
     tl.store(dst, values, mask=store_ok)
 
 

@@ -225,92 +225,80 @@ def _grad_matrix(grad_out, start, count, geometry, G, M, buffer):
     return mat
 
 
-def conv2d_grad_input(
+def conv2d_backward(
     grad_out: torch.Tensor,
+    x: torch.Tensor,
     weight: torch.Tensor,
-    input_shape,
-    like: torch.Tensor,
     geometry: Geometry,
     groups: int,
     workspace_limit: int,
-) -> torch.Tensor:
-    """dx = col2im(W^T @ dy); ``like`` gives dtype, device and memory format."""
-    N, C = input_shape[:2]
+    need_input: bool,
+    need_weight: bool,
+):
+    """(dx, dW), either None when not needed. Per chunk the output gradient is relaid once and
+    shared: ``dW += dy @ cols^T`` (cols = im2col(x)), then ``dx = col2im(W^T @ dy)`` reusing the
+    column buffer. Chunks run in a fixed order, so both are bitwise reproducible."""
+    N, C = x.shape[:2]
     C_out = weight.shape[0]
     G, M = groups, C_out // groups
     L = geometry.output_numel
-    grad_in = _empty_like_memory_format(tuple(input_shape), like)
-    if grad_in.numel() == 0:
-        return grad_in
-    w_t = weight.reshape(G, M, -1).transpose(1, 2)  # (G, K, M)
-    plan = plan_workspace(N, C, geometry, like.element_size(), workspace_limit)
-    if plan.skips_im2col:
-        if grad_in.is_contiguous():
-            dy = grad_out.contiguous().view(N, G, M, L)
-            torch.matmul(w_t.unsqueeze(0), dy, out=grad_in.view(N, G, C // G, L))
-        else:
-            dy = grad_out.permute(0, 2, 3, 1).reshape(-1, G, M).transpose(0, 1)
-            dx = torch.matmul(dy, w_t.transpose(1, 2))  # (G, N*L, C/G)
-            grad_in.permute(0, 2, 3, 1).view(-1, G, C // G).copy_(dx.transpose(0, 1))
-        return grad_in
-
-    K = w_t.shape[1]
-    col = torch.empty(G * K * plan.chunk_positions, dtype=like.dtype, device=like.device)
-    buffer = _grad_buffer(grad_out, plan, L, G * M)
-    for start, count in _chunks(plan, L, N * L):
-        dy = _grad_matrix(grad_out, start, count, geometry, G, M, buffer)
-        cols = torch.matmul(w_t, dy, out=col[: G * K * count].view(G, K, count))
-        first_of_sample = start % L == 0
-        col2im(
-            cols,
-            gemm_layout(K, start, count, L),
-            grad_in,
-            geometry,
-            K,
-            start,
-            count,
-            accumulate=not first_of_sample,
-        )
-    return grad_in
-
-
-def conv2d_grad_weight(
-    grad_out: torch.Tensor,
-    x: torch.Tensor,
-    weight_shape,
-    geometry: Geometry,
-    groups: int,
-    workspace_limit: int,
-) -> torch.Tensor:
-    """dW = sum over chunks of dy @ cols^T, in a fixed chunk order (deterministic)."""
-    N, C = x.shape[:2]
-    C_out = weight_shape[0]
-    G, M = groups, C_out // groups
-    L = geometry.output_numel
     K = C // G * geometry.kernel_numel
-    grad_w = torch.zeros((G, M, K), dtype=x.dtype, device=x.device)
+    grad_in = _empty_like_memory_format(tuple(x.shape), x) if need_input else None
+    grad_w = torch.zeros((G, M, K), dtype=x.dtype, device=x.device) if need_weight else None
     if N * L == 0:
-        return grad_w.view(weight_shape)
+        if grad_in is not None:
+            grad_in.zero_()
+        return grad_in, grad_w.view(weight.shape) if need_weight else None
+    w = weight.reshape(G, M, K)
     plan = plan_workspace(N, C, geometry, x.element_size(), workspace_limit)
     if plan.skips_im2col:
-        if x.is_contiguous() and grad_out.is_contiguous():
-            dy = grad_out.view(N, G, M, L)
-            xs = x.view(N, G, K, L)
-            torch.sum(torch.matmul(dy, xs.transpose(-1, -2)), dim=0, out=grad_w)
-        else:
-            dy = grad_out.permute(0, 2, 3, 1).reshape(-1, G, M).permute(1, 2, 0)
-            xs = x.permute(0, 2, 3, 1).reshape(-1, G, K).transpose(0, 1)
-            torch.matmul(dy, xs, out=grad_w)
-        return grad_w.view(weight_shape)
+        if need_input:
+            _pointwise_grad_input(grad_out, w, grad_in, G)
+        if need_weight:
+            _pointwise_grad_weight(grad_out, x, grad_w, G)
+        return grad_in, grad_w.view(weight.shape) if need_weight else None
 
     col = torch.empty(G * K * plan.chunk_positions, dtype=x.dtype, device=x.device)
     buffer = _grad_buffer(grad_out, plan, L, G * M)
     for index, (start, count) in enumerate(_chunks(plan, L, N * L)):
         cols = col[: G * K * count].view(G, K, count)
-        im2col(x, cols, gemm_layout(K, start, count, L), geometry, K, start, count)
+        layout = gemm_layout(K, start, count, L)
         dy = _grad_matrix(grad_out, start, count, geometry, G, M, buffer)
-        if index == 0:
-            torch.matmul(dy, cols.transpose(1, 2), out=grad_w)
-        else:
-            grad_w.baddbmm_(dy, cols.transpose(1, 2))
-    return grad_w.view(weight_shape)
+        if need_weight:
+            im2col(x, cols, layout, geometry, K, start, count)
+            if index == 0:
+                torch.matmul(dy, cols.transpose(1, 2), out=grad_w)
+            else:
+                grad_w.baddbmm_(dy, cols.transpose(1, 2))
+        if need_input:
+            torch.matmul(w.transpose(1, 2), dy, out=cols)
+            first_of_sample = start % L == 0
+            col2im(cols, layout, grad_in, geometry, K, start, count, not first_of_sample)
+    return grad_in, grad_w.view(weight.shape) if need_weight else None
+
+
+def _pointwise_grad_input(grad_out, w, grad_in, G):
+    """dx = W^T @ dy for a 1x1 / stride-1 / unpadded convolution, in grad_in's layout."""
+    N, C = grad_in.shape[:2]
+    M = w.shape[1]
+    w_t = w.transpose(1, 2)  # (G, C/G, M)
+    if grad_in.is_contiguous():
+        dy = grad_out.contiguous().view(N, G, M, -1)
+        torch.matmul(w_t.unsqueeze(0), dy, out=grad_in.view(N, G, C // G, -1))
+    else:
+        dy = grad_out.permute(0, 2, 3, 1).reshape(-1, G, M).transpose(0, 1)
+        dx = torch.matmul(dy, w)  # (G, N*H*W, C/G)
+        grad_in.permute(0, 2, 3, 1).view(-1, G, C // G).copy_(dx.transpose(0, 1))
+
+
+def _pointwise_grad_weight(grad_out, x, grad_w, G):
+    """dW = sum over samples and pixels of dy x^T for a pointwise convolution."""
+    N = x.shape[0]
+    M, K = grad_w.shape[1:]
+    if x.is_contiguous() and grad_out.is_contiguous():
+        products = torch.matmul(grad_out.view(N, G, M, -1), x.view(N, G, K, -1).transpose(-1, -2))
+        torch.sum(products, dim=0, out=grad_w)
+    else:
+        dy = grad_out.permute(0, 2, 3, 1).reshape(-1, G, M).permute(1, 2, 0)
+        xs = x.permute(0, 2, 3, 1).reshape(-1, G, K).transpose(0, 1)
+        torch.matmul(dy, xs, out=grad_w)

@@ -114,6 +114,11 @@ def im2col(
     OW = geometry.output[1]
     block_r, block_p = _tiles(rows, num_positions)
     grid = (triton.cdiv(rows, block_r) * triton.cdiv(num_positions, block_p),)
+    L = geometry.output_numel
+    # Positions stored contiguously: samples abut (sn == L) or the chunk is inside one sample.
+    n0 = position_start // L
+    flat = layout.sq == 1 and (layout.sn == L or position_start - n0 * L + num_positions <= L)
+    col_base = layout.base + n0 * layout.sn + (position_start - n0 * L) if flat else layout.base
     im2col_kernel[grid](
         x,
         col,
@@ -124,14 +129,19 @@ def im2col(
         H,
         W,
         OW,
-        geometry.output_numel,
+        L,
         KH,
         KW,
         *geometry.stride,
         *geometry.pad_before,
         *geometry.dilation,
         *_image_strides(x),
-        *layout.args(),
+        col_base,
+        layout.sn,
+        layout.sq,
+        layout.sg,
+        layout.sk,
+        FLAT_POSITIONS=flat,
         BLOCK_R=block_r,
         BLOCK_P=block_p,
         INDEX_64=needs_int64(x, col),
