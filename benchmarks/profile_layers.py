@@ -45,14 +45,7 @@ def host_table():
         ("check_unfold only", lambda: check_unfold(x, 3, 1, 1, 1)),
         ("autograd.Unfold.apply", lambda: autograd.Unfold.apply(x, k, d, p, s)),
         ("torch.ops.tritonconv.unfold", lambda: torch.ops.tritonconv.unfold(x, k, d, p, s)),
-        (
-            "library.unfold python fn",
-            lambda: (
-                library.unfold._init_fn(x, k, d, p, s)
-                if hasattr(library.unfold, "_init_fn")
-                else None
-            ),
-        ),
+        ("library.unfold (eager op)", lambda: library.unfold(x, k, d, p, s)),
         ("ops.unfold (launcher)", lambda: im2col_ops.unfold(x, g)),
         ("ops.im2col into buffer", lambda: im2col_ops.im2col(x, cols, layout, g, 9, 0, 256)),
         ("torch.empty", lambda: torch.empty(1, 9, 256, device="cuda")),
@@ -86,6 +79,24 @@ def gpu_table(names=("r50_3x3_56", "r50_3x3_28", "r50_3x3_7", "r50_1x1_56")):
             print(f"  {evt.device_time_total / evt.count:9.1f} µs x{evt.count}  {evt.key[:90]}")
 
 
+def host_profile(calls=2000):
+    """cProfile of the public tc.unfold on a tiny input: which Python functions cost."""
+    import cProfile
+    import pstats
+
+    x = torch.randn(1, 1, 16, 16, device="cuda")
+    for _ in range(20):
+        tc.unfold(x, 3, padding=1)
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(calls):
+        tc.unfold(x, 3, padding=1)
+    profiler.disable()
+    torch.cuda.synchronize()
+    pstats.Stats(profiler).sort_stats("tottime").print_stats(14)
+
+
 if __name__ == "__main__":
+    host_profile()
     host_table()
     gpu_table()

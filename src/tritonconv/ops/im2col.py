@@ -86,12 +86,18 @@ def _image_strides(x: torch.Tensor) -> tuple[int, int, int, int]:
     return sn, sc, sh, sw
 
 
-def _tiles(rows: int, positions: int) -> tuple[int, int]:
+# GPU launch configuration of im2col (tile = block_p positions x tile_elements/block_p rows) and
+# col2im (block elements); benchmarks/sweep_im2col.py measures the alternatives.
+IM2COL_CONFIG = {"block_p": 128, "tile_elements": 2048, "num_warps": 4, "positions_fastest": False}
+COL2IM_CONFIG = {"block": 512, "num_warps": 4}
+
+
+def _tiles(rows: int, positions: int, config=IM2COL_CONFIG) -> tuple[int, int]:
     """(BLOCK_R, BLOCK_P) for a rows x positions tile of a memory-bound 2-D kernel."""
     if INTERPRETER:
         return min(32, triton.next_power_of_2(rows)), min(256, triton.next_power_of_2(positions))
-    block_p = min(128, max(16, triton.next_power_of_2(positions)))
-    block_r = min(triton.next_power_of_2(rows), max(1, 2048 // block_p))
+    block_p = min(config["block_p"], max(16, triton.next_power_of_2(positions)))
+    block_r = min(triton.next_power_of_2(rows), max(1, config["tile_elements"] // block_p))
     return block_r, block_p
 
 
@@ -142,10 +148,11 @@ def im2col(
         layout.sg,
         layout.sk,
         FLAT_POSITIONS=flat,
+        POSITIONS_FASTEST=IM2COL_CONFIG["positions_fastest"],
         BLOCK_R=block_r,
         BLOCK_P=block_p,
         INDEX_64=needs_int64(x, col),
-        num_warps=4,
+        num_warps=IM2COL_CONFIG["num_warps"],
     )
 
 
@@ -170,7 +177,7 @@ def col2im(
     C = out.shape[1]
     (H, W), (KH, KW), (OH, OW) = geometry.input, geometry.kernel, geometry.output
     numel = (n_end - n_start) * C * H * W
-    block = 4096 if INTERPRETER else 512
+    block = 4096 if INTERPRETER else COL2IM_CONFIG["block"]
     col2im_kernel[(triton.cdiv(numel, block),)](
         col,
         out,
@@ -195,7 +202,7 @@ def col2im(
         ACCUMULATE=accumulate,
         BLOCK=block,
         INDEX_64=needs_int64(col, out),
-        num_warps=4,
+        num_warps=COL2IM_CONFIG["num_warps"],
     )
 
 
