@@ -33,18 +33,20 @@ def case_buffers(name):
 
 def sweep(name):
     x, col, image, layout, g, rows, positions, moved = case_buffers(name)
-    print(f"--- {name}: im2col (block_p, tile, warps, positions_fastest) -> µs, GB/s")
-    grid = itertools.product((64, 128, 256), (1024, 2048, 4096), (4, 8), (False, True))
-    for block_p, tile, warps, fastest in grid:
-        ops.IM2COL_CONFIG.update(
-            block_p=block_p, tile_elements=tile, num_warps=warps, positions_fastest=fastest
+    other = torch.empty_like(col)
+    for label, fn in (("fill_", lambda: col.fill_(1.0)), ("copy_", lambda: col.copy_(other))):
+        ms = do_bench(fn, return_mode="median")
+        written = col.numel() * 4 * (2 if label == "copy_" else 1)
+        print(
+            f"--- {name}: ceiling {label} of the column buffer {ms * 1e3:7.1f} µs {written / ms / 1e6:7.0f} GB/s"
         )
+    print(f"--- {name}: im2col (block_p, tile, warps) -> µs, GB/s")
+    for block_p, tile, warps in itertools.product((32, 64, 128), (1024, 2048, 4096), (2, 4, 8)):
+        ops.IM2COL_CONFIG.update(block_p=block_p, tile_elements=tile, num_warps=warps)
         ms = do_bench(
             lambda: ops.im2col(x, col, layout, g, rows, 0, positions), return_mode="median"
         )
-        print(
-            f"  {block_p:4} {tile:5} {warps} {fastest!s:5}  {ms * 1e3:7.1f} µs {moved / ms / 1e6:7.0f} GB/s"
-        )
+        print(f"  {block_p:4} {tile:5} {warps}  {ms * 1e3:7.1f} µs {moved / ms / 1e6:7.0f} GB/s")
     print(f"--- {name}: col2im (block, warps) -> µs, GB/s")
     for block, warps in itertools.product((256, 512, 1024, 2048), (2, 4, 8)):
         ops.COL2IM_CONFIG.update(block=block, num_warps=warps)

@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 import tritonconv as tc
 from tritonconv.geometry import INT_DTYPES, make_geometry
+from tritonconv.ops import common
 from tritonconv.ops import im2col as im2col_ops
 from tritonconv.testing import assert_close, poison_, random_tensor
 
@@ -152,7 +153,7 @@ def test_fold_is_bitwise_deterministic(device):
 
 def test_int64_indexing_path(monkeypatch, device):
     """Force the 64-bit index arithmetic (used from 2**31 elements on) on a small tensor."""
-    monkeypatch.setattr(im2col_ops, "INDEX32_LIMIT", 16)
+    monkeypatch.setattr(common, "INDEX32_LIMIT", 16)
     x = torch.randn(2, 3, 9, 8, dtype=torch.float64, device=device)
     cols = tc.unfold(x, 3, padding=1, stride=2)
     assert_close(cols, F.unfold(x.cpu(), 3, padding=1, stride=2))

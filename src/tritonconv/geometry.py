@@ -11,6 +11,7 @@ was expected.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -330,14 +331,20 @@ def _check_window(kernel_size, dilation, padding, stride):
 
 
 def make_geometry(input_size, kernel, stride, pad_before, pad_after, dilation) -> Geometry:
-    """A Geometry from already-validated integer sequences (no checks)."""
+    """A Geometry from already-validated integer sequences (no checks; cached, as every call
+    of an op rebuilds one from its int-list arguments)."""
+    return _cached_geometry(
+        *(tuple(v) for v in (input_size, kernel, stride, pad_before, pad_after, dilation))
+    )
+
+
+@functools.lru_cache(maxsize=4096)
+def _cached_geometry(input_size, kernel, stride, pad_before, pad_after, dilation) -> Geometry:
     out = tuple(
         output_size(*axis)
         for axis in zip(input_size, kernel, stride, pad_before, pad_after, dilation)
     )
-    return Geometry(
-        *(tuple(v) for v in (input_size, kernel, stride, dilation, pad_before, pad_after)), out
-    )
+    return Geometry(input_size, kernel, stride, dilation, pad_before, pad_after, out)
 
 
 def _window_geometry(input_size, kernel, dil, pad, strides) -> Geometry:

@@ -63,7 +63,6 @@ def im2col_kernel(
     col_sk,
     # meta-parameters
     FLAT_POSITIONS: tl.constexpr,
-    POSITIONS_FASTEST: tl.constexpr,
     BLOCK_R: tl.constexpr,
     BLOCK_P: tl.constexpr,
     INDEX_64: tl.constexpr,
@@ -75,14 +74,9 @@ def im2col_kernel(
     offset``; written that way Triton can prove contiguity and issue 16-byte stores.
     """
     pid = tl.program_id(0)
-    if POSITIONS_FASTEST:
-        position_blocks = tl.cdiv(num_positions, BLOCK_P)
-        r = (pid // position_blocks) * BLOCK_R + tl.arange(0, BLOCK_R)
-        p = (pid % position_blocks) * BLOCK_P + tl.arange(0, BLOCK_P)
-    else:
-        row_blocks = tl.cdiv(rows, BLOCK_R)
-        r = (pid % row_blocks) * BLOCK_R + tl.arange(0, BLOCK_R)
-        p = (pid // row_blocks) * BLOCK_P + tl.arange(0, BLOCK_P)
+    row_blocks = tl.cdiv(rows, BLOCK_R)
+    r = (pid % row_blocks) * BLOCK_R + tl.arange(0, BLOCK_R)
+    p = (pid // row_blocks) * BLOCK_P + tl.arange(0, BLOCK_P)
     if INDEX_64:
         r = r.to(tl.int64)
         p = p.to(tl.int64)

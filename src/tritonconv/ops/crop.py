@@ -19,11 +19,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
-import triton
 
 from .._runtime import INTERPRETER, check_kernel_device
 from ..kernels.crop import RANK, crop_kernel
-from .im2col import needs_int64
+from .common import cdiv, needs_int64, next_power_of_2
 
 #: Elements per program: memory-bound tiles on the GPU, large ones under the interpreter.
 TILE = 16384 if INTERPRETER else 4096
@@ -80,10 +79,10 @@ def crop_into(src: torch.Tensor, dst: torch.Tensor, shift: Sequence[int]) -> Non
     axes = _axes(src, dst, shift)
     dst_sizes, src_sizes, shifts, src_strides = zip(*axes)
     rows, cols = dst_sizes[4:]
-    block_c = min(TILE, triton.next_power_of_2(cols))
-    block_r = min(TILE // block_c, triton.next_power_of_2(rows))
+    block_c = min(TILE, next_power_of_2(cols))
+    block_r = min(TILE // block_c, next_power_of_2(rows))
     outer = dst.numel() // (rows * cols)
-    grid = (outer * triton.cdiv(rows, block_r) * triton.cdiv(cols, block_c),)
+    grid = (outer * cdiv(rows, block_r) * cdiv(cols, block_c),)
     crop_kernel[grid](
         src,
         dst,

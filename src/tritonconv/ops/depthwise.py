@@ -19,7 +19,6 @@ reruns are bitwise equal.
 from __future__ import annotations
 
 import torch
-import triton
 
 from .._runtime import INTERPRETER, check_kernel_device
 from ..geometry import Geometry, make_geometry
@@ -30,8 +29,8 @@ from ..kernels.depthwise import (
     depthwise_kernel,
 )
 from . import direct
+from .common import accumulator_dtype, cdiv, needs_int64, next_power_of_2
 from .conv_gemm import _empty_like_memory_format
-from .im2col import accumulator_dtype, needs_int64
 
 # Kernel width from which the banded tensor-core kernels replace the FMA kernels (a reasoned
 # choice: at KW = 7 a 32-column band does ~4.6x redundant multiplies on tensor cores that are
@@ -48,7 +47,7 @@ def _is_channels_last(t: torch.Tensor) -> bool:
 
 
 def _pow2(value: int, low: int, high: int) -> int:
-    return max(low, min(high, triton.next_power_of_2(max(1, value))))
+    return max(low, min(high, next_power_of_2(max(1, value))))
 
 
 def _fma_tiles(t: torch.Tensor, height: int, width: int):
@@ -98,7 +97,7 @@ def _launch(src, weight, bias, dst, geometry: Geometry, R: int, DIV: int, flip: 
     index_64 = needs_int64(src, dst, weight)
     if uses_band(src.dtype, geometry):
         block_h, block_w = _pow2(DH, 16, 32), _pow2(DW, 16, 32)
-        grid = (N * C_dst, triton.cdiv(DH, block_h) * triton.cdiv(DW, block_w))
+        grid = (N * C_dst, cdiv(DH, block_h) * cdiv(DW, block_w))
         depthwise_band_kernel[grid](
             *common,
             HAS_BIAS=bias is not None,
@@ -112,7 +111,7 @@ def _launch(src, weight, bias, dst, geometry: Geometry, R: int, DIV: int, flip: 
         )
         return dst
     block_c, block_h, block_w = _fma_tiles(dst, DH, DW)
-    grid = (N * triton.cdiv(C_dst, block_c), triton.cdiv(DH, block_h) * triton.cdiv(DW, block_w))
+    grid = (N * cdiv(C_dst, block_c), cdiv(DH, block_h) * cdiv(DW, block_w))
     depthwise_kernel[grid](
         *common,
         HAS_BIAS=bias is not None,
@@ -167,12 +166,10 @@ def depthwise_grad_weight(grad_out, x, weight_shape, geometry: Geometry) -> torc
     acc_dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
     if uses_band(x.dtype, geometry):
         block_kh, block_kw = _pow2(KH, 16, 32), _pow2(KW, 16, 32)
-        tap_tiles = triton.cdiv(KH, block_kh) * triton.cdiv(KW, block_kw)
-        splits = (
-            1 if INTERPRETER else triton.cdiv(direct.WGRAD_TARGET_PROGRAMS * 2, C_out * tap_tiles)
-        )
-        samples_per_split = triton.cdiv(N, max(1, min(N, splits)))
-        splits = triton.cdiv(N, samples_per_split)
+        tap_tiles = cdiv(KH, block_kh) * cdiv(KW, block_kw)
+        splits = 1 if INTERPRETER else cdiv(direct.WGRAD_TARGET_PROGRAMS * 2, C_out * tap_tiles)
+        samples_per_split = cdiv(N, max(1, min(N, splits)))
+        splits = cdiv(N, samples_per_split)
         partial = torch.empty((splits, C_out, KH, KW), dtype=acc_dtype, device=x.device)
         depthwise_band_grad_weight_kernel[(C_out * tap_tiles, splits)](
             grad_out,
@@ -200,9 +197,9 @@ def depthwise_grad_weight(grad_out, x, weight_shape, geometry: Geometry) -> torc
     else:
         block_c, block_h, block_w = _fma_tiles(grad_out, OH, OW)
         block_t = _pow2(KH * KW, 1, 16)
-        spatial_tiles = triton.cdiv(OH, block_h) * triton.cdiv(OW, block_w)
+        spatial_tiles = cdiv(OH, block_h) * cdiv(OW, block_w)
         partial = torch.empty((spatial_tiles, C_out, KH * KW), dtype=acc_dtype, device=x.device)
-        grid = (triton.cdiv(C_out, block_c) * triton.cdiv(KH * KW, block_t), spatial_tiles)
+        grid = (cdiv(C_out, block_c) * cdiv(KH * KW, block_t), spatial_tiles)
         depthwise_grad_weight_kernel[grid](
             grad_out,
             x,

@@ -15,14 +15,13 @@ launch. Block sizes are chosen here; the interpreter gets larger tiles (fewer Py
 from __future__ import annotations
 
 import torch
-import triton
 import triton.language as tl
 
 from .._runtime import INTERPRETER, check_kernel_device
 from ..geometry import Geometry
 from ..kernels.direct import direct_conv_kernel, direct_grad_weight_kernel
+from .common import accumulator_dtype, cdiv, needs_int64, next_power_of_2
 from .conv_gemm import _empty_like_memory_format
-from .im2col import accumulator_dtype, needs_int64
 
 # Programs the weight gradient aims for when choosing its split count (a few per SM).
 WGRAD_TARGET_PROGRAMS = 4 * 132
@@ -53,7 +52,7 @@ def uses_dot(dtype: torch.dtype, *tile_dims: int) -> bool:
 
 
 def _pow2(value: int, low: int, high: int) -> int:
-    return max(low, min(high, triton.next_power_of_2(max(1, value))))
+    return max(low, min(high, next_power_of_2(max(1, value))))
 
 
 def _conv_tiles(dtype, src_per_group: int, dst_per_group: int):
@@ -78,7 +77,7 @@ def _launch_conv(src, weight, bias, dst, geometry: Geometry, groups: int, transp
     w_so, w_si, w_skh, w_skw = weight.stride()
     out_per_group = weight.shape[0] // groups
     w_ss, w_sd = (w_so, w_si) if transposed else (w_si, w_so)
-    grid = (triton.cdiv(num_positions, block_p), groups * triton.cdiv(dst_per_group, block_d))
+    grid = (cdiv(num_positions, block_p), groups * cdiv(dst_per_group, block_d))
     direct_conv_kernel[grid](
         src,
         weight,
@@ -157,12 +156,12 @@ def conv2d_grad_weight(grad_out, x, weight_shape, geometry: Geometry, groups: in
     if num_positions == 0:
         return torch.zeros(weight_shape, dtype=x.dtype, device=x.device)
     use_dot, block_d, block_r, block_p = _grad_weight_tiles(x.dtype, out_per_group, rows)
-    tiles = groups * triton.cdiv(out_per_group, block_d) * triton.cdiv(rows, block_r)
-    position_blocks = triton.cdiv(num_positions, block_p)
-    splits = 1 if INTERPRETER else triton.cdiv(WGRAD_TARGET_PROGRAMS, tiles)
+    tiles = groups * cdiv(out_per_group, block_d) * cdiv(rows, block_r)
+    position_blocks = cdiv(num_positions, block_p)
+    splits = 1 if INTERPRETER else cdiv(WGRAD_TARGET_PROGRAMS, tiles)
     splits = max(1, min(splits, position_blocks, WGRAD_PARTIAL_LIMIT // (C_out * rows)))
-    per_split = triton.cdiv(position_blocks, splits) * block_p
-    splits = triton.cdiv(num_positions, per_split)
+    per_split = cdiv(position_blocks, splits) * block_p
+    splits = cdiv(num_positions, per_split)
     acc_dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
     partial = torch.empty((splits, C_out, rows), dtype=acc_dtype, device=x.device)
     direct_grad_weight_kernel[(tiles, splits)](

@@ -17,36 +17,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import triton
-import triton.language as tl
 
 from .._runtime import INTERPRETER, check_kernel_device
-from ..geometry import INT_DTYPES, Geometry
+from ..geometry import Geometry
 from ..kernels.im2col import col2im_kernel, im2col_kernel, relayout_kernel
-
-# Index arithmetic switches to int64 when an address can reach this many elements.
-INDEX32_LIMIT = 2**31 - 1
-
-
-def needs_int64(*tensors: torch.Tensor) -> bool:
-    """True when some element offset of some tensor does not fit in int32."""
-    for t in tensors:
-        if t is None or t.numel() == 0:
-            continue
-        span = 1 + sum((size - 1) * abs(stride) for size, stride in zip(t.shape, t.stride()))
-        if max(span, t.numel()) > INDEX32_LIMIT:
-            return True
-    return False
-
-
-def accumulator_dtype(dtype: torch.dtype):
-    """Triton dtype sums are kept in: int64 for integers (exact, wraps like the dtype on the
-    final cast), float64 for float64, float32 for the other floats."""
-    if dtype in INT_DTYPES or dtype == torch.bool:
-        return tl.int64
-    if dtype == torch.float64:
-        return tl.float64
-    return tl.float32
+from .common import accumulator_dtype, cdiv, needs_int64, next_power_of_2
 
 
 @dataclass(frozen=True)
@@ -88,16 +63,16 @@ def _image_strides(x: torch.Tensor) -> tuple[int, int, int, int]:
 
 # GPU launch configuration of im2col (tile = block_p positions x tile_elements/block_p rows) and
 # col2im (block elements); benchmarks/sweep_im2col.py measures the alternatives.
-IM2COL_CONFIG = {"block_p": 128, "tile_elements": 2048, "num_warps": 4, "positions_fastest": False}
+IM2COL_CONFIG = {"block_p": 64, "tile_elements": 2048, "num_warps": 4}
 COL2IM_CONFIG = {"block": 512, "num_warps": 4}
 
 
 def _tiles(rows: int, positions: int, config=IM2COL_CONFIG) -> tuple[int, int]:
     """(BLOCK_R, BLOCK_P) for a rows x positions tile of a memory-bound 2-D kernel."""
     if INTERPRETER:
-        return min(32, triton.next_power_of_2(rows)), min(256, triton.next_power_of_2(positions))
-    block_p = min(config["block_p"], max(16, triton.next_power_of_2(positions)))
-    block_r = min(triton.next_power_of_2(rows), max(1, config["tile_elements"] // block_p))
+        return min(32, next_power_of_2(rows)), min(256, next_power_of_2(positions))
+    block_p = min(config["block_p"], max(16, next_power_of_2(positions)))
+    block_r = min(next_power_of_2(rows), max(1, config["tile_elements"] // block_p))
     return block_r, block_p
 
 
@@ -119,7 +94,7 @@ def im2col(
     (H, W), (KH, KW) = geometry.input, geometry.kernel
     OW = geometry.output[1]
     block_r, block_p = _tiles(rows, num_positions)
-    grid = (triton.cdiv(rows, block_r) * triton.cdiv(num_positions, block_p),)
+    grid = (cdiv(rows, block_r) * cdiv(num_positions, block_p),)
     L = geometry.output_numel
     # Positions stored contiguously: samples abut (sn == L) or the chunk is inside one sample.
     n0 = position_start // L
@@ -148,7 +123,6 @@ def im2col(
         layout.sg,
         layout.sk,
         FLAT_POSITIONS=flat,
-        POSITIONS_FASTEST=IM2COL_CONFIG["positions_fastest"],
         BLOCK_R=block_r,
         BLOCK_P=block_p,
         INDEX_64=needs_int64(x, col),
@@ -178,7 +152,7 @@ def col2im(
     (H, W), (KH, KW), (OH, OW) = geometry.input, geometry.kernel, geometry.output
     numel = (n_end - n_start) * C * H * W
     block = 4096 if INTERPRETER else COL2IM_CONFIG["block"]
-    col2im_kernel[(triton.cdiv(numel, block),)](
+    col2im_kernel[(cdiv(numel, block),)](
         col,
         out,
         n_start,
@@ -233,7 +207,7 @@ def relayout(
     if channels == 0 or num_positions == 0:
         return
     block_c, block_p = _tiles(channels, num_positions)
-    grid = (triton.cdiv(channels, block_c) * triton.cdiv(num_positions, block_p),)
+    grid = (cdiv(channels, block_c) * cdiv(num_positions, block_p),)
     relayout_kernel[grid](
         src,
         dst,
