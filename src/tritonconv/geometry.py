@@ -123,10 +123,32 @@ def _resolve_padding(padding, kernel, stride, dilation, n: int):
     return pads, pads
 
 
+def _frozen(value):
+    return tuple(value) if isinstance(value, list) else value
+
+
 def sliding_geometry(
     input_size: Sequence[int], kernel_size, stride, padding, dilation, *, what: str = "conv"
 ) -> Geometry:
-    """Validate and normalise one sliding-window geometry; raises on any bad value."""
+    """Validate and normalise one sliding-window geometry; raises on any bad value.
+
+    Cached by value (it is pure and every call of conv2d needs it); errors are never cached."""
+    args = (tuple(input_size), *(_frozen(v) for v in (kernel_size, stride, padding, dilation)))
+    try:
+        hash(args)
+    except TypeError:  # an unusual sequence type: validate without the cache
+        return _sliding_geometry(*args, what=what)
+    return _cached_sliding_geometry(*args, what=what)
+
+
+@functools.lru_cache(maxsize=4096)
+def _cached_sliding_geometry(*args, what: str) -> Geometry:
+    return _sliding_geometry(*args, what=what)
+
+
+def _sliding_geometry(
+    input_size: Sequence[int], kernel_size, stride, padding, dilation, *, what: str
+) -> Geometry:
     n = len(input_size)
     kernel = expand_param(kernel_size, n, "kernel_size")
     strides = expand_param(stride, n, "stride")
