@@ -60,7 +60,9 @@ def host_table():
         print(f"{name:34} {host_us(fn):10.1f}")
 
 
-def gpu_table(names=("r50_3x3_56", "r50_3x3_28", "r50_3x3_7", "r50_1x1_56")):
+def gpu_table(
+    names=("r50_3x3_56", "r50_3x3_28", "dw3x3_56", "dw31x31_32", "seed_1ch_112", "seed_3ch_512"),
+):
     torch.backends.cuda.matmul.allow_tf32 = False
     for name in names:
         case = BY_NAME[name]
@@ -96,7 +98,23 @@ def host_profile(calls=2000):
     pstats.Stats(profiler).sort_stats("tottime").print_stats(14)
 
 
+def crop_table():
+    x = torch.randn(32, 256, 64, 64, device="cuda", requires_grad=True)
+    y = tc.crop(x, (32, 240, 57, 56), axis=1, offset=(10, 3, 5))
+    gy = torch.randn_like(y)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for _ in range(5):
+            y = tc.crop(x, (32, 240, 57, 56), axis=1, offset=(10, 3, 5))
+            torch.autograd.grad(y, x, gy)
+            x.detach()[:, 10:250, 3:60, 5:61].contiguous()
+        torch.cuda.synchronize()
+    print("--- crop anchor: GPU kernels (per call)")
+    for evt in sorted(prof.key_averages(), key=lambda e: -e.device_time_total)[:5]:
+        print(f"  {evt.device_time_total / evt.count:9.1f} µs x{evt.count}  {evt.key[:90]}")
+
+
 if __name__ == "__main__":
     host_profile()
     host_table()
+    crop_table()
     gpu_table()
