@@ -63,11 +63,14 @@ def _image_strides(x: torch.Tensor) -> tuple[int, int, int, int]:
 
 # GPU launch configuration of im2col (tile = block_p positions x tile_elements/block_p rows) and
 # col2im (block elements); benchmarks/sweep_im2col.py measures the alternatives.
-IM2COL_CONFIG = {"block_p": 64, "tile_elements": 2048, "num_warps": 4}
+# (H100 sweep, benchmarks/NOTES.md: im2col 32x32/2 warps 151 µs vs 64x32/4 165 µs vs 128x16/4
+# 178 µs on r50_3x3_56; relayout keeps 128x16, which was 3x faster than 64x32 for it.)
+IM2COL_CONFIG = {"block_p": 32, "tile_elements": 1024, "num_warps": 2}
 COL2IM_CONFIG = {"block": 512, "num_warps": 4}
+RELAYOUT_CONFIG = {"block_p": 128, "tile_elements": 2048, "num_warps": 4}
 
 
-def _tiles(rows: int, positions: int, config=IM2COL_CONFIG) -> tuple[int, int]:
+def _tiles(rows: int, positions: int, config) -> tuple[int, int]:
     """(BLOCK_R, BLOCK_P) for a rows x positions tile of a memory-bound 2-D kernel."""
     if INTERPRETER:
         return min(32, next_power_of_2(rows)), min(256, next_power_of_2(positions))
@@ -93,7 +96,7 @@ def im2col(
         return
     (H, W), (KH, KW) = geometry.input, geometry.kernel
     OW = geometry.output[1]
-    block_r, block_p = _tiles(rows, num_positions)
+    block_r, block_p = _tiles(rows, num_positions, IM2COL_CONFIG)
     grid = (cdiv(rows, block_r) * cdiv(num_positions, block_p),)
     L = geometry.output_numel
     # Positions stored contiguously: samples abut (sn == L) or the chunk is inside one sample.
@@ -206,7 +209,7 @@ def relayout(
     check_kernel_device(dst, "output")
     if channels == 0 or num_positions == 0:
         return
-    block_c, block_p = _tiles(channels, num_positions)
+    block_c, block_p = _tiles(channels, num_positions, RELAYOUT_CONFIG)
     grid = (cdiv(channels, block_c) * cdiv(num_positions, block_p),)
     relayout_kernel[grid](
         src,
@@ -224,7 +227,7 @@ def relayout(
         BLOCK_C=block_c,
         BLOCK_P=block_p,
         INDEX_64=needs_int64(src, dst),
-        num_warps=4,
+        num_warps=RELAYOUT_CONFIG["num_warps"],
     )
 
 
