@@ -59,58 +59,34 @@ class Fold(torch.autograd.Function):
         return ops.unfold(grad_image, *ctx.window), None, None, None, None, None
 
 
-class Conv2dGemm(torch.autograd.Function):
-    """Convolution by im2col + GEMM; gradients for input, weight and bias."""
+def _conv_function(name: str, doc: str, forward_op, backward_op, option=None):
+    """An autograd Function over a convolution family's two ops.
 
-    @staticmethod
-    def forward(ctx, input, weight, bias, stride, pad_before, pad_after, dilation, groups, limit):
-        ctx.params = (stride, pad_before, pad_after, dilation, groups, limit)
-        ctx.has_bias = bias is not None
-        ctx.save_for_backward(input, weight)
-        return ops.conv2d_gemm(
-            input, weight, bias, stride, pad_before, pad_after, dilation, groups, limit
-        )
-
-    @staticmethod
-    def backward(ctx, grad_output):
-        input, weight = ctx.saved_tensors
-        grad_input = grad_weight = grad_bias = None
-        mask = list(ctx.needs_input_grad[:2])
-        if any(mask):
-            grad_input, grad_weight = ops.conv2d_gemm_backward(
-                grad_output, input, weight, *ctx.params, mask
-            )
-            grad_input = grad_input if mask[0] else None
-            grad_weight = grad_weight if mask[1] else None
-        if ctx.has_bias and ctx.needs_input_grad[2]:
-            grad_bias = grad_output.sum(dim=(0, 2, 3))
-        return grad_input, grad_weight, grad_bias, None, None, None, None, None, None
-
-
-def _direct_conv_function(depthwise: bool, name: str, doc: str):
-    """An autograd Function over the ``conv2d_direct*`` ops, on the depthwise kernels or not.
-    ``workspace_limit`` is accepted for the common signature and unused (no workspace)."""
+    ``apply(input, weight, bias, stride, pad_before, pad_after, dilation, groups,
+    workspace_limit)`` is common to every algorithm; the ops' last parameter is the family's
+    option: the workspace limit (im2col+GEMM), or whether to use the depthwise kernels.
+    """
 
     class Function(torch.autograd.Function):
         @staticmethod
-        def forward(ctx, input, weight, bias, stride, pad_before, pad_after, dilation, groups, _):
-            ctx.params = (stride, pad_before, pad_after, dilation, groups, depthwise)
+        def forward(
+            ctx, input, weight, bias, stride, pad_before, pad_after, dilation, groups, limit
+        ):
+            family_option = limit if option is None else option
+            ctx.params = (stride, pad_before, pad_after, dilation, groups, family_option)
             ctx.has_bias = bias is not None
             ctx.save_for_backward(input, weight)
-            return ops.conv2d_direct(
-                input, weight, bias, stride, pad_before, pad_after, dilation, groups, depthwise
-            )
+            return forward_op(input, weight, bias, *ctx.params)
 
         @staticmethod
         def backward(ctx, grad_output):
             input, weight = ctx.saved_tensors
             grad_input = grad_weight = grad_bias = None
-            if ctx.needs_input_grad[0]:
-                grad_input = ops.conv2d_direct_grad_input(grad_output, weight, input, *ctx.params)
-            if ctx.needs_input_grad[1]:
-                grad_weight = ops.conv2d_direct_grad_weight(
-                    grad_output, input, list(weight.shape), *ctx.params
-                )
+            mask = list(ctx.needs_input_grad[:2])
+            if any(mask):
+                grad_input, grad_weight = backward_op(grad_output, input, weight, *ctx.params, mask)
+                grad_input = grad_input if mask[0] else None
+                grad_weight = grad_weight if mask[1] else None
             if ctx.has_bias and ctx.needs_input_grad[2]:
                 grad_bias = grad_output.sum(dim=(0, 2, 3))
             return grad_input, grad_weight, grad_bias, None, None, None, None, None, None
@@ -120,11 +96,25 @@ def _direct_conv_function(depthwise: bool, name: str, doc: str):
     return Function
 
 
-Conv2dDirect = _direct_conv_function(
-    False, "Conv2dDirect", "Direct convolution (any groups; integer dtypes exact)."
+Conv2dGemm = _conv_function(
+    "Conv2dGemm",
+    "Convolution by im2col + GEMM; gradients for input, weight and bias.",
+    ops.conv2d_gemm,
+    ops.conv2d_gemm_backward,
 )
-Conv2dDepthwise = _direct_conv_function(
-    True, "Conv2dDepthwise", "Depthwise convolution (groups == in_channels), specialised kernels."
+Conv2dDirect = _conv_function(
+    "Conv2dDirect",
+    "Direct convolution (any groups; integer dtypes exact).",
+    ops.conv2d_direct,
+    ops.conv2d_direct_backward,
+    option=False,
+)
+Conv2dDepthwise = _conv_function(
+    "Conv2dDepthwise",
+    "Depthwise convolution (groups == in_channels), specialised kernels.",
+    ops.conv2d_direct,
+    ops.conv2d_direct_backward,
+    option=True,
 )
 
 

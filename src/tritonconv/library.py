@@ -151,10 +151,14 @@ def conv2d_gemm_backward(
     )
 
 
-@conv2d_gemm_backward.register_fake
-def _(grad_output, input, weight, stride, pad_before, pad_after, dilation, groups, limit, mask):
+def _conv_backward_fake(
+    grad_output, input, weight, stride, pad_before, pad_after, dilation, groups, option, mask
+):
     grad_input = _empty_conv_output(input, input.shape) if mask[0] else input.new_empty(0)
     return grad_input, input.new_empty(weight.shape if mask[1] else 0)
+
+
+conv2d_gemm_backward.register_fake(_conv_backward_fake)
 
 
 # --------------------------------------------------------------------------------------------
@@ -186,53 +190,40 @@ def _(input, weight, bias, stride, pad_before, pad_after, dilation, groups, dept
     return _empty_conv_output(input, (input.shape[0], weight.shape[0], *geometry.output))
 
 
-@custom_op("conv2d_direct_grad_input")
-def conv2d_direct_grad_input(
-    grad_output: Tensor,
-    weight: Tensor,
-    input_like: Tensor,
-    stride: list[int],
-    pad_before: list[int],
-    pad_after: list[int],
-    dilation: list[int],
-    groups: int,
-    depthwise_kernels: bool,
-) -> Tensor:
-    """``input_like`` supplies the input's shape, dtype and memory format (not its values)."""
-    geometry = _conv_geometry(
-        input_like.shape, weight.shape, stride, pad_before, pad_after, dilation
-    )
-    if depthwise_kernels:
-        return depthwise.depthwise_grad_input(grad_output, weight, input_like, geometry)
-    return direct.conv2d_grad_input(grad_output, weight, input_like, geometry, groups)
-
-
-@conv2d_direct_grad_input.register_fake
-def _(grad_output, weight, input_like, stride, pad_before, pad_after, dilation, groups, dw):
-    return _empty_conv_output(input_like, input_like.shape)
-
-
-@custom_op("conv2d_direct_grad_weight")
-def conv2d_direct_grad_weight(
+@custom_op("conv2d_direct_backward")
+def conv2d_direct_backward(
     grad_output: Tensor,
     input: Tensor,
-    weight_size: list[int],
+    weight: Tensor,
     stride: list[int],
     pad_before: list[int],
     pad_after: list[int],
     dilation: list[int],
     groups: int,
     depthwise_kernels: bool,
-) -> Tensor:
-    geometry = _conv_geometry(input.shape, weight_size, stride, pad_before, pad_after, dilation)
-    if depthwise_kernels:
-        return depthwise.depthwise_grad_weight(grad_output, input, weight_size, geometry)
-    return direct.conv2d_grad_weight(grad_output, input, weight_size, geometry, groups)
+    output_mask: list[bool],
+) -> tuple[Tensor, Tensor]:
+    """(grad_input, grad_weight); an output left out by ``output_mask`` is an empty tensor."""
+    geometry = _conv_geometry(input.shape, weight.shape, stride, pad_before, pad_after, dilation)
+    empty = input.new_empty(0)
+    grad_input = grad_weight = empty
+    if output_mask[0]:
+        if depthwise_kernels:
+            grad_input = depthwise.depthwise_grad_input(grad_output, weight, input, geometry)
+        else:
+            grad_input = direct.conv2d_grad_input(grad_output, weight, input, geometry, groups)
+    if output_mask[1]:
+        weight_size = list(weight.shape)
+        if depthwise_kernels:
+            grad_weight = depthwise.depthwise_grad_weight(grad_output, input, weight_size, geometry)
+        else:
+            grad_weight = direct.conv2d_grad_weight(
+                grad_output, input, weight_size, geometry, groups
+            )
+    return grad_input, grad_weight
 
 
-@conv2d_direct_grad_weight.register_fake
-def _(grad_output, input, weight_size, stride, pad_before, pad_after, dilation, groups, dw):
-    return input.new_empty(weight_size)
+conv2d_direct_backward.register_fake(_conv_backward_fake)
 
 
 # --------------------------------------------------------------------------------------------
