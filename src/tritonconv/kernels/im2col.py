@@ -95,11 +95,19 @@ def im2col_kernel(
     g = r // rows_per_group
     kg = r % rows_per_group
 
-    ih = oh[None, :] * stride_h - pad_h + kh[:, None] * dil_h
-    iw = ow[None, :] * stride_w - pad_w + kw[:, None] * dil_w
+    # Row and position parts of every index are formed on the vectors, so each element of
+    # the tile costs one add per coordinate and one for its address.
+    oh_in = oh * stride_h
+    ow_in = ow * stride_w
+    kh_in = kh * dil_h - pad_h
+    kw_in = kw * dil_w - pad_w
+    ih = oh_in[None, :] + kh_in[:, None]
+    iw = ow_in[None, :] + kw_in[:, None]
     inside = (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W)
     store_ok = row_ok[:, None] & pos_ok[None, :]
-    src = x_ptr + (n * x_sn)[None, :] + (c * x_sc)[:, None] + ih * x_sh + iw * x_sw
+    position_src = n * x_sn + oh_in * x_sh + ow_in * x_sw
+    row_src = c * x_sc + kh_in * x_sh + kw_in * x_sw
+    src = x_ptr + position_src[None, :] + row_src[:, None]
     values = tl.load(src, mask=store_ok & inside, other=0)
     position_offset = p if FLAT_POSITIONS else n * col_sn + q * col_sq
     dst = col_ptr + col_base + position_offset[None, :] + (g * col_sg + kg * col_sk)[:, None]
