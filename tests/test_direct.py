@@ -176,6 +176,68 @@ def test_depthwise_bf16_band(device):
     _check(x, w, algo="depthwise", padding=4, groups=2)
 
 
+def _layout(x, layout):
+    if layout == "nhwc":
+        return x.to(memory_format=torch.channels_last)
+    if layout == "strided":  # every other column of a wider tensor: no unit stride anywhere
+        wide = torch.zeros((*x.shape[:3], 2 * x.shape[3]), dtype=x.dtype, device=x.device)
+        wide[..., ::2] = x
+        return wide[..., ::2]
+    return x
+
+
+@pytest.mark.parametrize("layout", ("nchw", "nhwc", "strided"))
+@pytest.mark.parametrize("multiplier", (1, 2))
+@pytest.mark.parametrize(
+    "kernel, kw",
+    [
+        ((3, 3), dict(padding=1)),
+        ((1, 3), dict(padding=(0, 1))),
+        ((2, 2), dict(padding="same")),  # asymmetric padding (pad_before 0, after 1)
+        ((3, 2), dict(stride=(2, 1), padding=(1, 0), dilation=(1, 2))),
+        ((5, 5), dict(padding=2)),  # unrolled forward/dX, general dW
+    ],
+    ids=("3x3", "1x3", "2x2same", "3x2geo", "5x5"),
+)
+def test_depthwise_small_kernels(layout, multiplier, kernel, kw, device):
+    """The unrolled small-kernel kernels (forward, stride-1 dX, dW up to 3x3) in float64 against
+    PyTorch, odd sizes spanning several tiles and a batch split unevenly."""
+    C = 3
+    x = _layout(random_tensor((3, C, 37, 9), torch.float64, device), layout)
+    w = random_tensor((C * multiplier, 1, *kernel), torch.float64, device)
+    b = random_tensor((C * multiplier,), torch.float64, device)
+    _check(x, w, b, algo="depthwise", groups=C, **kw)
+
+
+@pytest.mark.parametrize("dtype", (torch.float32, torch.bfloat16))
+@pytest.mark.parametrize("layout", ("nchw", "nhwc"))
+def test_depthwise_small_low_precision(dtype, layout, device):
+    x = _layout(random_tensor((2, 8, 11, 9), dtype, device), layout)
+    w = random_tensor((8, 1, 3, 3), dtype, device)
+    b = random_tensor((8,), dtype, device)
+    _check(x, w, b, algo="depthwise", padding=1, groups=8)
+
+
+@pytest.mark.parametrize("layout", ("nchw", "nhwc"))
+def test_depthwise_small_writes_everything(layout, device, monkeypatch):
+    """Outputs and dW partial buffers start as NaN: every element must be written."""
+    from tritonconv.ops import depthwise as ops
+
+    empty = torch.empty
+
+    def poisoned(*args, **kwargs):
+        t = empty(*args, **kwargs)
+        if t.is_floating_point():
+            t.fill_(float("nan"))
+        return t
+
+    monkeypatch.setattr(torch, "empty", poisoned)
+    monkeypatch.setattr(ops.torch, "empty", poisoned)
+    x = _layout(random_tensor((3, 4, 35, 9), torch.float32, device), layout)
+    w = random_tensor((8, 1, 3, 3), torch.float32, device)
+    _check(x, w, algo="depthwise", padding=1, groups=4)
+
+
 def test_auto_picks_depthwise_and_direct():
     x = random_tensor((1, 4, 6, 6), torch.float32)
     w = random_tensor((4, 1, 3, 3), torch.float32)

@@ -400,3 +400,248 @@ def depthwise_band_grad_weight_kernel(
     dst = partial_ptr + split * C_out * KH * KW + c * KH * KW
     dst += (kh * KW)[:, None] + kw[None, :]
     tl.store(dst, acc, mask=kh_ok[:, None] & kw_ok[None, :])
+
+
+@triton.jit
+def depthwise_small_kernel(
+    # pointers
+    src_ptr,
+    w_ptr,
+    bias_ptr,
+    dst_ptr,
+    # sizes
+    C_dst,
+    SH,
+    SW,
+    DH,
+    DW,
+    R,
+    DIV,
+    # geometry
+    stride_h,
+    stride_w,
+    pad_h,
+    pad_w,
+    dil_h,
+    dil_w,
+    # strides
+    src_sn,
+    src_sc,
+    src_sh,
+    src_sw,
+    dst_sn,
+    dst_sc,
+    dst_sh,
+    dst_sw,
+    w_base,
+    w_sc,
+    w_skh,
+    w_skw,
+    # meta-parameters
+    KH: tl.constexpr,
+    KW: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    ACC_DTYPE: tl.constexpr,
+    BLOCK_C: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    BLOCK_W: tl.constexpr,
+    INDEX_64: tl.constexpr,
+):
+    """``depthwise_kernel`` with the kernel size compile-time (small kernels, taps unrolled):
+    the row pointer tile is built once per kernel row, each tap adds ``kw * dil_w * src_sw``
+    (a constant when both are 1, which Triton specializes), so a tap costs one load, one mask
+    AND and one FMA per element; the per-tap weights are independent loads the unrolled code
+    issues up front. Grid ``(N * channel blocks, spatial tiles)``."""
+    pid_nc = tl.program_id(0)
+    pid_hw = tl.program_id(1)
+    c_blocks = tl.cdiv(C_dst, BLOCK_C)
+    n = pid_nc // c_blocks
+    w_tiles = tl.cdiv(DW, BLOCK_W)
+    c = (pid_nc % c_blocks) * BLOCK_C + tl.arange(0, BLOCK_C)
+    h = (pid_hw // w_tiles) * BLOCK_H + tl.arange(0, BLOCK_H)
+    w = (pid_hw % w_tiles) * BLOCK_W + tl.arange(0, BLOCK_W)
+    if INDEX_64:
+        n = n.to(tl.int64)
+        c = c.to(tl.int64)
+        h = h.to(tl.int64)
+        w = w.to(tl.int64)
+    c_ok = c < C_dst
+    out_ok = c_ok[:, None, None] & (h < DH)[None, :, None] & (w < DW)[None, None, :]
+    ih0 = h * stride_h - pad_h
+    iw0 = w * stride_w - pad_w
+    col0 = (iw0 * src_sw)[None, None, :]
+
+    acc = tl.zeros([BLOCK_C, BLOCK_H, BLOCK_W], dtype=ACC_DTYPE)
+    for r in range(0, R):
+        wc = c * R + r
+        src_c = src_ptr + n * src_sn + (wc // DIV) * src_sc
+        w_c = w_ptr + w_base + wc * w_sc
+        for kh in tl.static_range(KH):
+            ih = ih0 + kh * dil_h
+            row_ok = out_ok & ((ih >= 0) & (ih < SH))[None, :, None]
+            row = src_c[:, None, None] + (ih * src_sh)[None, :, None] + col0
+            for kw in tl.static_range(KW):
+                iw = iw0 + kw * dil_w
+                ok = row_ok & ((iw >= 0) & (iw < SW))[None, None, :]
+                x = tl.load(row + kw * dil_w * src_sw, mask=ok, other=0)
+                wt = tl.load(w_c + kh * w_skh + kw * w_skw, mask=c_ok, other=0)
+                acc += x.to(ACC_DTYPE) * wt.to(ACC_DTYPE)[:, None, None]
+
+    if HAS_BIAS:
+        bias = tl.load(bias_ptr + c, mask=c_ok, other=0)
+        acc += bias.to(ACC_DTYPE)[:, None, None]
+    dst = dst_ptr + n * dst_sn + (c * dst_sc)[:, None, None]
+    dst += (h * dst_sh)[None, :, None] + (w * dst_sw)[None, None, :]
+    tl.store(dst, acc.to(dst_ptr.dtype.element_ty), mask=out_ok)
+
+
+@triton.jit
+def _wgrad_tap(acc, dy, x_n, x_off, ih0, iw0, H, W, out_ok, kh, kw, dil_h, dil_w, x_sh, x_sw):
+    """acc + dy * x shifted to tap (kh, kw); zero outside the image."""
+    ih = ih0 + kh * dil_h
+    iw = iw0 + kw * dil_w
+    ok = out_ok & ((ih >= 0) & (ih < H))[None, :, None] & ((iw >= 0) & (iw < W))[None, None, :]
+    x = tl.load(x_n + x_off + (kh * dil_h * x_sh + kw * dil_w * x_sw), mask=ok, other=0)
+    return acc + dy * x.to(acc.dtype)
+
+
+@triton.jit
+def _wgrad_store(dst, acc, t, c_ok):
+    tl.store(dst + t, tl.sum(tl.sum(acc, 2), 1), mask=c_ok)
+
+
+@triton.jit
+def depthwise_small_grad_weight_kernel(
+    # pointers
+    dy_ptr,
+    x_ptr,
+    partial_ptr,
+    # sizes
+    samples_per_split,
+    N,
+    C_out,
+    H,
+    W,
+    OH,
+    OW,
+    multiplier,
+    # geometry
+    stride_h,
+    stride_w,
+    pad_h,
+    pad_w,
+    dil_h,
+    dil_w,
+    # strides
+    dy_sn,
+    dy_sc,
+    dy_sh,
+    dy_sw,
+    x_sn,
+    x_sc,
+    x_sh,
+    x_sw,
+    # meta-parameters
+    KH: tl.constexpr,
+    KW: tl.constexpr,
+    ACC_DTYPE: tl.constexpr,
+    BLOCK_C: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    BLOCK_W: tl.constexpr,
+    INDEX_64: tl.constexpr,
+):
+    """Weight gradient for kernels up to 3x3: one elementwise accumulator tile per tap (nine
+    at most), summed over the split's samples with one ``dy`` load and one shifted ``x`` load
+    per tap and sample; the tiles are reduced once, at the end. ``partial`` is
+    ``(splits * spatial tiles, C_out, KH*KW)`` contiguous; grid
+    ``(channel blocks * spatial tiles, splits)``."""
+    pid_ct = tl.program_id(0)
+    split = tl.program_id(1)
+    tiles = tl.cdiv(OH, BLOCK_H) * tl.cdiv(OW, BLOCK_W)
+    tile = pid_ct % tiles
+    w_tiles = tl.cdiv(OW, BLOCK_W)
+    c = (pid_ct // tiles) * BLOCK_C + tl.arange(0, BLOCK_C)
+    h = (tile // w_tiles) * BLOCK_H + tl.arange(0, BLOCK_H)
+    w = (tile % w_tiles) * BLOCK_W + tl.arange(0, BLOCK_W)
+    if INDEX_64:
+        c = c.to(tl.int64)
+        h = h.to(tl.int64)
+        w = w.to(tl.int64)
+        split = split.to(tl.int64)
+        tile = tile.to(tl.int64)
+    c_ok = c < C_out
+    out_ok = c_ok[:, None, None] & (h < OH)[None, :, None] & (w < OW)[None, None, :]
+    dy_off = (c * dy_sc)[:, None, None] + (h * dy_sh)[None, :, None] + (w * dy_sw)[None, None, :]
+    ih0 = h * stride_h - pad_h
+    iw0 = w * stride_w - pad_w
+    x_off = ((c // multiplier) * x_sc)[:, None, None] + (ih0 * x_sh)[None, :, None]
+    x_off += (iw0 * x_sw)[None, None, :]
+    n_first = split * samples_per_split
+    n_last = tl.minimum(n_first + samples_per_split, N)
+
+    a00 = tl.zeros([BLOCK_C, BLOCK_H, BLOCK_W], dtype=ACC_DTYPE)
+    a01 = tl.zeros([BLOCK_C, BLOCK_H, BLOCK_W], dtype=ACC_DTYPE)
+    a02 = tl.zeros([BLOCK_C, BLOCK_H, BLOCK_W], dtype=ACC_DTYPE)
+    a10 = tl.zeros([BLOCK_C, BLOCK_H, BLOCK_W], dtype=ACC_DTYPE)
+    a11 = tl.zeros([BLOCK_C, BLOCK_H, BLOCK_W], dtype=ACC_DTYPE)
+    a12 = tl.zeros([BLOCK_C, BLOCK_H, BLOCK_W], dtype=ACC_DTYPE)
+    a20 = tl.zeros([BLOCK_C, BLOCK_H, BLOCK_W], dtype=ACC_DTYPE)
+    a21 = tl.zeros([BLOCK_C, BLOCK_H, BLOCK_W], dtype=ACC_DTYPE)
+    a22 = tl.zeros([BLOCK_C, BLOCK_H, BLOCK_W], dtype=ACC_DTYPE)
+    for n in range(n_first, n_last):
+        dy = tl.load(dy_ptr + n * dy_sn + dy_off, mask=out_ok, other=0).to(ACC_DTYPE)
+        x_n = x_ptr + n * x_sn
+        a00 = _wgrad_tap(
+            a00, dy, x_n, x_off, ih0, iw0, H, W, out_ok, 0, 0, dil_h, dil_w, x_sh, x_sw
+        )
+        if KW > 1:
+            a01 = _wgrad_tap(
+                a01, dy, x_n, x_off, ih0, iw0, H, W, out_ok, 0, 1, dil_h, dil_w, x_sh, x_sw
+            )
+        if KW > 2:
+            a02 = _wgrad_tap(
+                a02, dy, x_n, x_off, ih0, iw0, H, W, out_ok, 0, 2, dil_h, dil_w, x_sh, x_sw
+            )
+        if KH > 1:
+            a10 = _wgrad_tap(
+                a10, dy, x_n, x_off, ih0, iw0, H, W, out_ok, 1, 0, dil_h, dil_w, x_sh, x_sw
+            )
+            if KW > 1:
+                a11 = _wgrad_tap(
+                    a11, dy, x_n, x_off, ih0, iw0, H, W, out_ok, 1, 1, dil_h, dil_w, x_sh, x_sw
+                )
+            if KW > 2:
+                a12 = _wgrad_tap(
+                    a12, dy, x_n, x_off, ih0, iw0, H, W, out_ok, 1, 2, dil_h, dil_w, x_sh, x_sw
+                )
+        if KH > 2:
+            a20 = _wgrad_tap(
+                a20, dy, x_n, x_off, ih0, iw0, H, W, out_ok, 2, 0, dil_h, dil_w, x_sh, x_sw
+            )
+            if KW > 1:
+                a21 = _wgrad_tap(
+                    a21, dy, x_n, x_off, ih0, iw0, H, W, out_ok, 2, 1, dil_h, dil_w, x_sh, x_sw
+                )
+            if KW > 2:
+                a22 = _wgrad_tap(
+                    a22, dy, x_n, x_off, ih0, iw0, H, W, out_ok, 2, 2, dil_h, dil_w, x_sh, x_sw
+                )
+
+    dst = partial_ptr + (split * tiles + tile) * C_out * (KH * KW) + c * (KH * KW)
+    _wgrad_store(dst, a00, 0, c_ok)
+    if KW > 1:
+        _wgrad_store(dst, a01, 1, c_ok)
+    if KW > 2:
+        _wgrad_store(dst, a02, 2, c_ok)
+    if KH > 1:
+        _wgrad_store(dst, a10, KW, c_ok)
+        if KW > 1:
+            _wgrad_store(dst, a11, KW + 1, c_ok)
+        if KW > 2:
+            _wgrad_store(dst, a12, KW + 2, c_ok)
+    if KH > 2:
+        _wgrad_store(dst, a20, 2 * KW, c_ok)
+        if KW > 1:
+            _wgrad_store(dst, a21, 2 * KW + 1, c_ok)
+        if KW > 2:
+            _wgrad_store(dst, a22, 2 * KW + 2, c_ok)

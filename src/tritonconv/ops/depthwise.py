@@ -27,6 +27,8 @@ from ..kernels.depthwise import (
     depthwise_band_kernel,
     depthwise_grad_weight_kernel,
     depthwise_kernel,
+    depthwise_small_grad_weight_kernel,
+    depthwise_small_kernel,
 )
 from . import direct
 from .common import accumulator_dtype, cdiv, needs_int64, next_power_of_2
@@ -36,6 +38,23 @@ from .conv_gemm import _empty_like_memory_format
 # choice: at KW = 7 a 32-column band does ~4.6x redundant multiplies on tensor cores that are
 # ~8-16x faster than FMAs; to be confirmed by measurement on the GPU).
 BAND_MIN_KW = 7
+
+# Launch configuration of the small-kernel FMA kernels (``depthwise_small_kernel``, forward and
+# stride-1 dX; ``depthwise_small_grad_weight_kernel``, dW), per memory format. ``block_c`` is
+# the channel block (channels-last; NCHW uses 1), ``block_h`` x ``block_w`` the spatial tile;
+# dW also splits the batch until about ``target_programs`` programs run. Picked from
+# ``benchmarks/sweep_depthwise.py`` on the GPU; under the interpreter tiles are made large.
+DEPTHWISE_CONFIG = {
+    "fwd_nchw": dict(block_h=16, block_w=64, num_warps=4),
+    "fwd_channels_last": dict(block_c=32, block_h=4, block_w=8, num_warps=4),
+    "wgrad_nchw": dict(block_h=16, block_w=64, num_warps=4, target_programs=4096),
+    "wgrad_channels_last": dict(
+        block_c=32, block_h=4, block_w=8, num_warps=4, target_programs=4096
+    ),
+}
+# Largest kernels (in taps) for which the forward/dX unrolls its taps at compile time; dW's
+# unrolled kernel covers up to 3x3 (one accumulator tile per tap).
+SMALL_MAX_TAPS = 25
 
 
 def uses_band(dtype: torch.dtype, geometry: Geometry) -> bool:
@@ -61,6 +80,21 @@ def _fma_tiles(t: torch.Tensor, height: int, width: int):
         return block_c, _pow2(height, 1, max(1, elements // (block_c * block_w))), block_w
     block_w = _pow2(width, 1, 64)
     return 1, _pow2(height, 1, max(1, elements // block_w)), block_w
+
+
+def _small_tiles(t: torch.Tensor, height: int, width: int, config: dict):
+    """(BLOCK_C, BLOCK_H, BLOCK_W) of the small-kernel kernels from a DEPTHWISE_CONFIG entry."""
+    block_h, block_w = config["block_h"], config["block_w"]
+    block_c = 1
+    if _is_channels_last(t):
+        channels = t.shape[1]
+        block_c = _pow2(channels, 1, config["block_c"])
+        while block_c > 8 and channels % block_c:
+            block_c //= 2
+    if INTERPRETER:
+        block_h, block_w = 32, 64
+        block_c = min(block_c, 4)
+    return block_c, _pow2(height, 1, block_h), _pow2(width, 1, block_w)
 
 
 def _weight_walk(weight: torch.Tensor, flip: bool):
@@ -108,6 +142,26 @@ def _launch(src, weight, bias, dst, geometry: Geometry, R: int, DIV: int, flip: 
             BLOCK_J=32,
             INDEX_64=index_64,
             num_warps=4,
+        )
+        return dst
+    KH, KW = geometry.kernel
+    if KH * KW <= SMALL_MAX_TAPS:
+        key = "fwd_channels_last" if _is_channels_last(dst) else "fwd_nchw"
+        config = DEPTHWISE_CONFIG[key]
+        block_c, block_h, block_w = _small_tiles(dst, DH, DW, config)
+        grid = (N * cdiv(C_dst, block_c), cdiv(DH, block_h) * cdiv(DW, block_w))
+        depthwise_small_kernel[grid](
+            *common[:9],
+            *common[11:],
+            KH=KH,
+            KW=KW,
+            HAS_BIAS=bias is not None,
+            ACC_DTYPE=accumulator_dtype(src.dtype),
+            BLOCK_C=block_c,
+            BLOCK_H=block_h,
+            BLOCK_W=block_w,
+            INDEX_64=index_64,
+            num_warps=config["num_warps"],
         )
         return dst
     block_c, block_h, block_w = _fma_tiles(dst, DH, DW)
@@ -193,6 +247,39 @@ def depthwise_grad_weight(grad_out, x, weight_shape, geometry: Geometry) -> torc
             BLOCK_K=64,
             INDEX_64=needs_int64(grad_out, x, partial),
             num_warps=4,
+        )
+    elif KH <= 3 and KW <= 3:
+        key = "wgrad_channels_last" if _is_channels_last(grad_out) else "wgrad_nchw"
+        config = DEPTHWISE_CONFIG[key]
+        block_c, block_h, block_w = _small_tiles(grad_out, OH, OW, config)
+        blocks = cdiv(C_out, block_c) * cdiv(OH, block_h) * cdiv(OW, block_w)
+        # Two splits under the interpreter: cheap, and the split bookkeeping gets tested.
+        splits = 2 if INTERPRETER else cdiv(config["target_programs"], blocks)
+        samples_per_split = cdiv(N, max(1, min(N, splits)))
+        splits = cdiv(N, samples_per_split)
+        tiles = cdiv(OH, block_h) * cdiv(OW, block_w)
+        partial = torch.empty((splits * tiles, C_out, KH * KW), dtype=acc_dtype, device=x.device)
+        depthwise_small_grad_weight_kernel[(blocks, splits)](
+            grad_out,
+            x,
+            partial,
+            samples_per_split,
+            N,
+            C_out,
+            *geometry.input,
+            OH,
+            OW,
+            C_out // C_in,
+            *geometry_args,
+            *strides,
+            KH=KH,
+            KW=KW,
+            ACC_DTYPE=accumulator_dtype(x.dtype),
+            BLOCK_C=block_c,
+            BLOCK_H=block_h,
+            BLOCK_W=block_w,
+            INDEX_64=needs_int64(grad_out, x, partial),
+            num_warps=config["num_warps"],
         )
     else:
         block_c, block_h, block_w = _fma_tiles(grad_out, OH, OW)
