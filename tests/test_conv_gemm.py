@@ -154,32 +154,6 @@ def test_workspace_chunking_gives_same_answer(limit, whole, chunks, device):
     assert_close(tc.conv2d(x, w, padding=1, workspace_limit=limit), one.cpu())
 
 
-def test_pipeline_chunks_stay_within_the_plan():
-    from tritonconv.ops.conv_gemm import pipeline_chunk_positions
-
-    L = 784
-    plan = tc.conv2d_workspace((32, 128, 28, 28), (128, 128, 3, 3), padding=1)
-    assert plan.chunks == 1
-    chunk = pipeline_chunk_positions(plan, True, L, 32)
-    assert chunk == 8 * L  # four chunks of whole samples
-    assert 2 * chunk <= plan.chunk_positions  # two lanes' buffers fit the plan
-    assert pipeline_chunk_positions(plan, False, L, 32) is None  # CPU: one stream
-    tight = tc.conv2d_workspace(
-        (32, 128, 28, 28), (128, 128, 3, 3), padding=1, workspace_limit=1152 * 4 * L * 3
-    )
-    assert pipeline_chunk_positions(tight, True, L, 32) == L  # 3 samples fit: lanes of 1
-
-
-def test_large_forward_matches(device):
-    """Big enough (N*L >= 8192) to take the two-stream path on CUDA."""
-    x = torch.randn(8, 4, 32, 32, dtype=torch.float64, device=device)
-    w = torch.randn(6, 4, 3, 3, dtype=torch.float64, device=device)
-    b = torch.randn(6, dtype=torch.float64, device=device)
-    expected = F.conv2d(x.cpu(), w.cpu(), b.cpu(), padding=1)
-    assert_close(tc.conv2d(x, w, b, padding=1), expected, reduction=36)
-    assert_close(tc.conv2d(x, w, padding=1), F.conv2d(x.cpu(), w.cpu(), padding=1), reduction=36)
-
-
 def test_global_workspace_limit():
     assert tc.get_workspace_limit() == tc.DEFAULT_WORKSPACE_LIMIT
     try:

@@ -20,8 +20,6 @@ Inputs arrive validated; integer dtypes are not served here (cuBLAS has no integ
 
 from __future__ import annotations
 
-import contextlib
-import functools
 import math
 from dataclasses import dataclass
 
@@ -104,12 +102,11 @@ def plan_workspace(
     return WorkspacePlan(chunk * bytes_per_position if total else 0, chunk, chunks, whole, False)
 
 
-def _chunks(plan: WorkspacePlan, L: int, total: int, chunk_positions: int | None = None):
+def _chunks(plan: WorkspacePlan, L: int, total: int):
     """(start, count) of each chunk; sub-sample chunks never straddle two samples."""
-    step = chunk_positions or plan.chunk_positions
     start = 0
     while start < total:
-        end = min(start + step, total)
+        end = min(start + plan.chunk_positions, total)
         if not plan.whole_samples:
             end = min(end, (start // L + 1) * L)
         yield start, end - start
@@ -149,88 +146,31 @@ def conv2d_forward(
         return _pointwise_forward(x, w, bias, out, G)
 
     K = w.shape[2]
-    pipeline_chunk = pipeline_chunk_positions(plan, x.is_cuda, L, N)
-    chunk_positions = pipeline_chunk or plan.chunk_positions
-    lanes = _Lanes(x.device, two_streams=pipeline_chunk is not None)
-    for index, (start, count) in enumerate(_chunks(plan, L, N * L, chunk_positions)):
-        with lanes.lane(index) as buffers:
-            col = _buffer(buffers, "col", G * K * chunk_positions, x)
-            cols = col[: G * K * count].view(G, K, count)
-            im2col(x, cols, gemm_layout(K, start, count, L), geometry, K, start, count)
-            n = start // L
-            if count == L and bias is None and out.is_contiguous():
-                # One whole sample in NCHW: the GEMM writes the output in place, no relayout.
-                torch.matmul(w, cols, out=out[n].view(G, M, L))
-                continue
-            gemm_out = _buffer(buffers, "gemm_out", G * M * chunk_positions, x)
-            y = torch.matmul(w, cols, out=gemm_out[: G * M * count].view(G, M, count))
-            relayout(
-                y,
-                matrix_address(count, start, geometry),
-                out,
-                tensor_address(out),
-                C_out,
-                geometry,
-                start,
-                count,
-                bias,
-            )
-    lanes.join()
+    col = torch.empty(G * K * plan.chunk_positions, dtype=x.dtype, device=x.device)
+    gemm_out = None
+    for start, count in _chunks(plan, L, N * L):
+        cols = col[: G * K * count].view(G, K, count)
+        im2col(x, cols, gemm_layout(K, start, count, L), geometry, K, start, count)
+        n = start // L
+        if count == L and bias is None and out.is_contiguous():
+            # One whole sample in NCHW: the GEMM writes the output in place, no relayout.
+            torch.matmul(w, cols, out=out[n].view(G, M, L))
+            continue
+        if gemm_out is None:
+            gemm_out = torch.empty(G * M * plan.chunk_positions, dtype=x.dtype, device=x.device)
+        y = torch.matmul(w, cols, out=gemm_out[: G * M * count].view(G, M, count))
+        relayout(
+            y,
+            matrix_address(count, start, geometry),
+            out,
+            tensor_address(out),
+            C_out,
+            geometry,
+            start,
+            count,
+            bias,
+        )
     return out
-
-
-# A large forward on the GPU is cut into this many chunks of whole samples, alternating between
-# two CUDA streams, so that the memory-bound im2col of one chunk can run during the
-# compute-bound GEMM of the previous one (benchmarks/NOTES.md). Each stream has its own
-# buffers, each at most half the plan's, so the workspace stays within the plan's bytes.
-PIPELINE_CHUNKS = 4
-PIPELINE_MIN_POSITIONS = 8192
-
-
-def pipeline_chunk_positions(plan: WorkspacePlan, is_cuda: bool, L: int, N: int) -> int | None:
-    """Positions per chunk for the two-stream forward, or None to run on one stream."""
-    if not is_cuda or not plan.whole_samples or N < 2 or N * L < PIPELINE_MIN_POSITIONS:
-        return None
-    samples = min(plan.chunk_positions // L // 2, -(-N // PIPELINE_CHUNKS))
-    return samples * L if samples >= 1 else None
-
-
-def _buffer(buffers: dict, name: str, size: int, like: torch.Tensor) -> torch.Tensor:
-    if name not in buffers:
-        buffers[name] = torch.empty(size, dtype=like.dtype, device=like.device)
-    return buffers[name]
-
-
-class _Lanes:
-    """Chunk ``i`` runs in lane ``i % lanes``: the current stream, and with ``two_streams`` a
-    side stream; each lane has its own buffers."""
-
-    def __init__(self, device: torch.device, two_streams: bool):
-        self.streams = [None]
-        if two_streams:
-            main = torch.cuda.current_stream(device)
-            side = _side_stream(device)
-            side.wait_stream(main)  # the input is ready before the side lane reads it
-            self.streams = [main, side]
-        self.buffers = [{} for _ in self.streams]
-
-    @contextlib.contextmanager
-    def lane(self, index: int):
-        stream = self.streams[index % len(self.streams)]
-        context = contextlib.nullcontext() if stream is None else torch.cuda.stream(stream)
-        with context:
-            yield self.buffers[index % len(self.streams)]
-
-    def join(self) -> None:
-        """The current stream waits for the side lane. Buffers are freed after this, so the
-        caching allocator hands them out again only to work ordered after the join."""
-        if len(self.streams) == 2:
-            self.streams[0].wait_stream(self.streams[1])
-
-
-@functools.cache
-def _side_stream(device: torch.device) -> torch.cuda.Stream:
-    return torch.cuda.Stream(device)
 
 
 def _pointwise_forward(x, w, bias, out, G):
