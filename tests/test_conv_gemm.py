@@ -154,6 +154,16 @@ def test_workspace_chunking_gives_same_answer(limit, whole, chunks, device):
     assert_close(tc.conv2d(x, w, padding=1, workspace_limit=limit), one.cpu())
 
 
+def test_large_forward_matches(device):
+    """A larger batch (N*L = 8192) through forward, with and without bias."""
+    x = torch.randn(8, 4, 32, 32, dtype=torch.float64, device=device)
+    w = torch.randn(6, 4, 3, 3, dtype=torch.float64, device=device)
+    b = torch.randn(6, dtype=torch.float64, device=device)
+    expected = F.conv2d(x.cpu(), w.cpu(), b.cpu(), padding=1)
+    assert_close(tc.conv2d(x, w, b, padding=1), expected, reduction=36)
+    assert_close(tc.conv2d(x, w, padding=1), F.conv2d(x.cpu(), w.cpu(), padding=1), reduction=36)
+
+
 def test_global_workspace_limit():
     assert tc.get_workspace_limit() == tc.DEFAULT_WORKSPACE_LIMIT
     try:
