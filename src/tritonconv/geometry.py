@@ -132,13 +132,15 @@ def sliding_geometry(
 ) -> Geometry:
     """Validate and normalise one sliding-window geometry; raises on any bad value.
 
-    Cached by value (it is pure and every call of conv2d needs it); errors are never cached."""
+    Cached by value in eager mode (it is pure and every call of conv2d needs it); errors are never
+    cached. Under torch.compile it runs uncached: it is evaluated once, while tracing."""
     args = (tuple(input_size), *(_frozen(v) for v in (kernel_size, stride, padding, dilation)))
-    try:
-        hash(args)
-    except TypeError:  # an unusual sequence type: validate without the cache
+    if torch.compiler.is_compiling():
         return _sliding_geometry(*args, what=what)
-    return _cached_sliding_geometry(*args, what=what)
+    try:
+        return _cached_sliding_geometry(*args, what=what)
+    except TypeError:  # an unhashable sequence type: validate without the cache
+        return _sliding_geometry(*args, what=what)
 
 
 @functools.lru_cache(maxsize=4096)
