@@ -16,6 +16,12 @@ from tritonconv.geometry import make_geometry
 from tritonconv.ops import im2col as ops
 
 
+def _set_im2col_config(**config):
+    """The candidate for every plane size (both im2col configurations)."""
+    ops.IM2COL_CONFIG.update(config)
+    ops.IM2COL_SMALL_PLANE_CONFIG.update(config)
+
+
 def case_buffers(name):
     case = BY_NAME[name]
     x = torch.randn(case.input, device="cuda")
@@ -42,7 +48,7 @@ def sweep(name):
         )
     print(f"--- {name}: im2col (block_p, tile, warps) -> µs, GB/s")
     for block_p, tile, warps in itertools.product((32, 64, 128), (1024, 2048, 4096), (2, 4, 8)):
-        ops.IM2COL_CONFIG.update(block_p=block_p, tile_elements=tile, num_warps=warps)
+        _set_im2col_config(block_p=block_p, tile_elements=tile, num_warps=warps)
         ms = do_bench(
             lambda: ops.im2col(x, col, layout, g, rows, 0, positions), return_mode="median"
         )

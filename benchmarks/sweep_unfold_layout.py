@@ -20,6 +20,12 @@ CASES = {
 }
 
 
+def _set_im2col_config(**config):
+    """The candidate for every plane size (both im2col configurations)."""
+    ops.IM2COL_CONFIG.update(config)
+    ops.IM2COL_SMALL_PLANE_CONFIG.update(config)
+
+
 def kernel_us(x, reps=10):
     tc.unfold(x, 3, padding=1)
     torch.cuda.synchronize()
@@ -36,7 +42,7 @@ def main():
         x = torch.randn(shape, device="cuda")
         moved = x.numel() * 4 * 10  # input once + 9 column copies
         for block_p, tile, warps in itertools.product((32, 64, 128), (1024, 2048), (2, 4)):
-            ops.IM2COL_CONFIG.update(block_p=block_p, tile_elements=tile, num_warps=warps)
+            _set_im2col_config(block_p=block_p, tile_elements=tile, num_warps=warps)
             us = kernel_us(x)
             print(
                 f"{name:11} {block_p:4} {tile:5} {warps}  {us:7.1f} µs {moved / us / 1e3:6.0f} GB/s"

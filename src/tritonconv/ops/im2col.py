@@ -61,11 +61,14 @@ def _image_strides(x: torch.Tensor) -> tuple[int, int, int, int]:
     return sn, sc, sh, sw
 
 
-# GPU launch configuration of im2col (tile = block_p positions x tile_elements/block_p rows) and
-# col2im (block elements); benchmarks/sweep_im2col.py measures the alternatives.
-# (H100 sweep, benchmarks/NOTES.md: im2col 32x32/2 warps 151 µs vs 64x32/4 165 µs vs 128x16/4
-# 178 µs on r50_3x3_56; relayout keeps 128x16, which was 3x faster than 64x32 for it.)
-IM2COL_CONFIG = {"block_p": 32, "tile_elements": 1024, "num_warps": 2}
+# GPU launch configuration of im2col (tile = block_p positions x tile_elements/block_p rows),
+# chosen by the output plane's size, and of col2im (block elements). H100 sweeps
+# (benchmarks/sweep_im2col.py, sweep_unfold_layout.py; NOTES.md): large planes want narrow
+# tiles (r50_3x3_56: 32x64, 2 warps 139 µs vs 128x16, 4 warps 163 µs), small planes wide ones
+# (r50_3x3_14: 128x8, 2 warps 41 µs vs 32x32 238 µs; r50_3x3_7: 26 µs vs 128 µs).
+IM2COL_CONFIG = {"block_p": 32, "tile_elements": 2048, "num_warps": 2}
+IM2COL_SMALL_PLANE_CONFIG = {"block_p": 128, "tile_elements": 1024, "num_warps": 2}
+SMALL_PLANE = 512  # output positions per sample below which the wide tile is used
 COL2IM_CONFIG = {"block": 512, "num_warps": 4}
 RELAYOUT_CONFIG = {"block_p": 128, "tile_elements": 2048, "num_warps": 4}
 
@@ -96,9 +99,10 @@ def im2col(
         return
     (H, W), (KH, KW) = geometry.input, geometry.kernel
     OW = geometry.output[1]
-    block_r, block_p = _tiles(rows, num_positions, IM2COL_CONFIG)
-    grid = (cdiv(rows, block_r) * cdiv(num_positions, block_p),)
     L = geometry.output_numel
+    config = IM2COL_SMALL_PLANE_CONFIG if L < SMALL_PLANE else IM2COL_CONFIG
+    block_r, block_p = _tiles(rows, num_positions, config)
+    grid = (cdiv(rows, block_r) * cdiv(num_positions, block_p),)
     # Positions stored contiguously: samples abut (sn == L) or the chunk is inside one sample.
     n0 = position_start // L
     flat = layout.sq == 1 and (layout.sn == L or position_start - n0 * L + num_positions <= L)
@@ -129,7 +133,7 @@ def im2col(
         BLOCK_R=block_r,
         BLOCK_P=block_p,
         INDEX_64=needs_int64(x, col),
-        num_warps=IM2COL_CONFIG["num_warps"],
+        num_warps=config["num_warps"],
     )
 
 
