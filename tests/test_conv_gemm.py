@@ -23,12 +23,19 @@ CASES = [
 IDS = [f"c{i}" for i in range(len(CASES))]
 
 
+def conv(*args, **kwargs):
+    """tc.conv2d on the algorithm this file tests (``"auto"`` would pick ``direct`` for the
+    small channel counts used here)."""
+    kwargs.setdefault("algo", "im2col_gemm")
+    return tc.conv2d(*args, **kwargs)
+
+
 def check_conv(x, w, b, kwargs, **call):
     """Forward and all gradients of tc.conv2d vs F.conv2d in float64 on CPU."""
     x = x.detach().requires_grad_()
     w = w.detach().requires_grad_()
     b = None if b is None else b.detach().requires_grad_()
-    y = tc.conv2d(x, w, b, **kwargs, **call)
+    y = conv(x, w, b, **kwargs, **call)
     x64 = x.detach().cpu().double().requires_grad_()
     w64 = w.detach().cpu().double().requires_grad_()
     b64 = None if b is None else b.detach().cpu().double().requires_grad_()
@@ -65,7 +72,7 @@ def test_half_precision_forward(dtype, device):
     w = torch.randn(5, 8, 3, 3, device=device).to(dtype)
     b = torch.randn(5, device=device).to(dtype)
     ref = F.conv2d(x.cpu().double(), w.cpu().double(), b.cpu().double(), padding=1)
-    y = tc.conv2d(x, w, b, padding=1)
+    y = conv(x, w, b, padding=1)
     assert y.dtype == dtype
     assert_close(y, ref.to(dtype), reduction=72, name="half forward")
 
@@ -78,8 +85,23 @@ def test_channels_last_keeps_memory_format(case, device):
     b = torch.randn(ws[0], dtype=torch.float64, device=device)
     y = check_conv(x, w, b, kwargs)
     assert y.is_contiguous(memory_format=torch.channels_last)
-    y = tc.conv2d(x.contiguous(), w, b, **kwargs)
+    y = conv(x.contiguous(), w, b, **kwargs)
     assert y.is_contiguous()
+
+
+@pytest.mark.parametrize("shape", [(2, 1, 5, 5), (2, 3, 1, 1)], ids=["one-channel", "1x1-plane"])
+def test_channels_last_ties_keep_torchs_format(shape, device):
+    """One channel or a 1x1 plane makes a tensor contiguous in both formats; the output's
+    strides must still be the ones F.conv2d gives."""
+    x = torch.randn(shape, dtype=torch.float64).to(memory_format=torch.channels_last)
+    w = torch.randn(4, shape[1], 1, 1, dtype=torch.float64)
+    expected = F.conv2d(x, w)
+    for algo in tc.CONV_ALGOS[1:]:
+        if algo == "depthwise":
+            continue
+        y = tc.conv2d(x.to(device), w.to(device), algo=algo)
+        assert y.stride() == expected.stride(), algo
+        assert_close(y, expected)
 
 
 def test_non_contiguous_input_and_weight(device):
@@ -95,7 +117,7 @@ def test_unbatched_and_empty_batch(device):
     y = check_conv(x, w, b, dict(padding=1))
     assert y.shape == (4, 8, 7)
     empty = torch.zeros(0, 3, 8, 7, dtype=torch.float64, device=device, requires_grad=True)
-    y = tc.conv2d(empty, w, b, padding=1)
+    y = conv(empty, w, b, padding=1)
     assert y.shape == (0, 4, 8, 7)
     (gx,) = torch.autograd.grad(y.sum(), empty)
     assert gx.shape == empty.shape
@@ -106,10 +128,10 @@ def test_gradcheck(device):
     w = torch.randn(4, 1, 2, 3, dtype=torch.float64, device=device, requires_grad=True)
     b = torch.randn(4, dtype=torch.float64, device=device, requires_grad=True)
 
-    def conv(x, w, b):
-        return tc.conv2d(x, w, b, stride=(2, 1), padding=1, dilation=(1, 2), groups=2)
+    def grouped(x, w, b):
+        return conv(x, w, b, stride=(2, 1), padding=1, dilation=(1, 2), groups=2)
 
-    assert torch.autograd.gradcheck(conv, (x, w, b), fast_mode=True)
+    assert torch.autograd.gradcheck(grouped, (x, w, b), fast_mode=True)
 
 
 def test_backward_is_bitwise_deterministic(device):
@@ -118,7 +140,7 @@ def test_backward_is_bitwise_deterministic(device):
     g = torch.randn(4, 8, 12, 12, device=device)
 
     def grads():
-        y = tc.conv2d(x, w, padding=1, groups=2, workspace_limit=6 * 9 * 4 * 200)
+        y = conv(x, w, padding=1, groups=2, workspace_limit=6 * 9 * 4 * 200)
         return torch.autograd.grad(y, (x, w), g)
 
     first = grads()
@@ -150,8 +172,8 @@ def test_workspace_chunking_gives_same_answer(limit, whole, chunks, device):
         dict(padding=1),
         workspace_limit=limit,
     )
-    one = tc.conv2d(x, w, padding=1)
-    assert_close(tc.conv2d(x, w, padding=1, workspace_limit=limit), one.cpu())
+    expected = F.conv2d(x.cpu(), w.cpu(), padding=1)
+    assert_close(conv(x, w, padding=1, workspace_limit=limit), expected, reduction=36)
 
 
 def test_large_forward_matches(device):
@@ -160,8 +182,8 @@ def test_large_forward_matches(device):
     w = torch.randn(6, 4, 3, 3, dtype=torch.float64, device=device)
     b = torch.randn(6, dtype=torch.float64, device=device)
     expected = F.conv2d(x.cpu(), w.cpu(), b.cpu(), padding=1)
-    assert_close(tc.conv2d(x, w, b, padding=1), expected, reduction=36)
-    assert_close(tc.conv2d(x, w, padding=1), F.conv2d(x.cpu(), w.cpu(), padding=1), reduction=36)
+    assert_close(conv(x, w, b, padding=1), expected, reduction=36)
+    assert_close(conv(x, w, padding=1), F.conv2d(x.cpu(), w.cpu(), padding=1), reduction=36)
 
 
 def test_global_workspace_limit():
@@ -178,7 +200,9 @@ def test_global_workspace_limit():
 def test_torch_compile_fullgraph(device):
     """The custom ops trace without graph breaks (inductor on CUDA, aot_eager on CPU)."""
     model = torch.nn.Sequential(
-        tc.nn.Conv2d(3, 4, 3, padding=1), torch.nn.ReLU(), tc.nn.Conv2d(4, 2, 1)
+        tc.nn.Conv2d(3, 4, 3, padding=1, algo="im2col_gemm"),
+        torch.nn.ReLU(),
+        tc.nn.Conv2d(4, 2, 1, algo="im2col_gemm"),
     )
     model = model.to(device=device, dtype=torch.float64)
     x = torch.randn(2, 3, 6, 6, dtype=torch.float64, device=device, requires_grad=True)

@@ -51,8 +51,8 @@ CONV_ERRORS = [
     (dict(input=X.bool(), weight=W.bool()), r"dtype bool"),
     (dict(input=X.to(torch.complex64), weight=W.to(torch.complex64)), r"dtype complex64"),
     (dict(algo="winograd"), r"algo must be one of .*'winograd'"),
-    (dict(workspace_limit=0), r"workspace_limit must be positive"),
-    (dict(workspace_limit=1.5), r"workspace_limit must be an int"),
+    (dict(workspace_limit=0), r"workspace_limit must be a positive int \(bytes\), got 0"),
+    (dict(workspace_limit=1.5), r"workspace_limit must be a positive int \(bytes\), got 1.5"),
 ]
 
 
@@ -62,6 +62,14 @@ def test_conv2d_errors(override, message):
     call.update(override)
     with pytest.raises(TritonConvError, match=message):
         tc.conv2d(**call)
+
+
+@pytest.mark.parametrize("bad", [True, 1.0, (1.0, True), (1, 2.0)])
+def test_validation_is_not_skipped_after_a_good_call(bad):
+    """A cached good geometry must not let equal-but-wrong-typed arguments through."""
+    tc.conv2d(X, W, stride=1)
+    with pytest.raises(TritonConvError, match="stride"):
+        tc.conv2d(X, W, stride=bad)
 
 
 def test_errors_are_both_value_and_runtime_errors():
@@ -140,6 +148,11 @@ def test_fold_errors(override, message):
 def test_workspace_setter_rejects_nonsense():
     with pytest.raises(TritonConvError, match="positive int"):
         tc.set_workspace_limit(-5)
+
+
+def test_workspace_plan_rejects_integer_dtypes():
+    with pytest.raises(TritonConvError, match=r"im2col_gemm.*int64"):
+        tc.conv2d_workspace((1, 3, 8, 8), (4, 3, 3, 3), dtype=torch.int64)
 
 
 def test_wrong_device_for_kernels():

@@ -29,6 +29,14 @@ def test_padding_modes(mode, device):
     assert_close(ours(x.to(device)), theirs(x), reduction=18)
 
 
+def test_from_torch_shares_parameters_not_containers():
+    theirs = torch.nn.Conv2d(3, 4, 3)
+    ours = tc.nn.Conv2d.from_torch(theirs)
+    assert ours.weight is theirs.weight
+    ours.register_buffer("extra", torch.zeros(1))
+    assert "extra" not in dict(theirs.named_buffers())
+
+
 def test_convert_swaps_every_conv(device):
     torch.manual_seed(1)
     model = torch.nn.Sequential(

@@ -17,6 +17,7 @@ from .geometry import (
     check_crop,
     check_fold,
     check_unfold,
+    check_workspace_limit,
     dtype_name,
 )
 from .ops import conv_gemm
@@ -109,11 +110,7 @@ def _choose_algo(algo: str, input: torch.Tensor, args) -> str:
 def _workspace(workspace_limit) -> int:
     if workspace_limit is None:
         return conv_gemm.get_workspace_limit()
-    if isinstance(workspace_limit, bool) or not isinstance(workspace_limit, int):
-        raise TritonConvError(f"workspace_limit must be an int (bytes), got {workspace_limit!r}")
-    if workspace_limit <= 0:
-        raise TritonConvError(f"workspace_limit must be positive, got {workspace_limit}")
-    return workspace_limit
+    return check_workspace_limit(workspace_limit)
 
 
 def conv2d(
@@ -172,6 +169,7 @@ def conv2d_workspace(
     x = torch.empty(input_shape, dtype=dtype, device="meta")
     w = torch.empty(weight_shape, dtype=dtype, device="meta")
     args = check_conv(x, w, None, stride, padding, dilation, groups)
+    _choose_algo("im2col_gemm", x, args)  # the same dtype rule as the convolution itself
     return conv_gemm.plan_workspace(
         args.batch,
         args.in_channels,

@@ -123,8 +123,13 @@ def _resolve_padding(padding, kernel, stride, dilation, n: int):
     return pads, pads
 
 
-def _frozen(value):
-    return tuple(value) if isinstance(value, list) else value
+def _cache_key(value):
+    """``value`` with every element tagged by its type, so that ``True``, ``1.0`` and ``1``
+    (equal and hash-equal in Python) never share a cache entry: only a value that passed
+    validation once may skip it."""
+    if isinstance(value, (list, tuple)):
+        return (type(value), tuple((type(v), v) for v in value))
+    return (type(value), value)
 
 
 def sliding_geometry(
@@ -134,18 +139,27 @@ def sliding_geometry(
 
     Cached by value in eager mode (it is pure and every call of conv2d needs it); errors are never
     cached. Under torch.compile it runs uncached: it is evaluated once, while tracing."""
-    args = (tuple(input_size), *(_frozen(v) for v in (kernel_size, stride, padding, dilation)))
+    args = (tuple(input_size), kernel_size, stride, padding, dilation)
     if torch.compiler.is_compiling():
         return _sliding_geometry(*args, what=what)
     try:
-        return _cached_sliding_geometry(*args, what=what)
-    except TypeError:  # an unhashable sequence type: validate without the cache
+        key = tuple(_cache_key(v) for v in args)
+        hash(key)
+    except TypeError:  # an unhashable element: validate without the cache
         return _sliding_geometry(*args, what=what)
+    return _cached_sliding_geometry(key, args, what)
 
 
-@functools.lru_cache(maxsize=4096)
-def _cached_sliding_geometry(*args, what: str) -> Geometry:
-    return _sliding_geometry(*args, what=what)
+def _cached_sliding_geometry(key, args, what: str) -> Geometry:
+    geometry = _GEOMETRY_CACHE.get((key, what))
+    if geometry is None:
+        geometry = _sliding_geometry(*args, what=what)
+        if len(_GEOMETRY_CACHE) < 4096:
+            _GEOMETRY_CACHE[(key, what)] = geometry
+    return geometry
+
+
+_GEOMETRY_CACHE: dict = {}
 
 
 def _sliding_geometry(
@@ -213,6 +227,13 @@ def check_dtype(tensor: torch.Tensor, name: str, allowed: Sequence[torch.dtype],
             f"{op}: {name} has dtype {dtype_name(tensor.dtype)}, which is not supported "
             f"(supported: {names})"
         )
+
+
+def check_workspace_limit(limit) -> int:
+    """A column-buffer cap in bytes: a positive int."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit <= 0:
+        raise TritonConvError(f"workspace_limit must be a positive int (bytes), got {limit!r}")
+    return limit
 
 
 # --------------------------------------------------------------------------------------------

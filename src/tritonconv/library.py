@@ -15,6 +15,7 @@ from .geometry import make_geometry
 from .ops import conv_gemm, depthwise, direct
 from .ops import crop as crop_ops
 from .ops import im2col as im2col_ops
+from .ops.common import empty_like_format
 
 
 class Op:
@@ -101,7 +102,7 @@ def _conv_geometry(input_size, weight_size, stride, pad_before, pad_after, dilat
 
 
 def _empty_conv_output(input: Tensor, shape) -> Tensor:
-    return conv_gemm._empty_like_memory_format(shape, input)
+    return empty_like_format(shape, input)
 
 
 @custom_op("conv2d_gemm")

@@ -41,6 +41,11 @@ class Conv2d(nn.Conv2d):
         """A tritonconv Conv2d sharing ``module``'s parameters."""
         new = cls.__new__(cls)
         new.__dict__.update(module.__dict__)
+        # Own containers (parameters are shared, but a buffer or hook added to one module must
+        # not appear on the other).
+        for name, value in module.__dict__.items():
+            if isinstance(value, dict):
+                new.__dict__[name] = type(value)(value)
         new.algo = algo
         return new
 

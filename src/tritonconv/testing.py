@@ -52,7 +52,7 @@ def assert_close(actual: torch.Tensor, expected: torch.Tensor, *, reduction: int
     actual = actual.detach().cpu()
     expected = expected.detach().cpu()
     if not actual.dtype.is_floating_point:
-        mismatch = actual != expected.to(actual.dtype)
+        mismatch = actual.to(torch.int64) != expected.to(torch.int64)  # no wrapping first
         if mismatch.any():
             where = mismatch.nonzero()[0].tolist()
             raise AssertionError(

@@ -6,6 +6,8 @@ in recent Triton and cost about 4 µs per call from Python, several times per la
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import triton.language as tl
 
@@ -21,6 +23,39 @@ def cdiv(a: int, b: int) -> int:
 
 def next_power_of_2(n: int) -> int:
     return 1 if n <= 1 else 1 << (n - 1).bit_length()
+
+
+def clamped_power_of_2(value: int, low: int, high: int) -> int:
+    """The power of two at or above ``value``, clamped to ``[low, high]`` (a tile size)."""
+    return max(low, min(high, next_power_of_2(max(1, value))))
+
+
+def is_channels_last(t: torch.Tensor) -> bool:
+    """Whether PyTorch treats ``t`` (4-D) as channels-last: channels-last contiguous and not laid
+    out with NCHW's own strides, which settles the ties one channel or a 1x1 plane create."""
+    if t.dim() != 4 or not t.is_contiguous(memory_format=torch.channels_last):
+        return False
+    _, C, H, W = t.shape
+    return not t.is_contiguous() or t.stride() != (C * H * W, H * W, W, 1)
+
+
+def empty_like_format(shape, like: torch.Tensor) -> torch.Tensor:
+    """An output of ``shape`` in ``like``'s dtype and device, channels-last when ``like`` is
+    (as PyTorch's convolutions do), contiguous otherwise."""
+    fmt = torch.channels_last if is_channels_last(like) else torch.contiguous_format
+    return torch.empty(shape, dtype=like.dtype, device=like.device, memory_format=fmt)
+
+
+@functools.cache
+def multiprocessor_count(device: torch.device) -> int:
+    """Streaming multiprocessors of a CUDA device (grids are sized from it)."""
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def batch_splits(batch: int, splits: int) -> tuple[int, int]:
+    """(splits, samples per split) cutting ``batch`` samples into about ``splits`` even parts."""
+    per_split = cdiv(batch, max(1, min(batch, splits)))
+    return cdiv(batch, per_split), per_split
 
 
 def needs_int64(*tensors: torch.Tensor | None) -> bool:

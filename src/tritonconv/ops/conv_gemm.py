@@ -25,7 +25,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ..geometry import Geometry
+from ..geometry import Geometry, check_workspace_limit
+from .common import empty_like_format
 from .im2col import (
     col2im,
     gemm_layout,
@@ -42,13 +43,7 @@ _workspace_limit = DEFAULT_WORKSPACE_LIMIT
 def set_workspace_limit(limit_bytes: int) -> None:
     """Set the process-wide cap on the column buffer of im2col+GEMM convolution, in bytes."""
     global _workspace_limit
-    if isinstance(limit_bytes, bool) or not isinstance(limit_bytes, int) or limit_bytes <= 0:
-        from ..geometry import TritonConvError
-
-        raise TritonConvError(
-            f"workspace_limit must be a positive int (bytes), got {limit_bytes!r}"
-        )
-    _workspace_limit = limit_bytes
+    _workspace_limit = check_workspace_limit(limit_bytes)
 
 
 def get_workspace_limit() -> int:
@@ -113,16 +108,6 @@ def _chunks(plan: WorkspacePlan, L: int, total: int):
         start = end
 
 
-def _empty_like_memory_format(shape, like: torch.Tensor) -> torch.Tensor:
-    channels_last = (
-        like.dim() == 4
-        and not like.is_contiguous()
-        and like.is_contiguous(memory_format=torch.channels_last)
-    )
-    fmt = torch.channels_last if channels_last else torch.contiguous_format
-    return torch.empty(shape, dtype=like.dtype, device=like.device, memory_format=fmt)
-
-
 def conv2d_forward(
     x: torch.Tensor,
     weight: torch.Tensor,
@@ -136,7 +121,7 @@ def conv2d_forward(
     C_out = weight.shape[0]
     G, M = groups, C_out // groups
     L = geometry.output_numel
-    out = _empty_like_memory_format((N, C_out, *geometry.output), x)
+    out = empty_like_format((N, C_out, *geometry.output), x)
     if out.numel() == 0:
         return out
     w = weight.reshape(G, M, -1)
@@ -243,7 +228,7 @@ def conv2d_backward(
     G, M = groups, C_out // groups
     L = geometry.output_numel
     K = C // G * geometry.kernel_numel
-    grad_in = _empty_like_memory_format(tuple(x.shape), x) if need_input else None
+    grad_in = empty_like_format(tuple(x.shape), x) if need_input else None
     grad_w = torch.zeros((G, M, K), dtype=x.dtype, device=x.device) if need_weight else None
     if N * L == 0:
         if grad_in is not None:

@@ -31,8 +31,15 @@ from ..kernels.depthwise import (
     depthwise_small_kernel,
 )
 from . import direct
-from .common import accumulator_dtype, cdiv, needs_int64, next_power_of_2
-from .conv_gemm import _empty_like_memory_format
+from .common import (
+    accumulator_dtype,
+    batch_splits,
+    cdiv,
+    clamped_power_of_2,
+    empty_like_format,
+    multiprocessor_count,
+    needs_int64,
+)
 
 # Kernel width from which the banded tensor-core kernels replace the FMA kernels (a reasoned
 # choice: at KW = 7 a 32-column band does ~4.6x redundant multiplies on tensor cores that are
@@ -68,21 +75,21 @@ def _is_channels_last(t: torch.Tensor) -> bool:
     return t.shape[1] > 1 and t.stride(1) == 1
 
 
-def _pow2(value: int, low: int, high: int) -> int:
-    return max(low, min(high, next_power_of_2(max(1, value))))
-
-
 def _fma_tiles(t: torch.Tensor, height: int, width: int):
     """(BLOCK_C, BLOCK_H, BLOCK_W): rows of one plane for NCHW, a channel block for
     channels-last, so that the tile's fastest axis is the one contiguous in memory."""
     elements = 4096 if INTERPRETER else 512
     if _is_channels_last(t):
         channels = t.shape[1]
-        block_c = 32 if channels % 32 == 0 else _pow2(channels, 1, 16)
-        block_w = _pow2(width, 1, 8)
-        return block_c, _pow2(height, 1, max(1, elements // (block_c * block_w))), block_w
-    block_w = _pow2(width, 1, 64)
-    return 1, _pow2(height, 1, max(1, elements // block_w)), block_w
+        block_c = 32 if channels % 32 == 0 else clamped_power_of_2(channels, 1, 16)
+        block_w = clamped_power_of_2(width, 1, 8)
+        return (
+            block_c,
+            clamped_power_of_2(height, 1, max(1, elements // (block_c * block_w))),
+            block_w,
+        )
+    block_w = clamped_power_of_2(width, 1, 64)
+    return 1, clamped_power_of_2(height, 1, max(1, elements // block_w)), block_w
 
 
 def _small_tiles(t: torch.Tensor, height: int, width: int, config: dict):
@@ -91,13 +98,13 @@ def _small_tiles(t: torch.Tensor, height: int, width: int, config: dict):
     block_c = 1
     if _is_channels_last(t):
         channels = t.shape[1]
-        block_c = _pow2(channels, 1, config["block_c"])
+        block_c = clamped_power_of_2(channels, 1, config["block_c"])
         while block_c > 8 and channels % block_c:
             block_c //= 2
     if INTERPRETER:
         block_h, block_w = 32, 64
         block_c = min(block_c, 4)
-    return block_c, _pow2(height, 1, block_h), _pow2(width, 1, block_w)
+    return block_c, clamped_power_of_2(height, 1, block_h), clamped_power_of_2(width, 1, block_w)
 
 
 def _weight_walk(weight: torch.Tensor, flip: bool):
@@ -133,7 +140,7 @@ def _launch(src, weight, bias, dst, geometry: Geometry, R: int, DIV: int, flip: 
     )
     index_64 = needs_int64(src, dst, weight)
     if uses_band(src.dtype, geometry):
-        block_h, block_w = _pow2(DH, 16, 32), _pow2(DW, 16, 32)
+        block_h, block_w = clamped_power_of_2(DH, 16, 32), clamped_power_of_2(DW, 16, 32)
         grid = (N * C_dst, cdiv(DH, block_h) * cdiv(DW, block_w))
         depthwise_band_kernel[grid](
             *common,
@@ -186,7 +193,7 @@ def depthwise_forward(x, weight, bias, geometry: Geometry) -> torch.Tensor:
     """y = conv2d(x, weight, bias, groups=C_in) for a batched input, in x's memory format."""
     check_kernel_device(x, "input")
     C_in, C_out = x.shape[1], weight.shape[0]
-    out = _empty_like_memory_format((x.shape[0], C_out, *geometry.output), x)
+    out = empty_like_format((x.shape[0], C_out, *geometry.output), x)
     if out.numel() == 0:
         return out
     return _launch(x, weight, bias, out, geometry, 1, C_out // C_in, flip=False)
@@ -198,7 +205,7 @@ def depthwise_grad_input(grad_out, weight, like, geometry: Geometry) -> torch.Te
     C_in = like.shape[1]
     if any(s != 1 for s in geometry.stride):
         return direct.conv2d_grad_input(grad_out, weight, like, geometry, C_in)
-    grad_in = _empty_like_memory_format(tuple(like.shape), like)
+    grad_in = empty_like_format(tuple(like.shape), like)
     if grad_in.numel() == 0:
         return grad_in
     pads = tuple(
@@ -222,11 +229,13 @@ def depthwise_grad_weight(grad_out, x, weight_shape, geometry: Geometry) -> torc
     strides = (*grad_out.stride(), *x.stride())
     acc_dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
     if uses_band(x.dtype, geometry):
-        block_kh, block_kw = _pow2(KH, 16, 32), _pow2(KW, 16, 32)
+        block_kh, block_kw = clamped_power_of_2(KH, 16, 32), clamped_power_of_2(KW, 16, 32)
         tap_tiles = cdiv(KH, block_kh) * cdiv(KW, block_kw)
-        splits = 1 if INTERPRETER else cdiv(direct.WGRAD_TARGET_PROGRAMS * 2, C_out * tap_tiles)
-        samples_per_split = cdiv(N, max(1, min(N, splits)))
-        splits = cdiv(N, samples_per_split)
+        if INTERPRETER:  # two splits, so the split reduction is tested on CPU too
+            splits, samples_per_split = batch_splits(N, 2)
+        else:
+            target = 2 * direct.WGRAD_PROGRAMS_PER_SM * multiprocessor_count(x.device)
+            splits, samples_per_split = batch_splits(N, cdiv(target, C_out * tap_tiles))
         partial = torch.empty((splits, C_out, KH, KW), dtype=acc_dtype, device=x.device)
         depthwise_band_grad_weight_kernel[(C_out * tap_tiles, splits)](
             grad_out,
@@ -257,9 +266,9 @@ def depthwise_grad_weight(grad_out, x, weight_shape, geometry: Geometry) -> torc
         block_c, block_h, block_w = _small_tiles(grad_out, OH, OW, config)
         blocks = cdiv(C_out, block_c) * cdiv(OH, block_h) * cdiv(OW, block_w)
         # Two splits under the interpreter: cheap, and the split bookkeeping gets tested.
-        splits = 2 if INTERPRETER else cdiv(config["target_programs"], blocks)
-        samples_per_split = cdiv(N, max(1, min(N, splits)))
-        splits = cdiv(N, samples_per_split)
+        splits, samples_per_split = batch_splits(
+            N, 2 if INTERPRETER else cdiv(config["target_programs"], blocks)
+        )
         tiles = cdiv(OH, block_h) * cdiv(OW, block_w)
         partial = torch.empty((splits * tiles, C_out, KH * KW), dtype=acc_dtype, device=x.device)
         depthwise_small_grad_weight_kernel[(blocks, splits)](
@@ -286,7 +295,7 @@ def depthwise_grad_weight(grad_out, x, weight_shape, geometry: Geometry) -> torc
         )
     else:
         block_c, block_h, block_w = _fma_tiles(grad_out, OH, OW)
-        block_t = _pow2(KH * KW, 1, 16)
+        block_t = clamped_power_of_2(KH * KW, 1, 16)
         spatial_tiles = cdiv(OH, block_h) * cdiv(OW, block_w)
         partial = torch.empty((spatial_tiles, C_out, KH * KW), dtype=acc_dtype, device=x.device)
         grid = (cdiv(C_out, block_c) * cdiv(KH * KW, block_t), spatial_tiles)

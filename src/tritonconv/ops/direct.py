@@ -20,11 +20,17 @@ import triton.language as tl
 from .._runtime import INTERPRETER, check_kernel_device
 from ..geometry import Geometry
 from ..kernels.direct import direct_conv_kernel, direct_grad_weight_kernel
-from .common import accumulator_dtype, cdiv, needs_int64, next_power_of_2
-from .conv_gemm import _empty_like_memory_format
+from .common import (
+    accumulator_dtype,
+    cdiv,
+    clamped_power_of_2,
+    empty_like_format,
+    multiprocessor_count,
+    needs_int64,
+)
 
-# Programs the weight gradient aims for when choosing its split count (a few per SM).
-WGRAD_TARGET_PROGRAMS = 4 * 132
+# Programs per SM the weight gradient aims for when choosing its split count.
+WGRAD_PROGRAMS_PER_SM = 4
 # Cap on the weight gradient's partial sums, in elements (splits x weight numel).
 WGRAD_PARTIAL_LIMIT = 1 << 24
 
@@ -51,18 +57,14 @@ def uses_dot(dtype: torch.dtype, *tile_dims: int) -> bool:
     return dtype in (torch.float16, torch.bfloat16, torch.float32) and min(tile_dims) >= 16
 
 
-def _pow2(value: int, low: int, high: int) -> int:
-    return max(low, min(high, next_power_of_2(max(1, value))))
-
-
 def _conv_tiles(dtype, src_per_group: int, dst_per_group: int):
     """(USE_DOT, BLOCK_P, BLOCK_S, BLOCK_D) for ``direct_conv_kernel``."""
     if uses_dot(dtype, src_per_group, dst_per_group):
-        block_s = _pow2(src_per_group, 16, 32)
-        block_d = _pow2(dst_per_group, 16, 64)
+        block_s = clamped_power_of_2(src_per_group, 16, 32)
+        block_d = clamped_power_of_2(dst_per_group, 16, 64)
         return True, 128 if INTERPRETER else 64, block_s, block_d
-    block_s = _pow2(src_per_group, 1, 8)
-    block_d = _pow2(dst_per_group, 1, 16)
+    block_s = clamped_power_of_2(src_per_group, 1, 8)
+    block_d = clamped_power_of_2(dst_per_group, 1, 16)
     budget = 16384 if INTERPRETER else 2048  # elements of the [P, S, D] product
     return False, max(16, budget // (block_s * block_d)), block_s, block_d
 
@@ -117,7 +119,7 @@ def _launch_conv(src, weight, bias, dst, geometry: Geometry, groups: int, transp
 def conv2d_forward(x, weight, bias, geometry: Geometry, groups: int) -> torch.Tensor:
     """y = conv2d(x, weight, bias) for a batched (N, C, H, W) input, in x's memory format."""
     check_kernel_device(x, "input")
-    out = _empty_like_memory_format((x.shape[0], weight.shape[0], *geometry.output), x)
+    out = empty_like_format((x.shape[0], weight.shape[0], *geometry.output), x)
     if out.numel() == 0:
         return out
     return _launch_conv(x, weight, bias, out, geometry, groups, transposed=False)
@@ -127,7 +129,7 @@ def conv2d_grad_input(grad_out, weight, like, geometry: Geometry, groups: int) -
     """dx of a direct convolution, gathered (no atomics); ``like`` gives shape, dtype and
     memory format."""
     check_kernel_device(grad_out, "grad_output")
-    grad_in = _empty_like_memory_format(tuple(like.shape), like)
+    grad_in = empty_like_format(tuple(like.shape), like)
     if grad_in.numel() == 0:
         return grad_in
     if grad_out.numel() == 0:
@@ -138,9 +140,14 @@ def conv2d_grad_input(grad_out, weight, like, geometry: Geometry, groups: int) -
 def _grad_weight_tiles(dtype, out_per_group: int, rows: int):
     """(USE_DOT, BLOCK_D, BLOCK_R, BLOCK_P) for ``direct_grad_weight_kernel``."""
     if uses_dot(dtype, out_per_group, rows):
-        return True, _pow2(out_per_group, 16, 64), _pow2(rows, 16, 64), 128 if INTERPRETER else 32
-    block_d = _pow2(out_per_group, 1, 8)
-    block_r = _pow2(rows, 1, 16)
+        return (
+            True,
+            clamped_power_of_2(out_per_group, 16, 64),
+            clamped_power_of_2(rows, 16, 64),
+            128 if INTERPRETER else 32,
+        )
+    block_d = clamped_power_of_2(out_per_group, 1, 8)
+    block_r = clamped_power_of_2(rows, 1, 16)
     budget = 16384 if INTERPRETER else 2048
     return False, block_d, block_r, max(16, budget // (block_d * block_r))
 
@@ -158,7 +165,10 @@ def conv2d_grad_weight(grad_out, x, weight_shape, geometry: Geometry, groups: in
     use_dot, block_d, block_r, block_p = _grad_weight_tiles(x.dtype, out_per_group, rows)
     tiles = groups * cdiv(out_per_group, block_d) * cdiv(rows, block_r)
     position_blocks = cdiv(num_positions, block_p)
-    splits = 1 if INTERPRETER else cdiv(WGRAD_TARGET_PROGRAMS, tiles)
+    if INTERPRETER:  # two splits, so the split reduction is tested on CPU too
+        splits = 2
+    else:
+        splits = cdiv(WGRAD_PROGRAMS_PER_SM * multiprocessor_count(x.device), tiles)
     splits = max(1, min(splits, position_blocks, WGRAD_PARTIAL_LIMIT // (C_out * rows)))
     per_split = cdiv(position_blocks, splits) * block_p
     splits = cdiv(num_positions, per_split)
