@@ -197,6 +197,28 @@ def test_global_workspace_limit():
     assert tc.conv2d_workspace((2, 4, 9, 11), (6, 4, 1, 1)).skips_im2col
 
 
+def test_custom_ops_pass_opcheck(device):
+    """Fake implementations agree with the real ops (shapes, strides, dtypes), also under
+    dynamic shapes, and the ops are registered correctly (torch.library.opcheck)."""
+    x = torch.randn(2, 4, 6, 5, dtype=torch.float64, device=device)
+    w = torch.randn(6, 2, 3, 3, dtype=torch.float64, device=device)
+    geometry = ([1, 2], [1, 0], [1, 0], [1, 1], 2)
+    ops = torch.ops.tritonconv
+    y = ops.conv2d_gemm(x, w, None, *geometry, 1 << 30)
+    dy = torch.randn_like(y)
+    cases = [
+        (ops.conv2d_gemm, (x, w, None, *geometry, 1 << 30)),
+        (ops.conv2d_gemm_backward, (dy, x, w, *geometry, 1 << 30, [True, True])),
+        (ops.conv2d_direct, (x, w, None, *geometry, False)),
+        (ops.conv2d_direct_backward, (dy, x, w, *geometry, False, [True, False])),
+        (ops.unfold, (x, [2, 3], [1, 1], [1, 0], [1, 2])),
+    ]
+    cols = ops.unfold(x, [2, 3], [1, 1], [1, 0], [1, 2])
+    cases.append((ops.fold, (cols, [6, 5], [2, 3], [1, 1], [1, 0], [1, 2])))
+    for op, args in cases:
+        torch.library.opcheck(op, args)
+
+
 def test_torch_compile_fullgraph(device):
     """The custom ops trace without graph breaks (inductor on CUDA, aot_eager on CPU)."""
     model = torch.nn.Sequential(

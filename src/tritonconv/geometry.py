@@ -376,20 +376,25 @@ def _check_window(kernel_size, dilation, padding, stride):
 
 
 def make_geometry(input_size, kernel, stride, pad_before, pad_after, dilation) -> Geometry:
-    """A Geometry from already-validated integer sequences (no checks; cached, as every call
-    of an op rebuilds one from its int-list arguments)."""
-    return _cached_geometry(
-        *(tuple(v) for v in (input_size, kernel, stride, pad_before, pad_after, dilation))
-    )
+    """A Geometry from already-validated integer sequences (no checks). Cached, as every call
+    of an op rebuilds one from its int-list arguments; symbolic sizes (torch.compile with
+    dynamic shapes) are not hashable and are built uncached."""
+    args = tuple(tuple(v) for v in (input_size, kernel, stride, pad_before, pad_after, dilation))
+    try:
+        return _cached_geometry(*args)
+    except TypeError:
+        return _build_geometry(*args)
 
 
-@functools.lru_cache(maxsize=4096)
-def _cached_geometry(input_size, kernel, stride, pad_before, pad_after, dilation) -> Geometry:
+def _build_geometry(input_size, kernel, stride, pad_before, pad_after, dilation) -> Geometry:
     out = tuple(
         output_size(*axis)
         for axis in zip(input_size, kernel, stride, pad_before, pad_after, dilation)
     )
     return Geometry(input_size, kernel, stride, dilation, pad_before, pad_after, out)
+
+
+_cached_geometry = functools.lru_cache(maxsize=4096)(_build_geometry)
 
 
 def _window_geometry(input_size, kernel, dil, pad, strides) -> Geometry:

@@ -121,10 +121,15 @@ def conv2d_gemm(
     return conv_gemm.conv2d_forward(input, weight, bias, geometry, groups, workspace_limit)
 
 
-@conv2d_gemm.register_fake
-def _(input, weight, bias, stride, pad_before, pad_after, dilation, groups, workspace_limit):
+def _conv_forward_fake(
+    input, weight, bias, stride, pad_before, pad_after, dilation, groups, option
+):
+    """Output of any convolution family's forward op (``option``: the family's last argument)."""
     geometry = _conv_geometry(input.shape, weight.shape, stride, pad_before, pad_after, dilation)
     return _empty_conv_output(input, (input.shape[0], weight.shape[0], *geometry.output))
+
+
+conv2d_gemm.register_fake(_conv_forward_fake)
 
 
 @custom_op("conv2d_gemm_backward")
@@ -185,10 +190,7 @@ def conv2d_direct(
     return direct.conv2d_forward(input, weight, bias, geometry, groups)
 
 
-@conv2d_direct.register_fake
-def _(input, weight, bias, stride, pad_before, pad_after, dilation, groups, depthwise_kernels):
-    geometry = _conv_geometry(input.shape, weight.shape, stride, pad_before, pad_after, dilation)
-    return _empty_conv_output(input, (input.shape[0], weight.shape[0], *geometry.output))
+conv2d_direct.register_fake(_conv_forward_fake)
 
 
 @custom_op("conv2d_direct_backward")
