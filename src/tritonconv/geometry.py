@@ -198,26 +198,35 @@ def _sliding_geometry(
 # --------------------------------------------------------------------------------------------
 
 
-def check_same_device(**tensors: torch.Tensor | None) -> None:
+def _first_mismatch(tensors: dict, attribute: str):
+    """(first name, first tensor, name, tensor) for the first tensor whose ``attribute`` differs
+    from the first given tensor's, or None (``None`` entries are skipped)."""
     named = [(k, t) for k, t in tensors.items() if t is not None]
     first_name, first = named[0]
     for name, t in named[1:]:
-        if t.device != first.device:
-            raise TritonConvError(
-                "Expected all tensors to be on the same device, but found at least two "
-                f"devices: {first_name} is on {first.device} and {name} is on {t.device}"
-            )
+        if getattr(t, attribute) != getattr(first, attribute):
+            return first_name, first, name, t
+    return None
+
+
+def check_same_device(**tensors: torch.Tensor | None) -> None:
+    mismatch = _first_mismatch(tensors, "device")
+    if mismatch:
+        first_name, first, name, t = mismatch
+        raise TritonConvError(
+            "Expected all tensors to be on the same device, but found at least two "
+            f"devices: {first_name} is on {first.device} and {name} is on {t.device}"
+        )
 
 
 def check_same_dtype(**tensors: torch.Tensor | None) -> None:
-    named = [(k, t) for k, t in tensors.items() if t is not None]
-    first_name, first = named[0]
-    for name, t in named[1:]:
-        if t.dtype != first.dtype:
-            raise TritonConvError(
-                f"{first_name} type ({dtype_name(first.dtype)}) and {name} type "
-                f"({dtype_name(t.dtype)}) should be the same"
-            )
+    mismatch = _first_mismatch(tensors, "dtype")
+    if mismatch:
+        first_name, first, name, t = mismatch
+        raise TritonConvError(
+            f"{first_name} type ({dtype_name(first.dtype)}) and {name} type "
+            f"({dtype_name(t.dtype)}) should be the same"
+        )
 
 
 def check_dtype(tensor: torch.Tensor, name: str, allowed: Sequence[torch.dtype], op: str) -> None:
@@ -397,7 +406,8 @@ def _build_geometry(input_size, kernel, stride, pad_before, pad_after, dilation)
 _cached_geometry = functools.lru_cache(maxsize=4096)(_build_geometry)
 
 
-def _window_geometry(input_size, kernel, dil, pad, strides) -> Geometry:
+def window_geometry(input_size, kernel, dil, pad, strides) -> Geometry:
+    """The geometry of unfold/fold's symmetric-padding window (arguments validated)."""
     return make_geometry(input_size, kernel, strides, pad, pad, dil)
 
 
@@ -414,7 +424,7 @@ def check_unfold(input: torch.Tensor, kernel_size, dilation, padding, stride) ->
     kernel, dil, pad, strides = _check_window(kernel_size, dilation, padding, stride)
     batched = input.dim() == 4
     shape = tuple(input.shape) if batched else (1, *input.shape)
-    geometry = _window_geometry(shape[2:], kernel, dil, pad, strides)
+    geometry = window_geometry(shape[2:], kernel, dil, pad, strides)
     if any(o < 1 for o in geometry.output):
         raise TritonConvError(
             f"Given input with spatial size {tuple(shape[2:])}, kernel_size={kernel}, "
@@ -451,7 +461,7 @@ def check_fold(
             "Expected size of input's dimension 1 to be divisible by the product of "
             f"kernel_size, but got input.size(1)={shape[1]} and kernel_size={kernel}"
         )
-    geometry = _window_geometry(out_hw, kernel, dil, pad, strides)
+    geometry = window_geometry(out_hw, kernel, dil, pad, strides)
     blocks = geometry.output[0] * geometry.output[1]
     if any(o < 1 for o in geometry.output) or shape[2] != blocks:
         raise TritonConvError(

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .geometry import make_geometry
+from .geometry import make_geometry, window_geometry
 from .ops import conv_gemm, depthwise, direct
 from .ops import crop as crop_ops
 from .ops import im2col as im2col_ops
@@ -50,10 +50,6 @@ def custom_op(name: str):
 # --------------------------------------------------------------------------------------------
 
 
-def _window(input_size, kernel_size, dilation, padding, stride):
-    return make_geometry(input_size, kernel_size, stride, padding, padding, dilation)
-
-
 @custom_op("unfold")
 def unfold(
     input: Tensor,
@@ -62,13 +58,13 @@ def unfold(
     padding: list[int],
     stride: list[int],
 ) -> Tensor:
-    geometry = _window(input.shape[2:], kernel_size, dilation, padding, stride)
+    geometry = window_geometry(input.shape[2:], kernel_size, dilation, padding, stride)
     return im2col_ops.unfold(input, geometry)
 
 
 @unfold.register_fake
 def _(input, kernel_size, dilation, padding, stride):
-    geometry = _window(input.shape[2:], kernel_size, dilation, padding, stride)
+    geometry = window_geometry(input.shape[2:], kernel_size, dilation, padding, stride)
     rows = input.shape[1] * geometry.kernel_numel
     return input.new_empty((input.shape[0], rows, geometry.output_numel))
 
@@ -82,7 +78,7 @@ def fold(
     padding: list[int],
     stride: list[int],
 ) -> Tensor:
-    geometry = _window(output_size, kernel_size, dilation, padding, stride)
+    geometry = window_geometry(output_size, kernel_size, dilation, padding, stride)
     return im2col_ops.fold(input, geometry)
 
 
