@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# The GPU check: on a machine with a CUDA GPU, run the test suite on CUDA, the demo, and the
-# benchmarks, then print a short summary (last, so a truncated log still shows it).
+# The GPU check: on a machine with a CUDA GPU, run the test suite on CUDA, the random-geometry
+# fuzz against float64 (every algorithm, forward and gradients), the demo, and the benchmarks,
+# then print a short summary (last, so a truncated log still shows it).
 #
 #   scripts/gpu_check.sh                 # everything
+#   FUZZ_DRAWS=10000 scripts/gpu_check.sh  # a longer fuzz (default 400 draws)
 #   SUITES="conv im2col" scripts/gpu_check.sh
 #   SKIP_TESTS=1 scripts/gpu_check.sh    # benchmarks only
 #   SKIP_BENCH=1 scripts/gpu_check.sh    # tests and demo only
@@ -27,6 +29,13 @@ if [ -z "${SKIP_TESTS:-}" ]; then
     python3 -m pytest -q $workers -p no:cacheprovider ${PYTEST_ARGS:-} 2>&1 | tee "$OUT_DIR/pytest.log" | tail -n 40
     status=${PIPESTATUS[0]}
 fi
+fuzz_status=0
+if [ "${FUZZ_DRAWS:-400}" != "0" ]; then
+    python3 -m tritonconv.cli verify --fuzz --draws "${FUZZ_DRAWS:-400}" --workers "${FUZZ_WORKERS:-8}" \
+        --seed "${FUZZ_SEED:-0}" --json "$OUT_DIR/fuzz.json" 2>&1 | tee "$OUT_DIR/fuzz.log" | tail -n 30
+    fuzz_status=${PIPESTATUS[0]}
+    [ $fuzz_status -ne 0 ] && status=1
+fi
 python3 -m tritonconv.cli demo 2>&1 | tee "$OUT_DIR/demo.log" | tail -n 25
 
 suite_args=""
@@ -41,6 +50,7 @@ fi
 
 echo "================ summary ================"
 [ -z "${SKIP_TESTS:-}" ] && echo "pytest: $(grep -E '(passed|failed|error)' "$OUT_DIR/pytest.log" | tail -n 1)"
+[ -f "$OUT_DIR/fuzz.log" ] && grep -E "^fuzz: [0-9]+ draws" "$OUT_DIR/fuzz.log" | tail -n 1
 grep -E "ok|MISMATCH" "$OUT_DIR/demo.log" | grep -c ok | sed 's/^/demo checks ok: /'
 if [ -n "${SKIP_BENCH:-}" ]; then
     :

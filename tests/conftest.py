@@ -8,7 +8,7 @@ import torch
 from hypothesis import settings
 
 import tritonconv
-from tritonconv.testing import DEVICE
+from tritonconv.testing import DEVICE, exact_fp32
 
 settings.register_profile("ci", max_examples=25, deadline=None, derandomize=True)
 settings.register_profile("gpu", max_examples=30, deadline=None)
@@ -25,11 +25,8 @@ def device():
 @pytest.fixture(autouse=True)
 def _exact_fp32():
     """fp32 means fp32: no TF32 in the GEMMs or in cuDNN references."""
-    old = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    yield
-    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = old
+    with exact_fp32():
+        yield
 
 
 @pytest.fixture(autouse=True)

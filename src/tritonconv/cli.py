@@ -213,8 +213,111 @@ def cmd_demo(args) -> int:
 
 
 def cmd_verify(args) -> int:
+    if args.repro:
+        return _verify_repro(args.repro, args.algo)
+    if args.fuzz:
+        return _verify_fuzz(args)
     ok = _print_checks(f"tritonconv verify (seed {args.seed})", verify_checks(args.seed))
     return 0 if ok else 1
+
+
+def _verify_repro(spec: str, algo: str | None) -> int:
+    """One fuzz case (the line a failure printed), every algorithm or ``algo``."""
+    from . import fuzz
+
+    case = fuzz.Case.parse(spec)
+    console.print(f"case: {escape(case.spec())}")
+    ok = True
+    for result in fuzz.check_case(case, [algo] if algo else None):
+        if isinstance(result, fuzz.Failure):
+            ok = False
+            console.print(f"[red]{escape(result.line())}[/]")
+        else:
+            console.print(f"[green]ok[/] algo={result[0]}")
+    return 0 if ok else 1
+
+
+def _fuzz_worker(args, worker: int) -> object:
+    from . import fuzz
+
+    draws = None if args.draws is None else -(-args.draws // args.workers)
+    return fuzz.run(
+        seconds=args.seconds,
+        draws=draws,
+        seed=args.seed,
+        worker=worker,
+        workers=args.workers,
+        max_elements=args.max_elements,
+        max_macs=args.max_macs,
+    )
+
+
+def _verify_fuzz(args) -> int:
+    """``verify --fuzz``: random cases through every algorithm, in ``--workers`` processes
+    (they share the GPU; the float64 references are what costs CPU time)."""
+    import concurrent.futures
+    import multiprocessing
+
+    from . import fuzz
+
+    if args.seconds is None and args.draws is None:
+        args.seconds = 60.0
+    console.print(
+        f"fuzz on {_where()}: seed {args.seed}, "
+        + (f"{args.seconds:g} s" if args.seconds is not None else f"{args.draws} draws")
+        + f", {args.workers} worker(s)"
+    )
+    report = fuzz.Report()
+    if args.workers == 1:
+        report = _fuzz_worker(args, 0)
+    else:
+        ctx = multiprocessing.get_context("spawn")
+        with concurrent.futures.ProcessPoolExecutor(args.workers, mp_context=ctx) as pool:
+            for part in pool.map(_fuzz_worker, [args] * args.workers, range(args.workers)):
+                report.merge(part)
+    table = Table(title="tritonconv verify --fuzz")
+    for column in ("draws", "checks", "mismatches", "errors", "seconds", "draws/s"):
+        table.add_column(column)
+    table.add_row(
+        str(report.draws),
+        str(report.checks),
+        str(len(report.failures)),
+        str(len(report.errors)),
+        f"{report.seconds:.0f}",
+        f"{report.draws / max(report.seconds, 1e-9):.1f}",
+    )
+    console.print(table)
+    console.print(
+        "checks per algorithm: " + ", ".join(f"{k} {v}" for k, v in sorted(report.by_algo.items()))
+    )
+    console.print(
+        "draws per dtype: " + ", ".join(f"{k} {v}" for k, v in sorted(report.by_dtype.items()))
+    )
+    for failure in report.failures + report.errors:
+        console.print(escape(failure.line()), soft_wrap=True)
+    if args.json:
+        import json
+
+        Path(args.json).write_text(
+            json.dumps(
+                {
+                    "device": _where(),
+                    "torch": torch.__version__,
+                    "seed": args.seed,
+                    "draws": report.draws,
+                    "checks": report.checks,
+                    "seconds": report.seconds,
+                    "by_algo": dict(report.by_algo),
+                    "by_dtype": dict(report.by_dtype),
+                    "failures": [f.line() for f in report.failures],
+                    "errors": [f.line() for f in report.errors],
+                },
+                indent=1,
+            )
+        )
+    status = "[green]0 mismatches, 0 errors[/]" if report.ok else "[red]FAILED[/]"
+    console.print(f"fuzz: {report.draws} draws, {report.checks} checks: {status}")
+    return 0 if report.ok else 1
 
 
 def cmd_bench(args) -> int:
@@ -283,6 +386,15 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(fn=cmd_demo)
     p = sub.add_parser("verify", help="random geometries vs float64 references")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--fuzz", action="store_true", help="random conv2d cases, every algorithm")
+    p.add_argument("--seconds", type=float, default=None, help="fuzz for this long (default 60)")
+    p.add_argument("--draws", type=int, default=None, help="fuzz this many cases")
+    p.add_argument("--workers", type=int, default=1, help="fuzz processes")
+    p.add_argument("--max-elements", type=int, default=60_000, help="largest input drawn")
+    p.add_argument("--max-macs", type=int, default=3_000_000, help="largest conv drawn")
+    p.add_argument("--json", default=None, help="write the fuzz report here")
+    p.add_argument("--repro", default=None, help="re-run one fuzz case (the line it printed)")
+    p.add_argument("--algo", default=None, help="with --repro: only this algorithm")
     p.set_defaults(fn=cmd_verify)
     p = sub.add_parser("bench", help="time tritonconv against cuDNN / PyTorch")
     p.add_argument("--suite", action="append", help="suite name (repeatable); default conv, im2col")

@@ -7,6 +7,7 @@ output element.
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import torch
@@ -38,6 +39,18 @@ def tolerance(dtype: torch.dtype, reduction: int = 1) -> tuple[float, float]:
     """
     scale = math.sqrt(max(1, reduction))
     return ATOL_PER_TERM[dtype] * scale, RTOL[dtype]
+
+
+@contextlib.contextmanager
+def exact_fp32():
+    """fp32 means fp32 inside: no TF32 in cuBLAS GEMMs, cuDNN references or our ``tl.dot``."""
+    old = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = old
 
 
 def assert_close(actual: torch.Tensor, expected: torch.Tensor, *, reduction: int = 1, name=""):

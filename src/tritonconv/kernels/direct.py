@@ -19,8 +19,18 @@ so kernel size is unbounded) and, per tap, over the group's source channels ``BL
 time. Taps in the padding are masked, never loaded. Floats with at least 16 channels on both
 sides use ``tl.dot`` (``[P, S] @ [S, D]``, fp32 accumulate; ``DOT_PRECISION`` decides whether
 fp32 stays fp32-accurate; operands are cast to ``DOT_DTYPE``, their own dtype except under
-the interpreter, whose NumPy dot has no bfloat16); otherwise, and always for integers (int64 accumulate, exact) and
-float64, a broadcast multiply and a sum over ``S``.
+the interpreter, whose NumPy dot has no bfloat16); otherwise, and always for integers (int64
+accumulate, exact) and float64, one source channel at a time as an outer product
+``acc += x[:, None] * w[None, :]``.
+
+Why not ``tl.sum(x[:, :, None] * w[None, :, :], 1)`` over a ``[P, S, D]`` product (what this
+kernel did before): with ``S`` narrower than the lanes the compiled layout puts on that axis
+(seen with ``D = 16``, ``S < 8``, 4 warps, Triton 3.6 on an H100), the reduction adds the
+replicated copies too, so every output came out ``8/S`` times too large (2x, 4x, 8x). The
+interpreter sums NumPy arrays and was right, so only the GPU showed it (issue 9). The outer
+product has no cross-lane reduction at all. Where a ``tl.sum`` stays (the weight gradient
+below, the depthwise kernels), the reduced axis is at least 16 wide and the GPU fuzz
+(``tritonconv verify --fuzz``) reaches every tile configuration the launchers choose.
 
 ``direct_grad_weight_kernel``: ``dW[co, r] = sum over positions of dy[pos, co] * cols[pos, r]``
 with ``r = (ci*KH + kh)*KW + kw`` gathered on the fly. One program owns a ``[BLOCK_D, BLOCK_R]``
@@ -129,25 +139,30 @@ def direct_conv_kernel(
             ok = ok & p_ok
             src_tap = src_n + sh * src_sh + sw * src_sw
             w_tap = w_g + kh * w_skh + kw * w_skw
-            for s0 in range(0, src_per_group, BLOCK_S):
-                s = s0 + tl.arange(0, BLOCK_S)
-                s_ok = s < src_per_group
-                x = tl.load(
-                    src_tap[:, None] + (s * src_sc)[None, :],
-                    mask=ok[:, None] & s_ok[None, :],
-                    other=0,
-                )
-                w = tl.load(
-                    w_tap[None, :] + (s * w_ss)[:, None],
-                    mask=s_ok[:, None] & d_ok[None, :],
-                    other=0,
-                )
-                if USE_DOT:
+            if USE_DOT:
+                for s0 in range(0, src_per_group, BLOCK_S):
+                    s = s0 + tl.arange(0, BLOCK_S)
+                    s_ok = s < src_per_group
+                    x = tl.load(
+                        src_tap[:, None] + (s * src_sc)[None, :],
+                        mask=ok[:, None] & s_ok[None, :],
+                        other=0,
+                    )
+                    w = tl.load(
+                        w_tap[None, :] + (s * w_ss)[:, None],
+                        mask=s_ok[:, None] & d_ok[None, :],
+                        other=0,
+                    )
                     acc = tl.dot(
                         x.to(DOT_DTYPE), w.to(DOT_DTYPE), acc, input_precision=DOT_PRECISION
                     )
-                else:
-                    acc += tl.sum(x.to(ACC_DTYPE)[:, :, None] * w.to(ACC_DTYPE)[None, :, :], 1)
+            else:
+                # One source channel at a time, an outer product: no reduction across lanes
+                # (see the module docstring for why not a broadcast-and-sum over [P, S, D]).
+                for s in range(0, src_per_group):
+                    x = tl.load(src_tap + s * src_sc, mask=ok, other=0)
+                    w = tl.load(w_tap + s * w_ss, mask=d_ok, other=0)
+                    acc += x.to(ACC_DTYPE)[:, None] * w.to(ACC_DTYPE)[None, :]
 
     if HAS_BIAS:
         bias = tl.load(bias_ptr + g * dst_per_group + d, mask=d_ok, other=0)

@@ -71,11 +71,20 @@ def needs_int64(*tensors: torch.Tensor | None) -> bool:
     return False
 
 
-def accumulator_dtype(dtype: torch.dtype):
-    """Triton dtype sums are kept in: int64 for integers (exact, wraps like the dtype on the
-    final cast), float64 for float64, float32 for the other floats."""
+def partial_dtype(dtype: torch.dtype) -> torch.dtype:
+    """torch dtype partial sums are kept in between kernels (split reductions): int64 for
+    integers (exact, wraps like the dtype on the final cast), float64 for float64, float32 for
+    the other floats."""
     if dtype in INT_DTYPES or dtype == torch.bool:
-        return tl.int64
+        return torch.int64
     if dtype == torch.float64:
-        return tl.float64
-    return tl.float32
+        return torch.float64
+    return torch.float32
+
+
+_TRITON_DTYPES = {torch.int64: tl.int64, torch.float64: tl.float64, torch.float32: tl.float32}
+
+
+def accumulator_dtype(dtype: torch.dtype):
+    """Triton dtype sums are kept in inside a kernel: that of :func:`partial_dtype`."""
+    return _TRITON_DTYPES[partial_dtype(dtype)]

@@ -39,6 +39,7 @@ from .common import (
     empty_like_format,
     multiprocessor_count,
     needs_int64,
+    partial_dtype,
 )
 
 # Kernel width from which the banded tensor-core kernels replace the FMA kernels (a reasoned
@@ -227,7 +228,7 @@ def depthwise_grad_weight(grad_out, x, weight_shape, geometry: Geometry) -> torc
         return torch.zeros(weight_shape, dtype=x.dtype, device=x.device)
     geometry_args = (*geometry.stride, *geometry.pad_before, *geometry.dilation)
     strides = (*grad_out.stride(), *x.stride())
-    acc_dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
+    acc_dtype = partial_dtype(x.dtype)  # int64 for integers: exact
     if uses_band(x.dtype, geometry):
         block_kh, block_kw = clamped_power_of_2(KH, 16, 32), clamped_power_of_2(KW, 16, 32)
         tap_tiles = cdiv(KH, block_kh) * cdiv(KW, block_kw)

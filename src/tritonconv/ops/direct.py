@@ -27,6 +27,7 @@ from .common import (
     empty_like_format,
     multiprocessor_count,
     needs_int64,
+    partial_dtype,
 )
 
 # Programs per SM the weight gradient aims for when choosing its split count.
@@ -58,15 +59,15 @@ def uses_dot(dtype: torch.dtype, *tile_dims: int) -> bool:
 
 
 def _conv_tiles(dtype, src_per_group: int, dst_per_group: int):
-    """(USE_DOT, BLOCK_P, BLOCK_S, BLOCK_D) for ``direct_conv_kernel``."""
+    """(USE_DOT, BLOCK_P, BLOCK_S, BLOCK_D) for ``direct_conv_kernel``. Without ``tl.dot`` the
+    kernel walks source channels one at a time (``BLOCK_S`` unused) over a ``[P, D]`` tile."""
     if uses_dot(dtype, src_per_group, dst_per_group):
         block_s = clamped_power_of_2(src_per_group, 16, 32)
         block_d = clamped_power_of_2(dst_per_group, 16, 64)
         return True, 128 if INTERPRETER else 64, block_s, block_d
-    block_s = clamped_power_of_2(src_per_group, 1, 8)
     block_d = clamped_power_of_2(dst_per_group, 1, 16)
-    budget = 16384 if INTERPRETER else 2048  # elements of the [P, S, D] product
-    return False, max(16, budget // (block_s * block_d)), block_s, block_d
+    budget = 16384 if INTERPRETER else 1024  # elements of the [P, D] accumulator
+    return False, max(16, budget // block_d), 1, block_d
 
 
 def _launch_conv(src, weight, bias, dst, geometry: Geometry, groups: int, transposed: bool):
@@ -172,7 +173,7 @@ def conv2d_grad_weight(grad_out, x, weight_shape, geometry: Geometry, groups: in
     splits = max(1, min(splits, position_blocks, WGRAD_PARTIAL_LIMIT // (C_out * rows)))
     per_split = cdiv(position_blocks, splits) * block_p
     splits = cdiv(num_positions, per_split)
-    acc_dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
+    acc_dtype = partial_dtype(x.dtype)  # int64 for integers: exact
     partial = torch.empty((splits, C_out, rows), dtype=acc_dtype, device=x.device)
     direct_grad_weight_kernel[(tiles, splits)](
         grad_out,

@@ -1,0 +1,515 @@
+"""Random-geometry fuzz of ``conv2d``: every algorithm that accepts a case, forward and all three
+gradients, against float64 on the CPU (integers exactly).
+
+A *case* is one convolution call: shapes, stride, padding (asymmetric, ``'same'``, ``'valid'``),
+dilation, groups (dense, grouped, depthwise with a channel multiplier), bias, dtype, and the
+memory layout of the input and of the output gradient (contiguous, channels-last, strided, or
+expanded with zero strides). :func:`draw_case` draws one from a seed; :meth:`Case.spec` writes it
+as one line that :meth:`Case.parse` reads back, so every failure prints a repro::
+
+    tritonconv verify --repro 'n=5 c=16 k=4 h=14 w=25 kh=1 kw=1 ...'
+
+Tolerances (:func:`bound`) are not tuned: for an output ``y = sum of L products a*b`` computed
+from the same dtype-rounded inputs as the reference, the error is at most
+
+    2 * u_out * |y|  +  (u_out + L * u_acc) * sum |a*b|  (+ u_out * |bias|)
+
+with ``u_out`` the unit roundoff of the result dtype (rounding the result, and rounding partial
+results a path keeps in the dtype: a GEMM output before col2im, a bias added after rounding),
+``u_acc`` that of the accumulation (fp32, or the 3xTF32 split's ~2^-21 for fp32 ``tl.dot``; fp64
+for fp64) and ``L`` the reduction length (the worst-case bound of a recursive sum, not its
+random-walk typical size). ``sum |a*b|`` is computed exactly by running the float64 reference on
+``|x|``, ``|w|``, ``|dy|``. An indexing error (a missed, doubled or misplaced tap) moves an
+element by the size of a whole term, which this bound does not admit for realistic ``L``.
+Integers accumulate in int64 in every path and must be bitwise equal to the reference wrapped
+to the dtype.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import time
+import traceback
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+
+from . import functional, library
+from .geometry import FLOAT_DTYPES, check_conv, dtype_name
+from .ops.common import is_channels_last
+from .testing import DEVICE, exact_fp32
+
+DTYPES = {
+    "float32": torch.float32,
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
+    "float64": torch.float64,
+    "int8": torch.int8,
+    "uint8": torch.uint8,
+    "int16": torch.int16,
+    "int32": torch.int32,
+    "int64": torch.int64,
+}
+# How often each dtype is drawn (fp32 and the 16-bit floats are what networks run).
+DTYPE_WEIGHTS = {
+    "float32": 4,
+    "float16": 2,
+    "bfloat16": 2,
+    "float64": 1,
+    "int8": 1,
+    "uint8": 1,
+    "int16": 1,
+    "int32": 1,
+    "int64": 1,
+}
+# Memory layouts of the input and of the output gradient, with how often each is drawn.
+LAYOUTS = {
+    "contiguous": 8,
+    "channels_last": 6,
+    "strided_wide": 2,  # every other element of a buffer twice as wide
+    "strided_hw": 2,  # H and W transposed in memory
+    "expanded_n": 1,  # one sample broadcast over the batch (stride 0)
+    "expanded_w": 1,  # one column broadcast over the width (stride 0)
+}
+# Channels per group: every tile-size threshold of the launchers (1, 2, 4, 8, 16, 32, 64) and
+# its neighbours, so each tile configuration a launcher can pick is reached.
+CHANNELS = (1, 2, 3, 4, 5, 7, 8, 9, 12, 15, 16, 17, 24, 31, 32, 33, 48, 64)
+
+# Unit roundoff of results and of accumulations, per dtype.
+U_OUT = {
+    torch.float16: 2.0**-11,
+    torch.bfloat16: 2.0**-8,
+    torch.float32: 2.0**-24,
+    torch.float64: 2.0**-53,
+}
+U_ACC = {
+    torch.float16: 2.0**-21,
+    torch.bfloat16: 2.0**-21,
+    torch.float32: 2.0**-21,  # 3xTF32 drops the lo*lo term: about 2^-21 per product
+    torch.float64: 2.0**-50,
+}
+
+
+@dataclass(frozen=True)
+class Case:
+    """One ``conv2d`` call of the fuzz (batched input; ``n`` may be 0)."""
+
+    n: int
+    c: int
+    k: int
+    h: int
+    w: int
+    kh: int
+    kw: int
+    stride: tuple[int, int]
+    padding: tuple[int, int] | str
+    dilation: tuple[int, int]
+    groups: int
+    bias: bool
+    dtype: str
+    x_layout: str
+    dy_layout: str
+    w_layout: str
+    seed: int
+
+    def spec(self) -> str:
+        """One line :meth:`parse` reads back."""
+        parts = []
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if isinstance(v, tuple):
+                v = ",".join(map(str, v))
+            elif isinstance(v, bool):
+                v = int(v)
+            parts.append(f"{f.name}={v}")
+        return " ".join(parts)
+
+    @classmethod
+    def parse(cls, spec: str) -> Case:
+        values = dict(item.split("=", 1) for item in spec.split())
+        kwargs = {}
+        for f in dataclasses.fields(cls):
+            v = values[f.name]
+            if f.name in ("stride", "dilation") or (f.name == "padding" and "," in v):
+                kwargs[f.name] = tuple(int(p) for p in v.split(","))
+            elif f.name == "bias":
+                kwargs[f.name] = v not in ("0", "False")
+            elif f.name in ("padding", "dtype") or f.name.endswith("layout"):
+                kwargs[f.name] = v
+            else:
+                kwargs[f.name] = int(v)
+        return cls(**kwargs)
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return DTYPES[self.dtype]
+
+    @property
+    def depthwise(self) -> bool:
+        return self.groups == self.c
+
+    def algos(self) -> list[str]:
+        """Every algorithm ``conv2d`` accepts for this case."""
+        algos = ["direct"]
+        if self.torch_dtype in FLOAT_DTYPES:
+            algos.insert(0, "im2col_gemm")
+        if self.depthwise:
+            algos.append("depthwise")
+        return algos
+
+    def output_hw(self) -> tuple[int, int]:
+        if self.padding == "same":
+            return self.h, self.w
+        pad = (0, 0) if self.padding == "valid" else self.padding
+        return tuple(
+            (i + 2 * p - d * (kk - 1) - 1) // s + 1
+            for i, p, d, kk, s in zip(
+                (self.h, self.w), pad, self.dilation, (self.kh, self.kw), self.stride
+            )
+        )
+
+
+def _draw_padding(rng: random.Random, stride) -> tuple[int, int] | str:
+    u = rng.random()
+    if u < 0.1 and stride == (1, 1):
+        return "same"
+    if u < 0.17:
+        return "valid"
+    return (rng.randint(0, 3), rng.randint(0, 3))
+
+
+def draw_case(seed: int, *, max_elements: int = 60_000, max_macs: int = 3_000_000) -> Case:
+    """A random valid case from ``seed`` (the same seed always gives the same case and data)."""
+    rng = random.Random(seed)
+    while True:
+        mode = rng.choices(("dense", "grouped", "depthwise"), (5, 3, 3))[0]
+        if mode == "depthwise":
+            c = rng.choice(CHANNELS)
+            groups, k = c, c * rng.choice((1, 1, 1, 2, 3))
+        else:
+            groups = 1 if mode == "dense" else rng.randint(2, 4)
+            c = groups * rng.choice(CHANNELS)
+            k = groups * rng.choice(CHANNELS)
+        big_kernel = mode == "depthwise" and rng.random() < 0.2
+        kh = rng.randint(1, 13 if big_kernel else 7)
+        kw = rng.randint(7 if big_kernel else 1, 13 if big_kernel else 7)
+        stride = (rng.choice((1, 1, 2, 3)), rng.choice((1, 1, 2, 3)))
+        dilation = (rng.choice((1, 1, 2, 3)), rng.choice((1, 1, 2, 3)))
+        padding = _draw_padding(rng, stride)
+        n = 0 if rng.random() < 0.04 else rng.randint(1, 4)
+        h, w = rng.randint(1, 40), rng.randint(1, 40)
+        case = Case(
+            n=n,
+            c=c,
+            k=k,
+            h=h,
+            w=w,
+            kh=kh,
+            kw=kw,
+            stride=stride,
+            padding=padding,
+            dilation=dilation,
+            groups=groups,
+            bias=rng.random() < 0.5,
+            dtype=rng.choices(list(DTYPE_WEIGHTS), list(DTYPE_WEIGHTS.values()))[0],
+            x_layout=rng.choices(list(LAYOUTS), list(LAYOUTS.values()))[0],
+            dy_layout=rng.choices(list(LAYOUTS), list(LAYOUTS.values()))[0],
+            w_layout=rng.choice(("contiguous", "channels_last")),
+            seed=seed,
+        )
+        oh, ow = case.output_hw()
+        if oh < 1 or ow < 1:
+            continue
+        macs = max(1, n) * k * oh * ow * (c // groups) * kh * kw
+        if max(1, n) * c * h * w > max_elements or macs > max_macs:
+            continue
+        return case
+
+
+def to_layout(base: torch.Tensor, layout: str) -> torch.Tensor:
+    """``base`` (4-D) with the same shape in ``layout``; the expanded layouts keep only
+    ``base``'s first sample or column, broadcast with stride 0."""
+    if layout == "contiguous":
+        return base.contiguous()
+    if layout == "channels_last":
+        return base.contiguous(memory_format=torch.channels_last)
+    if layout == "strided_wide":
+        wide = base.new_zeros(*base.shape[:3], 2 * base.shape[3])
+        wide[..., ::2] = base
+        return wide[..., ::2]
+    if layout == "strided_hw":
+        return base.transpose(2, 3).contiguous().transpose(2, 3)
+    if layout == "expanded_n":
+        return base[:1].expand(base.shape)
+    if layout == "expanded_w":
+        return base[..., :1].expand(base.shape)
+    raise ValueError(f"unknown layout {layout!r}")
+
+
+def _values(shape, dtype: torch.dtype, gen: torch.Generator) -> torch.Tensor:
+    """float64 values exactly representable in ``dtype`` (integers: small enough that float64
+    sums of their products stay exact)."""
+    if dtype.is_floating_point:
+        return torch.randn(shape, generator=gen, dtype=torch.float64).to(dtype).double()
+    info = torch.iinfo(dtype)
+    low, high = (max(info.min, -128), min(info.max, 127) + 1)
+    if dtype != torch.int8 and dtype != torch.uint8:
+        low, high = -1000, 1000
+    return torch.randint(low, high, shape, generator=gen, dtype=torch.int64).double()
+
+
+@dataclass
+class Data:
+    """A case's values in float64, contiguous on the CPU (an expanded layout's repeats are
+    already in the values, so the reference sees exactly what the kernels read)."""
+
+    x: torch.Tensor
+    w: torch.Tensor
+    b: torch.Tensor | None
+    dy: torch.Tensor
+
+
+def make_data(case: Case) -> Data:
+    gen = torch.Generator().manual_seed(case.seed)
+    dtype = case.torch_dtype
+    x = to_layout(_values((case.n, case.c, case.h, case.w), dtype, gen), case.x_layout)
+    w = _values((case.k, case.c // case.groups, case.kh, case.kw), dtype, gen)
+    b = _values((case.k,), dtype, gen) if case.bias else None
+    oh, ow = case.output_hw()
+    dy = to_layout(_values((case.n, case.k, oh, ow), dtype, gen), case.dy_layout)
+    return Data(x.contiguous(), w, b, dy.contiguous())
+
+
+def reference(case: Case, data: Data) -> dict[str, torch.Tensor]:
+    """y, dx, dw, db in float64 on the CPU, and each one's ``sum |a*b|`` magnitude."""
+    out = {}
+    for tag, f in (("", lambda t: t), ("mag_", torch.abs)):
+        x = f(data.x).requires_grad_()
+        w = f(data.w).requires_grad_()
+        b = f(data.b).requires_grad_() if data.b is not None else None
+        y = F.conv2d(x, w, b, case.stride, case.padding, case.dilation, case.groups)
+        dy = f(data.dy)
+        grads = torch.autograd.grad(y, [t for t in (x, w, b) if t is not None], dy)
+        out[tag + "y"] = y.detach()
+        out[tag + "dx"], out[tag + "dw"] = grads[0], grads[1]
+        if b is not None:
+            out[tag + "db"] = grads[2]
+    if data.b is not None:  # the bias term's own magnitude, rounded in some paths
+        out["mag_y"] = out["mag_y"] + data.b.abs()[None, :, None, None]
+    return out
+
+
+def reduction_lengths(case: Case) -> dict[str, int]:
+    oh, ow = case.output_hw()
+    positions = max(1, case.n * oh * ow)
+    return {
+        "y": (case.c // case.groups) * case.kh * case.kw,
+        "dx": (case.k // case.groups) * case.kh * case.kw,
+        "dw": positions,
+        "db": positions,
+    }
+
+
+def bound(dtype: torch.dtype, ref: torch.Tensor, mag: torch.Tensor, length: int) -> torch.Tensor:
+    """Per-element error bound (see the module docstring)."""
+    u_out, u_acc = U_OUT[dtype], U_ACC[dtype]
+    return 2 * u_out * ref.abs() + (u_out + length * u_acc) * mag
+
+
+def compare(name: str, case: Case, actual, ref, mag, length: int) -> str | None:
+    """None if ``actual`` matches ``ref`` (float64) for this case's dtype, else what differs."""
+    dtype = case.torch_dtype
+    if actual is None:
+        return f"{name}: missing"
+    if tuple(actual.shape) != tuple(ref.shape):
+        return f"{name}: shape {tuple(actual.shape)} != {tuple(ref.shape)}"
+    if actual.dtype != dtype:
+        return f"{name}: dtype {dtype_name(actual.dtype)} != {dtype_name(dtype)}"
+    a = actual.detach().cpu()
+    if not dtype.is_floating_point:
+        expected = ref.round().to(torch.int64).to(dtype)  # wraps like the dtype
+        bad = a != expected
+        if bad.any():
+            i = tuple(bad.nonzero()[0].tolist())
+            return (
+                f"{name}: {int(bad.sum())}/{a.numel()} differ, first at {list(i)}: "
+                f"{a[i].item()} != {expected[i].item()}"
+            )
+        return None
+    a = a.double()
+    err = (a - ref).abs()
+    tol = bound(dtype, ref, mag, length)
+    bad = ~(err <= tol)  # NaN fails
+    if bad.any():
+        worst = (err - tol).nan_to_num(float("inf")).argmax()
+        i = tuple(int(v) for v in torch.unravel_index(worst, err.shape))
+        ratio = a[i].item() / ref[i].item() if ref[i].item() else float("nan")
+        return (
+            f"{name}: {int(bad.sum())}/{a.numel()} outside the bound, worst at {list(i)}: "
+            f"{a[i].item():.6g} vs {ref[i].item():.6g} (x{ratio:.3g}, bound {tol[i].item():.3g})"
+        )
+    return None
+
+
+def _poison_allocator(nbytes: int, device) -> None:
+    """Fill freed allocator blocks with NaN bytes so outputs a kernel forgets to write show up
+    (on CUDA, PyTorch's caching allocator hands the same blocks to the next allocations)."""
+    if torch.device(device).type == "cuda":
+        torch.empty(max(nbytes, 1 << 20), dtype=torch.uint8, device=device).fill_(0xFF)
+
+
+def run_case(case: Case, algo: str, ref: dict, data: Data, device=DEVICE) -> list[str]:
+    """Problems of ``algo`` on ``case`` (empty when forward and gradients all match)."""
+    dtype = case.torch_dtype
+    x = to_layout(data.x.to(device, dtype), case.x_layout)
+    w = to_layout(data.w.to(device, dtype), case.w_layout)
+    b = data.b.to(device, dtype) if data.b is not None else None
+    dy = to_layout(data.dy.to(device, dtype), case.dy_layout)
+    lengths = reduction_lengths(case)
+    _poison_allocator(8 * (x.numel() + w.numel() + dy.numel()), device)
+    problems = []
+    if dtype.is_floating_point:
+        leaves = [t.detach().requires_grad_() for t in (x, w, b) if t is not None]
+        y = functional.conv2d(
+            leaves[0],
+            leaves[1],
+            leaves[2] if b is not None else None,
+            case.stride,
+            case.padding,
+            case.dilation,
+            case.groups,
+            algo=algo,
+        )
+        grads = torch.autograd.grad(y, leaves, dy)
+        results = {"y": y, "dx": grads[0], "dw": grads[1]}
+        if b is not None:
+            results["db"] = grads[2]
+    else:
+        y = functional.conv2d(
+            x, w, b, case.stride, case.padding, case.dilation, case.groups, algo=algo
+        )
+        args = check_conv(x, w, b, case.stride, case.padding, case.dilation, case.groups)
+        g = args.geometry
+        dx, dw = library.conv2d_direct_backward(
+            dy,
+            x,
+            w,
+            list(g.stride),
+            list(g.pad_before),
+            list(g.pad_after),
+            list(g.dilation),
+            case.groups,
+            algo == "depthwise",
+            [True, True],
+        )
+        results = {"y": y, "dx": dx, "dw": dw}
+    fmt = torch.channels_last if is_channels_last(x) else torch.contiguous_format
+    if not results["y"].is_contiguous(memory_format=fmt):
+        problems.append(f"y: strides {results['y'].stride()} are not in the input's {fmt}")
+    for name, actual in results.items():
+        p = compare(name, case, actual, ref[name], ref["mag_" + name], lengths[name])
+        if p:
+            problems.append(p)
+    return problems
+
+
+@dataclass
+class Failure:
+    case: Case
+    algo: str
+    problems: list[str]
+
+    def line(self) -> str:
+        return (
+            f"FAIL algo={self.algo}: {'; '.join(self.problems)}\n"
+            f"  repro: tritonconv verify --repro '{self.case.spec()}' --algo {self.algo}"
+        )
+
+
+@dataclass
+class Report:
+    draws: int = 0
+    checks: int = 0
+    seconds: float = 0.0
+    failures: list[Failure] = field(default_factory=list)
+    errors: list[Failure] = field(default_factory=list)
+    by_algo: Counter = field(default_factory=Counter)
+    by_dtype: Counter = field(default_factory=Counter)
+
+    def merge(self, other: Report) -> None:
+        self.draws += other.draws
+        self.checks += other.checks
+        self.seconds = max(self.seconds, other.seconds)
+        self.failures += other.failures
+        self.errors += other.errors
+        self.by_algo.update(other.by_algo)
+        self.by_dtype.update(other.by_dtype)
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures and not self.errors
+
+
+def check_case(case: Case, algos=None, device=DEVICE) -> Iterator[Failure | tuple[str, None]]:
+    """Run ``case`` through ``algos`` (default: all that accept it); yield a Failure per
+    algorithm that mismatches or raises, ``(algo, None)`` per algorithm that passes."""
+    data = make_data(case)
+    ref = reference(case, data)
+    for algo in algos or case.algos():
+        try:
+            with exact_fp32():
+                problems = run_case(case, algo, ref, data, device)
+        except Exception as e:  # an error is a finding too: the case is valid
+            tb = traceback.format_exc(limit=-2).strip().splitlines()[-1]
+            yield Failure(case, algo, [f"ERROR {type(e).__name__}: {str(e)[:300]} ({tb})"])
+            continue
+        yield Failure(case, algo, problems) if problems else (algo, None)
+
+
+def seeds(base: int, worker: int = 0, workers: int = 1) -> Iterator[int]:
+    i = worker
+    while True:
+        yield base * 1_000_003 + i
+        i += workers
+
+
+def run(
+    *,
+    seconds: float | None = None,
+    draws: int | None = None,
+    seed: int = 0,
+    worker: int = 0,
+    workers: int = 1,
+    device=DEVICE,
+    on_draw: Callable[[Report], None] | None = None,
+    **draw_kwargs,
+) -> Report:
+    """Draw and check cases until ``seconds`` pass or ``draws`` cases were checked."""
+    if seconds is None and draws is None:
+        raise ValueError("fuzz.run needs seconds or draws")
+    report = Report()
+    start = time.perf_counter()
+    for s in seeds(seed, worker, workers):
+        if draws is not None and report.draws >= draws:
+            break
+        if seconds is not None and time.perf_counter() - start >= seconds:
+            break
+        case = draw_case(s, **draw_kwargs)
+        report.draws += 1
+        report.by_dtype[case.dtype] += 1
+        for result in check_case(case, device=device):
+            report.checks += 1
+            if isinstance(result, Failure):
+                report.by_algo[result.algo + " FAIL"] += 1
+                is_error = result.problems[0].startswith("ERROR")
+                (report.errors if is_error else report.failures).append(result)
+            else:
+                report.by_algo[result[0]] += 1
+        if on_draw:
+            on_draw(report)
+    report.seconds = time.perf_counter() - start
+    return report
