@@ -55,8 +55,18 @@ for i, case in enumerate(CASES):
         if algo == "direct" and r["dx"][0]:
             bad = r["dx"][3]
             idx = bad.nonzero()
-            print("   bad n:", sorted(set(idx[:, 0].tolist()))[:10], "c:", sorted(set(idx[:, 1].tolist()))[:20])
-            print("   bad h:", sorted(set(idx[:, 2].tolist()))[:30], "w:", sorted(set(idx[:, 3].tolist()))[:30])
+            print(
+                "   bad n:",
+                sorted(set(idx[:, 0].tolist()))[:10],
+                "c:",
+                sorted(set(idx[:, 1].tolist()))[:20],
+            )
+            print(
+                "   bad h:",
+                sorted(set(idx[:, 2].tolist()))[:30],
+                "w:",
+                sorted(set(idx[:, 3].tolist()))[:30],
+            )
 
 # Force tile configs on case 0 to see which fail.
 orig = D._conv_tiles
@@ -66,7 +76,9 @@ for case_i in (0, 4):
         D._conv_tiles = lambda dtype, s, d, bp=bp, bs=bs, bd=bd: (False, bp, bs, bd)
         try:
             r = run_case(CASES[case_i], "direct")
-            print(f"  case{case_i} P{bp} S{bs} D{bd}: y {r['y'][0]} dx {r['dx'][0]} ratios {r['dx'][2]}")
+            print(
+                f"  case{case_i} P{bp} S{bs} D{bd}: y {r['y'][0]} dx {r['dx'][0]} ratios {r['dx'][2]}"
+            )
         except Exception as e:
             print(f"  case{case_i} P{bp} S{bs} D{bd}: ERROR {type(e).__name__}: {str(e)[:100]}")
 D._conv_tiles = orig
@@ -93,5 +105,7 @@ for P, S, Dd in itertools.product((16, 32, 128), (1, 2, 4, 8), (4, 16)):
     ref = x.double() @ w.double()
     err = (o.double() - ref).abs().max().item()
     if err > 1e-4:
-        print(f"  P{P} S{S} D{Dd}: max err {err:.3g} ratio {(o.double() / ref).median().item():.3f}")
+        print(
+            f"  P{P} S{S} D{Dd}: max err {err:.3g} ratio {(o.double() / ref).median().item():.3f}"
+        )
 print("done")
