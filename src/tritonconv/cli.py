@@ -240,6 +240,9 @@ def _verify_repro(spec: str, algo: str | None) -> int:
 def _fuzz_worker(args, worker: int) -> object:
     from . import fuzz
 
+    if args.workers > 1:
+        torch.set_num_threads(1)  # the workers share the cores; idle OpenMP threads spin
+
     draws = None if args.draws is None else -(-args.draws // args.workers)
     return fuzz.run(
         seconds=args.seconds,

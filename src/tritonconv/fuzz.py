@@ -12,13 +12,15 @@ as one line that :meth:`Case.parse` reads back, so every failure prints a repro:
 Tolerances (:func:`bound`) are not tuned: for an output ``y = sum of L products a*b`` computed
 from the same dtype-rounded inputs as the reference, the error is at most
 
-    2 * u_out * |y|  +  (u_out + L * u_acc) * sum |a*b|  (+ u_out * |bias|)
+    2 * u_out * |y|  +  (u_out + L * u_acc) * sum |a*b|  +  2 * subnormal step
 
-with ``u_out`` the unit roundoff of the result dtype (rounding the result, and rounding partial
+(``sum |a*b|`` counting ``|bias|`` too) with ``u_out`` the unit roundoff of the result dtype (rounding the result, and rounding partial
 results a path keeps in the dtype: a GEMM output before col2im, a bias added after rounding),
 ``u_acc`` that of the accumulation (fp32, or the 3xTF32 split's ~2^-21 for fp32 ``tl.dot``; fp64
 for fp64) and ``L`` the reduction length (the worst-case bound of a recursive sum, not its
-random-walk typical size). ``sum |a*b|`` is computed exactly by running the float64 reference on
+random-walk typical size); the subnormal step (``smallest_normal * eps``: 2^-24 in fp16) bounds
+each rounding where the result is subnormal, and there relative precision is gone (seen on the
+GPU: an fp16 dx of -8.3e-6). ``sum |a*b|`` is computed exactly by running the float64 reference on
 ``|x|``, ``|w|``, ``|dy|``. An indexing error (a missed, doubled or misplaced tap) moves an
 element by the size of a whole term, which this bound does not admit for realistic ``L``.
 Integers accumulate in int64 in every path and must be bitwise equal to the reference wrapped
@@ -317,7 +319,9 @@ def reduction_lengths(case: Case) -> dict[str, int]:
 def bound(dtype: torch.dtype, ref: torch.Tensor, mag: torch.Tensor, length: int) -> torch.Tensor:
     """Per-element error bound (see the module docstring)."""
     u_out, u_acc = U_OUT[dtype], U_ACC[dtype]
-    return 2 * u_out * ref.abs() + (u_out + length * u_acc) * mag
+    info = torch.finfo(dtype)
+    subnormal_step = info.smallest_normal * info.eps  # below the normals rounding is absolute
+    return 2 * u_out * ref.abs() + (u_out + length * u_acc) * mag + 2 * subnormal_step
 
 
 def compare(name: str, case: Case, actual, ref, mag, length: int) -> str | None:

@@ -39,8 +39,10 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from . import jit
 
-@triton.jit
+
+@jit
 def depthwise_kernel(
     # pointers
     src_ptr,
@@ -125,7 +127,7 @@ def depthwise_kernel(
     tl.store(dst, acc.to(dst_ptr.dtype.element_ty), mask=out_ok)
 
 
-@triton.jit
+@jit
 def depthwise_band_kernel(
     # pointers
     src_ptr,
@@ -220,7 +222,7 @@ def depthwise_band_kernel(
     tl.store(dst, acc.to(dst_ptr.dtype.element_ty), mask=(h < DH)[:, None] & (w < DW)[None, :])
 
 
-@triton.jit
+@jit
 def depthwise_grad_weight_kernel(
     # pointers
     dy_ptr,
@@ -309,7 +311,7 @@ def depthwise_grad_weight_kernel(
     tl.store(dst, acc, mask=c_ok[:, None] & (t_range < taps)[None, :])
 
 
-@triton.jit
+@jit
 def depthwise_band_grad_weight_kernel(
     # pointers
     dy_ptr,
@@ -402,7 +404,7 @@ def depthwise_band_grad_weight_kernel(
     tl.store(dst, acc, mask=kh_ok[:, None] & kw_ok[None, :])
 
 
-@triton.jit
+@jit
 def depthwise_small_kernel(
     # pointers
     src_ptr,
@@ -510,7 +512,7 @@ def _wgrad_store(dst, acc, t, c_ok):
     tl.store(dst + t, tl.sum(tl.sum(acc, 2), 1), mask=c_ok)
 
 
-@triton.jit
+@jit
 def depthwise_small_grad_weight_kernel(
     # pointers
     dy_ptr,

@@ -42,11 +42,21 @@ in order; the launcher sums the splits' partial tiles in a fixed order. Bitwise 
 
 from __future__ import annotations
 
-import triton
 import triton.language as tl
 
+from . import GEOMETRY, jit
 
-@triton.jit
+# Gather kernels: no load or store is vectorised along an axis a size bounds, so sizes,
+# channel counts and the convolution stride are runtime values too.
+DIRECT_RUNTIME = (
+    *GEOMETRY,
+    *("stride_h", "stride_w", "num_positions", "positions_per_split"),
+    *("SH", "SW", "DH", "DW", "H", "W", "OH", "OW"),
+    *("src_per_group", "dst_per_group", "in_per_group", "out_per_group"),
+)
+
+
+@jit(runtime=DIRECT_RUNTIME)
 def direct_conv_kernel(
     # pointers
     src_ptr,
@@ -172,7 +182,7 @@ def direct_conv_kernel(
     tl.store(dst, acc.to(dst_ptr.dtype.element_ty), mask=p_ok[:, None] & d_ok[None, :])
 
 
-@triton.jit
+@jit(runtime=DIRECT_RUNTIME)
 def direct_grad_weight_kernel(
     # pointers
     dy_ptr,

@@ -23,11 +23,12 @@ Registers: im2col and relayout hold one ``BLOCK_R x BLOCK_P`` tile; col2im holds
 
 from __future__ import annotations
 
-import triton
 import triton.language as tl
 
+from . import jit
 
-@triton.jit
+
+@jit
 def im2col_kernel(
     # pointers
     x_ptr,
@@ -114,7 +115,7 @@ def im2col_kernel(
     tl.store(dst, values, mask=store_ok)
 
 
-@triton.jit
+@jit
 def col2im_kernel(
     # pointers
     col_ptr,
@@ -199,7 +200,7 @@ def col2im_kernel(
     tl.store(dst, acc.to(x_ptr.dtype.element_ty), mask=live)
 
 
-@triton.jit
+@jit
 def relayout_kernel(
     # pointers
     src_ptr,
