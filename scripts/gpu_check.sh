@@ -4,7 +4,8 @@
 # then print a short summary (last, so a truncated log still shows it).
 #
 #   scripts/gpu_check.sh                 # everything
-#   FUZZ_DRAWS=10000 scripts/gpu_check.sh  # a longer fuzz (default 400 draws)
+#   FUZZ_DRAWS=10000 scripts/gpu_check.sh  # a longer fuzz (default 400 draws; 0: none)
+#   FUZZ_SECONDS=300 scripts/gpu_check.sh  # fuzz for a time instead
 #   SUITES="conv im2col" scripts/gpu_check.sh
 #   SKIP_TESTS=1 scripts/gpu_check.sh    # benchmarks only
 #   SKIP_BENCH=1 scripts/gpu_check.sh    # tests and demo only
@@ -26,12 +27,15 @@ python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', tr
 status=0
 if [ -z "${SKIP_TESTS:-}" ]; then
     workers=$(python3 -c "import xdist" 2>/dev/null && echo "-n 8" || echo "")
-    python3 -m pytest -q $workers -p no:cacheprovider ${PYTEST_ARGS:-} 2>&1 | tee "$OUT_DIR/pytest.log" | tail -n 40
+    timeout "${PYTEST_TIMEOUT:-3600}" python3 -m pytest -q $workers -p no:cacheprovider -W ignore::UserWarning \
+        ${PYTEST_ARGS:-} 2>&1 | tee "$OUT_DIR/pytest.log" | tail -n 40
     status=${PIPESTATUS[0]}
 fi
 fuzz_status=0
+fuzz_amount="--draws ${FUZZ_DRAWS:-400}"
+[ -n "${FUZZ_SECONDS:-}" ] && fuzz_amount="--seconds $FUZZ_SECONDS"
 if [ "${FUZZ_DRAWS:-400}" != "0" ]; then
-    python3 -m tritonconv.cli verify --fuzz --draws "${FUZZ_DRAWS:-400}" --workers "${FUZZ_WORKERS:-8}" \
+    python3 -W ignore::UserWarning -m tritonconv.cli verify --fuzz $fuzz_amount --workers "${FUZZ_WORKERS:-8}" \
         --seed "${FUZZ_SEED:-0}" --json "$OUT_DIR/fuzz.json" 2>&1 | tee "$OUT_DIR/fuzz.log" | tail -n 30
     fuzz_status=${PIPESTATUS[0]}
     [ $fuzz_status -ne 0 ] && status=1

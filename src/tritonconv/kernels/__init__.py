@@ -18,13 +18,23 @@ import triton
 GEOMETRY = ("KH", "KW", "pad_h", "pad_w", "dil_h", "dil_w")
 
 
+#: Every integer parameter (not pointers, not ``tl.constexpr``): for gather kernels, whose
+#: addresses are computed per element and never vectorised.
+ALL_INTEGERS = ("*",)
+
+
 def jit(fn=None, *, runtime: tuple[str, ...] = GEOMETRY):
     """``triton.jit(fn)`` with the integer parameters in ``runtime`` (those ``fn`` has, and
-    that are not ``tl.constexpr``) left unspecialised."""
+    that are not ``tl.constexpr``) left unspecialised; :data:`ALL_INTEGERS` names them all."""
 
     def wrap(fn):
         params = inspect.signature(fn).parameters
-        names = [n for n in runtime if n in params and "constexpr" not in str(params[n].annotation)]
+        candidates = [
+            n
+            for n, p in params.items()
+            if "constexpr" not in str(p.annotation) and not n.endswith("_ptr")
+        ]
+        names = candidates if runtime == ALL_INTEGERS else [n for n in runtime if n in candidates]
         return triton.jit(fn, do_not_specialize=names)
 
     return wrap(fn) if fn is not None else wrap

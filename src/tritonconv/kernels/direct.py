@@ -44,16 +44,11 @@ from __future__ import annotations
 
 import triton.language as tl
 
-from . import GEOMETRY, jit
+from . import ALL_INTEGERS, jit
 
-# Gather kernels: no load or store is vectorised along an axis a size bounds, so sizes,
-# channel counts and the convolution stride are runtime values too.
-DIRECT_RUNTIME = (
-    *GEOMETRY,
-    *("stride_h", "stride_w", "num_positions", "positions_per_split"),
-    *("SH", "SW", "DH", "DW", "H", "W", "OH", "OW"),
-    *("src_per_group", "dst_per_group", "in_per_group", "out_per_group"),
-)
+# Gather kernels: every address is computed per element and no access is vectorised, so no
+# integer argument (sizes, strides, geometry) is worth a specialisation.
+DIRECT_RUNTIME = ALL_INTEGERS
 
 
 @jit(runtime=DIRECT_RUNTIME)
