@@ -39,10 +39,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from . import jit
 
-
-@jit
+@triton.jit
 def depthwise_kernel(
     # pointers
     src_ptr,
@@ -127,7 +125,7 @@ def depthwise_kernel(
     tl.store(dst, acc.to(dst_ptr.dtype.element_ty), mask=out_ok)
 
 
-@jit
+@triton.jit
 def depthwise_band_kernel(
     # pointers
     src_ptr,
@@ -222,7 +220,7 @@ def depthwise_band_kernel(
     tl.store(dst, acc.to(dst_ptr.dtype.element_ty), mask=(h < DH)[:, None] & (w < DW)[None, :])
 
 
-@jit
+@triton.jit
 def depthwise_grad_weight_kernel(
     # pointers
     dy_ptr,
@@ -311,7 +309,7 @@ def depthwise_grad_weight_kernel(
     tl.store(dst, acc, mask=c_ok[:, None] & (t_range < taps)[None, :])
 
 
-@jit
+@triton.jit
 def depthwise_band_grad_weight_kernel(
     # pointers
     dy_ptr,
@@ -404,7 +402,7 @@ def depthwise_band_grad_weight_kernel(
     tl.store(dst, acc, mask=kh_ok[:, None] & kw_ok[None, :])
 
 
-@jit
+@triton.jit
 def depthwise_small_kernel(
     # pointers
     src_ptr,
@@ -512,7 +510,7 @@ def _wgrad_store(dst, acc, t, c_ok):
     tl.store(dst + t, tl.sum(tl.sum(acc, 2), 1), mask=c_ok)
 
 
-@jit
+@triton.jit
 def depthwise_small_grad_weight_kernel(
     # pointers
     dy_ptr,

@@ -23,12 +23,11 @@ Registers: im2col and relayout hold one ``BLOCK_R x BLOCK_P`` tile; col2im holds
 
 from __future__ import annotations
 
+import triton
 import triton.language as tl
 
-from . import jit
 
-
-@jit
+@triton.jit
 def im2col_kernel(
     # pointers
     x_ptr,
@@ -115,7 +114,7 @@ def im2col_kernel(
     tl.store(dst, values, mask=store_ok)
 
 
-@jit
+@triton.jit
 def col2im_kernel(
     # pointers
     col_ptr,
@@ -200,7 +199,7 @@ def col2im_kernel(
     tl.store(dst, acc.to(x_ptr.dtype.element_ty), mask=live)
 
 
-@jit
+@triton.jit
 def relayout_kernel(
     # pointers
     src_ptr,
