@@ -44,3 +44,22 @@ def test_bench_writes_json_and_markdown(tmp_path):
 
 def test_bench_rejects_unknown_suite():
     assert main(["bench", "--suite", "nope"]) == 2
+
+
+def test_verify_fuzz_and_repro(capsys):
+    from tritonconv import fuzz
+
+    assert (
+        main(["verify", "--fuzz", "--draws", "2", "--max-elements", "400", "--max-macs", "9000"])
+        == 0
+    )
+    assert "0 mismatches, 0 errors" in capsys.readouterr().out
+    spec = fuzz.draw_case(1, max_elements=400, max_macs=9000).spec()
+    assert main(["verify", "--repro", spec, "--algo", "direct"]) == 0
+    assert "ok algo=direct" in capsys.readouterr().out
+
+
+def test_verify_repro_rejects_a_bad_spec(capsys):
+    assert main(["verify", "--repro", "n=1 c=2"]) == 2
+    out = capsys.readouterr().out
+    assert "bad --repro spec" in out and "missing field(s)" in out and "'k'" in out

@@ -93,3 +93,8 @@ def test_integer_wrapping_is_exact():
         CASE.spec().replace("dtype=float32", "dtype=int8").replace("kh=1 kw=1", "kh=3 kw=3")
     )
     assert all(not isinstance(r, fuzz.Failure) for r in fuzz.check_case(case))
+
+
+def test_run_needs_a_budget():
+    with pytest.raises(ValueError, match="needs seconds or draws"):
+        fuzz.run()

@@ -225,7 +225,11 @@ def _verify_repro(spec: str, algo: str | None) -> int:
     """One fuzz case (the line a failure printed), every algorithm or ``algo``."""
     from . import fuzz
 
-    case = fuzz.Case.parse(spec)
+    try:
+        case = fuzz.Case.parse(spec)
+    except ValueError as e:
+        console.print(f"[red]bad --repro spec: {escape(str(e))}[/]")
+        return 2
     console.print(f"case: {escape(case.spec())}")
     ok = True
     for result in fuzz.check_case(case, [algo] if algo else None):

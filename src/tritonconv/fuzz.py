@@ -132,7 +132,11 @@ class Case:
 
     @classmethod
     def parse(cls, spec: str) -> Case:
-        values = dict(item.split("=", 1) for item in spec.split())
+        """The case :meth:`spec` wrote; ``ValueError`` naming what is missing or malformed."""
+        values = dict(item.split("=", 1) for item in spec.split() if "=" in item)
+        missing = [f.name for f in dataclasses.fields(cls) if f.name not in values]
+        if missing:
+            raise ValueError(f"missing field(s) {missing} in {spec!r}")
         kwargs = {}
         for f in dataclasses.fields(cls):
             v = values[f.name]
