@@ -274,10 +274,10 @@ def _verify_fuzz(args) -> int:
         + (f"{args.seconds:g} s" if args.seconds is not None else f"{args.draws} draws")
         + f", {args.workers} worker(s)"
     )
-    report = fuzz.Report()
     if args.workers == 1:
         report = _fuzz_worker(args, 0)
     else:
+        report = fuzz.Report()
         ctx = multiprocessing.get_context("spawn")
         with concurrent.futures.ProcessPoolExecutor(args.workers, mp_context=ctx) as pool:
             for part in pool.map(_fuzz_worker, [args] * args.workers, range(args.workers)):

@@ -41,21 +41,10 @@ import torch
 import torch.nn.functional as F
 
 from . import functional, library
-from .geometry import FLOAT_DTYPES, check_conv, dtype_name
+from .geometry import FLOAT_DTYPES, TritonConvError, check_conv, dtype_name
 from .ops.common import is_channels_last
 from .testing import DEVICE, exact_fp32
 
-DTYPES = {
-    "float32": torch.float32,
-    "float16": torch.float16,
-    "bfloat16": torch.bfloat16,
-    "float64": torch.float64,
-    "int8": torch.int8,
-    "uint8": torch.uint8,
-    "int16": torch.int16,
-    "int32": torch.int32,
-    "int64": torch.int64,
-}
 # How often each dtype is drawn (fp32 and the 16-bit floats are what networks run).
 DTYPE_WEIGHTS = {
     "float32": 4,
@@ -68,6 +57,7 @@ DTYPE_WEIGHTS = {
     "int32": 1,
     "int64": 1,
 }
+DTYPES = {name: getattr(torch, name) for name in DTYPE_WEIGHTS}
 # Memory layouts of the input and of the output gradient, with how often each is drawn.
 LAYOUTS = {
     "contiguous": 8,
@@ -168,15 +158,12 @@ class Case:
         return algos
 
     def output_hw(self) -> tuple[int, int]:
-        if self.padding == "same":
-            return self.h, self.w
-        pad = (0, 0) if self.padding == "valid" else self.padding
-        return tuple(
-            (i + 2 * p - d * (kk - 1) - 1) // s + 1
-            for i, p, d, kk, s in zip(
-                (self.h, self.w), pad, self.dilation, (self.kh, self.kw), self.stride
-            )
-        )
+        """Output height and width, from the geometry ``conv2d`` validates with (an invalid
+        window raises ``TritonConvError``)."""
+        x = torch.empty((self.n, self.c, self.h, self.w), device="meta")
+        w = torch.empty((self.k, self.c // self.groups, self.kh, self.kw), device="meta")
+        args = check_conv(x, w, None, self.stride, self.padding, self.dilation, self.groups)
+        return args.geometry.output
 
 
 def _draw_padding(rng: random.Random, stride) -> tuple[int, int] | str:
@@ -227,8 +214,9 @@ def draw_case(seed: int, *, max_elements: int = 60_000, max_macs: int = 3_000_00
             w_layout=rng.choice(("contiguous", "channels_last")),
             seed=seed,
         )
-        oh, ow = case.output_hw()
-        if oh < 1 or ow < 1:
+        try:
+            oh, ow = case.output_hw()
+        except TritonConvError:  # the window does not fit the padded input
             continue
         macs = max(1, n) * k * oh * ow * (c // groups) * kh * kw
         if max(1, n) * c * h * w > max_elements or macs > max_macs:

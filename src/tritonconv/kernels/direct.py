@@ -44,14 +44,13 @@ from __future__ import annotations
 
 import triton.language as tl
 
-from . import ALL_INTEGERS, jit
+from . import jit_runtime_integers
 
 # Gather kernels: every address is computed per element and no access is vectorised, so no
 # integer argument (sizes, strides, geometry) is worth a specialisation.
-DIRECT_RUNTIME = ALL_INTEGERS
 
 
-@jit(runtime=DIRECT_RUNTIME)
+@jit_runtime_integers
 def direct_conv_kernel(
     # pointers
     src_ptr,
@@ -177,7 +176,7 @@ def direct_conv_kernel(
     tl.store(dst, acc.to(dst_ptr.dtype.element_ty), mask=p_ok[:, None] & d_ok[None, :])
 
 
-@jit(runtime=DIRECT_RUNTIME)
+@jit_runtime_integers
 def direct_grad_weight_kernel(
     # pointers
     dy_ptr,
