@@ -1,14 +1,18 @@
 """Public functions with ``torch.nn.functional``'s exact signatures (plus ``algo=``).
 
-Each function validates its arguments (``geometry.py``; errors before any kernel runs), turns an
-unbatched input into a batch of one, and applies the op's autograd Function.
+Each function looks up the *plan* of its call signature (``plans.py``): on the first call with a
+signature it validates the arguments (``geometry.py``; errors before any kernel runs), chooses the
+algorithm and normalises the op's arguments; later calls reuse that. Then it turns an unbatched
+input into a batch of one and applies the op (``autograd.run``).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
-from . import autograd
+from . import autograd, library
 from ._runtime import check_kernel_device
 from .geometry import (
     FLOAT_DTYPES,
@@ -21,16 +25,34 @@ from .geometry import (
     dtype_name,
 )
 from .ops import conv_gemm
+from .plans import PlanCache, lookup, tensor_key, value_key
 
-#: Convolution algorithms ``conv2d(..., algo=...)`` accepts, each an autograd Function whose
-#: ``apply(input, weight, bias, stride, pad_before, pad_after, dilation, groups,
-#: workspace_limit)`` takes a batched input and normalised int lists.
-CONV_FUNCTIONS = {
-    "im2col_gemm": autograd.Conv2dGemm,
-    "direct": autograd.Conv2dDirect,
-    "depthwise": autograd.Conv2dDepthwise,
+#: Convolution algorithms ``conv2d(..., algo=...)`` accepts: the forward op of each, applied as
+#: ``autograd.run(op, input, weight, bias, stride, pad_before, pad_after, dilation, groups,
+#: option)`` on a batched input and normalised int lists (the option: im2col+GEMM's workspace
+#: limit, or whether the direct op runs its depthwise kernels).
+CONV_OPS = {
+    "im2col_gemm": library.conv2d_gemm,
+    "direct": library.conv2d_direct,
+    "depthwise": library.conv2d_direct,
 }
-CONV_ALGOS = ("auto", *CONV_FUNCTIONS)
+CONV_ALGOS = ("auto", *CONV_OPS)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a call signature determines: the op to run, its arguments after the tensors, and
+    whether the caller's input was batched."""
+
+    op: library.Op
+    params: tuple
+    batched: bool = True
+
+
+_UNFOLD_PLANS = PlanCache("unfold")
+_FOLD_PLANS = PlanCache("fold")
+_CONV_PLANS = PlanCache("conv2d")
+_CROP_PLANS = PlanCache("crop")
 
 
 def unfold(input, kernel_size, dilation=1, padding=0, stride=1):
@@ -39,34 +61,52 @@ def unfold(input, kernel_size, dilation=1, padding=0, stride=1):
     ``(N, C, H, W) -> (N, C*KH*KW, L)`` (or unbatched ``(C, H, W) -> (C*KH*KW, L)``). Any
     real dtype, integers included (copies are exact).
     """
+    window = (kernel_size, dilation, padding, stride)
+    plan = lookup(
+        _UNFOLD_PLANS,
+        lambda: (tensor_key(input), *map(value_key, window)),
+        lambda: _unfold_plan(input, *window),
+    )
+    x = input if plan.batched else input.unsqueeze(0)
+    cols = autograd.run(plan.op, x, *plan.params)
+    return cols if plan.batched else cols.squeeze(0)
+
+
+def _unfold_plan(input, kernel_size, dilation, padding, stride) -> Plan:
     args = check_unfold(input, kernel_size, dilation, padding, stride)
     check_kernel_device(input, "input")
     g = args.geometry
-    x = input if args.batched else input.unsqueeze(0)
-    cols = autograd.run(
-        autograd.Unfold, x, list(g.kernel), list(g.dilation), list(g.pad_before), list(g.stride)
-    )
-    return cols if args.batched else cols.squeeze(0)
+    params = (list(g.kernel), list(g.dilation), list(g.pad_before), list(g.stride))
+    return Plan(library.unfold, params, args.batched)
 
 
 def fold(input, output_size, kernel_size, dilation=1, padding=0, stride=1):
     """Combine sliding local blocks into an image (col2im, summing overlaps), as
     ``torch.nn.functional.fold``. A deterministic gather (no atomics); integer dtypes sum
     exactly in int64 and wrap like the dtype."""
+    window = (output_size, kernel_size, dilation, padding, stride)
+    plan = lookup(
+        _FOLD_PLANS,
+        lambda: (tensor_key(input), *map(value_key, window)),
+        lambda: _fold_plan(input, *window),
+    )
+    cols = input if plan.batched else input.unsqueeze(0)
+    image = autograd.run(plan.op, cols, *plan.params)
+    return image if plan.batched else image.squeeze(0)
+
+
+def _fold_plan(input, output_size, kernel_size, dilation, padding, stride) -> Plan:
     args = check_fold(input, output_size, kernel_size, dilation, padding, stride)
     check_kernel_device(input, "input")
     g = args.geometry
-    cols = input if args.batched else input.unsqueeze(0)
-    image = autograd.run(
-        autograd.Fold,
-        cols,
+    params = (
         list(g.input),
         list(g.kernel),
         list(g.dilation),
         list(g.pad_before),
         list(g.stride),
     )
-    return image if args.batched else image.squeeze(0)
+    return Plan(library.fold, params, args.batched)
 
 
 def _auto_algo(input: torch.Tensor, args) -> str:
@@ -131,27 +171,41 @@ def conv2d(
     caps im2col+GEMM's column buffer in bytes (default: :func:`get_workspace_limit`).
     The output has the input's memory format (contiguous or channels-last).
     """
+    options = (stride, padding, dilation, groups, algo, workspace_limit)
+    plan = lookup(
+        _CONV_PLANS,
+        lambda: (
+            tensor_key(input),
+            tensor_key(weight),
+            tensor_key(bias),
+            *map(value_key, options),
+            conv_gemm.get_workspace_limit(),
+        ),
+        lambda: _conv_plan(input, weight, bias, *options),
+    )
+    x = input if plan.batched else input.unsqueeze(0)
+    out = autograd.run(plan.op, x, weight, bias, *plan.params)
+    return out if plan.batched else out.squeeze(0)
+
+
+def _conv_plan(input, weight, bias, stride, padding, dilation, groups, algo, workspace_limit):
     args = check_conv(input, weight, bias, stride, padding, dilation, groups)
     limit = _workspace(workspace_limit)
-    function = CONV_FUNCTIONS[_choose_algo(algo, input, args)]
+    algo = _choose_algo(algo, input, args)
     for name, t in (("input", input), ("weight", weight), ("bias", bias)):
         if t is not None:
             check_kernel_device(t, name)
     g = args.geometry
-    x = input if args.batched else input.unsqueeze(0)
-    out = autograd.run(
-        function,
-        x,
-        weight,
-        bias,
+    option = {"im2col_gemm": limit, "direct": False, "depthwise": True}[algo]
+    params = (
         list(g.stride),
         list(g.pad_before),
         list(g.pad_after),
         list(g.dilation),
         groups,
-        limit,
+        option,
     )
-    return out if args.batched else out.squeeze(0)
+    return Plan(CONV_OPS[algo], params, args.batched)
 
 
 def conv2d_workspace(
@@ -193,6 +247,20 @@ def crop(input, reference, axis=2, offset=0):
     in the input's dimension order (channels-last stays channels-last); the gradient flows to
     ``input`` only.
     """
+    plan = lookup(
+        _CROP_PLANS,
+        lambda: (
+            tensor_key(input),
+            tensor_key(reference) if isinstance(reference, torch.Tensor) else value_key(reference),
+            value_key(axis),
+            value_key(offset),
+        ),
+        lambda: _crop_plan(input, reference, axis, offset),
+    )
+    return autograd.run(plan.op, input, *plan.params)
+
+
+def _crop_plan(input, reference, axis, offset) -> Plan:
     args = check_crop(input, reference, axis, offset)
     check_kernel_device(input, "input")
-    return autograd.run(autograd.Crop, input, list(args.offsets), list(args.sizes))
+    return Plan(library.crop, (list(args.offsets), list(args.sizes)))

@@ -1,9 +1,18 @@
-"""torch.library custom ops: the boundary torch.compile sees.
+"""torch.library ops: the boundary torch.compile sees.
 
-Each op takes validated, normalised arguments (int lists, batched tensors) and calls one
-launcher in ``ops/``. A fake implementation gives output shapes, dtypes and memory formats
-without running anything, so ``torch.compile(fullgraph=True)`` traces models that use them.
-Autograd lives in ``autograd.py`` (an ``autograd.Function`` per op calls these ops).
+Each op takes validated, normalised arguments (int lists, batched tensors) and calls launchers in
+``ops/``, which launch every kernel through :func:`tritonconv.launch.launch`.
+
+On CUDA the ops are ``torch.library.triton_op``: under ``torch.compile`` AOTAutograd decomposes
+them into their Triton kernels (recorded with ``wrap_triton``) and the PyTorch ops around them,
+so Inductor schedules our kernels itself, CUDA-graphs them and autotunes around them. Under
+Triton's interpreter (CPU tensors) they are ordinary custom ops, opaque to the compiler. Either
+way an op's body is also its fake implementation: run on fake tensors it allocates the outputs
+and launches nothing (``launch`` skips or records), so shapes, strides and dtypes cannot drift
+from the real op. Autograd formulas are registered on the ops (``autograd.py``).
+
+In eager mode :class:`Op` calls the body directly, skipping the dispatcher (about 35 µs per
+call on the H100, benchmarks/NOTES.md); anything being traced goes through ``torch.ops``.
 """
 
 from __future__ import annotations
@@ -11,31 +20,35 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from ._runtime import INTERPRETER
 from .geometry import make_geometry, window_geometry
+from .launch import tracing
 from .ops import conv_gemm, depthwise, direct
 from .ops import crop as crop_ops
 from .ops import im2col as im2col_ops
-from .ops.common import empty_like_format
 
 
 class Op:
-    """One tritonconv op: registered as ``torch.ops.tritonconv.<name>`` (with a fake), called
-    through that registration while torch.compile traces, and directly in eager mode, which
-    skips the custom-op dispatch (about 35 µs per call on the H100, benchmarks/NOTES.md)."""
+    """One tritonconv op, registered as ``torch.ops.tritonconv.<name>``."""
 
     def __init__(self, name: str, fn):
-        self.name = f"tritonconv::{name}"
-        torch.library.custom_op(self.name, fn, mutates_args=())
+        qualname = f"tritonconv::{name}"
+        if INTERPRETER:
+            self.definition = torch.library.custom_op(qualname, fn, mutates_args=())
+            self.definition.register_fake(fn)
+        else:
+            self.definition = torch.library.triton_op(qualname, fn, mutates_args=())
         self.traced = getattr(torch.ops.tritonconv, name)
         self.impl = fn
         self.__doc__ = fn.__doc__
 
-    def register_fake(self, fake):
-        torch.library.register_fake(self.name)(fake)
-        return fake
+    def register_autograd(self, backward, setup_context) -> None:
+        self.definition.register_autograd(backward, setup_context=setup_context)
 
     def __call__(self, *args):
-        if torch.compiler.is_compiling():
+        if torch.compiler.is_compiling() or tracing(
+            *(a for a in args if isinstance(a, torch.Tensor))
+        ):
             return self.traced(*args)
         return self.impl(*args)
 
@@ -62,13 +75,6 @@ def unfold(
     return im2col_ops.unfold(input, geometry)
 
 
-@unfold.register_fake
-def _(input, kernel_size, dilation, padding, stride):
-    geometry = window_geometry(input.shape[2:], kernel_size, dilation, padding, stride)
-    rows = input.shape[1] * geometry.kernel_numel
-    return input.new_empty((input.shape[0], rows, geometry.output_numel))
-
-
 @custom_op("fold")
 def fold(
     input: Tensor,
@@ -82,12 +88,6 @@ def fold(
     return im2col_ops.fold(input, geometry)
 
 
-@fold.register_fake
-def _(input, output_size, kernel_size, dilation, padding, stride):
-    channels = input.shape[1] // (kernel_size[0] * kernel_size[1])
-    return input.new_empty((input.shape[0], channels, *output_size))
-
-
 # --------------------------------------------------------------------------------------------
 # convolution by im2col + GEMM
 # --------------------------------------------------------------------------------------------
@@ -95,10 +95,6 @@ def _(input, output_size, kernel_size, dilation, padding, stride):
 
 def _conv_geometry(input_size, weight_size, stride, pad_before, pad_after, dilation):
     return make_geometry(input_size[2:], weight_size[2:], stride, pad_before, pad_after, dilation)
-
-
-def _empty_conv_output(input: Tensor, shape) -> Tensor:
-    return empty_like_format(shape, input)
 
 
 @custom_op("conv2d_gemm")
@@ -115,17 +111,6 @@ def conv2d_gemm(
 ) -> Tensor:
     geometry = _conv_geometry(input.shape, weight.shape, stride, pad_before, pad_after, dilation)
     return conv_gemm.conv2d_forward(input, weight, bias, geometry, groups, workspace_limit)
-
-
-def _conv_forward_fake(
-    input, weight, bias, stride, pad_before, pad_after, dilation, groups, option
-):
-    """Output of any convolution family's forward op (``option``: the family's last argument)."""
-    geometry = _conv_geometry(input.shape, weight.shape, stride, pad_before, pad_after, dilation)
-    return _empty_conv_output(input, (input.shape[0], weight.shape[0], *geometry.output))
-
-
-conv2d_gemm.register_fake(_conv_forward_fake)
 
 
 @custom_op("conv2d_gemm_backward")
@@ -146,21 +131,10 @@ def conv2d_gemm_backward(
     grad_input, grad_weight = conv_gemm.conv2d_backward(
         grad_output, input, weight, geometry, groups, workspace_limit, *output_mask
     )
-    empty = input.new_empty(0)
     return (
-        empty if grad_input is None else grad_input,
-        empty if grad_weight is None else grad_weight,
+        input.new_empty(0) if grad_input is None else grad_input,
+        input.new_empty(0) if grad_weight is None else grad_weight,
     )
-
-
-def _conv_backward_fake(
-    grad_output, input, weight, stride, pad_before, pad_after, dilation, groups, option, mask
-):
-    grad_input = _empty_conv_output(input, input.shape) if mask[0] else input.new_empty(0)
-    return grad_input, input.new_empty(weight.shape if mask[1] else 0)
-
-
-conv2d_gemm_backward.register_fake(_conv_backward_fake)
 
 
 # --------------------------------------------------------------------------------------------
@@ -186,9 +160,6 @@ def conv2d_direct(
     return direct.conv2d_forward(input, weight, bias, geometry, groups)
 
 
-conv2d_direct.register_fake(_conv_forward_fake)
-
-
 @custom_op("conv2d_direct_backward")
 def conv2d_direct_backward(
     grad_output: Tensor,
@@ -204,8 +175,7 @@ def conv2d_direct_backward(
 ) -> tuple[Tensor, Tensor]:
     """(grad_input, grad_weight); an output left out by ``output_mask`` is an empty tensor."""
     geometry = _conv_geometry(input.shape, weight.shape, stride, pad_before, pad_after, dilation)
-    empty = input.new_empty(0)
-    grad_input = grad_weight = empty
+    grad_input, grad_weight = input.new_empty(0), input.new_empty(0)
     if output_mask[0]:
         if depthwise_kernels:
             grad_input = depthwise.depthwise_grad_input(grad_output, weight, input, geometry)
@@ -222,9 +192,6 @@ def conv2d_direct_backward(
     return grad_input, grad_weight
 
 
-conv2d_direct_backward.register_fake(_conv_backward_fake)
-
-
 # --------------------------------------------------------------------------------------------
 # crop
 # --------------------------------------------------------------------------------------------
@@ -235,19 +202,9 @@ def crop(input: Tensor, offsets: list[int], sizes: list[int]) -> Tensor:
     return crop_ops.crop(input, offsets, sizes)
 
 
-@crop.register_fake
-def _(input, offsets, sizes):
-    return crop_ops.empty_in_order(input, sizes, crop_ops.dim_order(input))
-
-
 @custom_op("crop_backward")
 def crop_backward(
     grad_output: Tensor, input_size: list[int], offsets: list[int], dim_order: list[int]
 ) -> Tensor:
     """``dim_order``: the input's dimensions from the largest stride to the smallest."""
     return crop_ops.crop_backward(grad_output, input_size, offsets, dim_order)
-
-
-@crop_backward.register_fake
-def _(grad_output, input_size, offsets, dim_order):
-    return crop_ops.empty_in_order(grad_output, input_size, dim_order)

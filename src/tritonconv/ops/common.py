@@ -59,14 +59,15 @@ def batch_splits(batch: int, splits: int) -> tuple[int, int]:
 
 
 def needs_int64(*tensors: torch.Tensor | None) -> bool:
-    """True when an element offset into some tensor may not fit in int32: its storage (which
-    bounds every offset of every view of it) or its element count is too large."""
+    """True when an element offset into some tensor may not fit in int32. Kernels address a
+    tensor from its first element, so what bounds an offset is its shape and strides (with one
+    element of margin in every dimension for the indices of masked-out lanes), not the storage
+    it views; shapes and strides alone also keep this valid for symbolic and fake tensors."""
     for t in tensors:
         if t is None:
             continue
-        if t.numel() > INDEX32_LIMIT:
-            return True
-        if t.untyped_storage().nbytes() // t.element_size() > INDEX32_LIMIT:
+        reach = sum(size * stride for size, stride in zip(t.shape, t.stride(), strict=True))
+        if t.numel() > INDEX32_LIMIT or reach > INDEX32_LIMIT:
             return True
     return False
 

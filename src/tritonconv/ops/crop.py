@@ -22,6 +22,7 @@ import torch
 
 from .._runtime import INTERPRETER, check_kernel_device
 from ..kernels.crop import RANK, crop_kernel
+from ..launch import launch
 from .common import cdiv, needs_int64, next_power_of_2
 
 #: Elements per program: memory-bound tiles on the GPU, large ones under the interpreter.
@@ -83,7 +84,9 @@ def crop_into(src: torch.Tensor, dst: torch.Tensor, shift: Sequence[int]) -> Non
     block_r = min(TILE // block_c, next_power_of_2(rows))
     outer = dst.numel() // (rows * cols)
     grid = (outer * cdiv(rows, block_r) * cdiv(cols, block_c),)
-    crop_kernel[grid](
+    launch(
+        crop_kernel,
+        grid,
         src,
         dst,
         *dst_sizes[1:],

@@ -30,6 +30,7 @@ from ..kernels.depthwise import (
     depthwise_small_grad_weight_kernel,
     depthwise_small_kernel,
 )
+from ..launch import launch
 from . import direct
 from .common import (
     accumulator_dtype,
@@ -143,7 +144,9 @@ def _launch(src, weight, bias, dst, geometry: Geometry, R: int, DIV: int, flip: 
     if uses_band(src.dtype, geometry):
         block_h, block_w = clamped_power_of_2(DH, 16, 32), clamped_power_of_2(DW, 16, 32)
         grid = (N * C_dst, cdiv(DH, block_h) * cdiv(DW, block_w))
-        depthwise_band_kernel[grid](
+        launch(
+            depthwise_band_kernel,
+            grid,
             *common,
             HAS_BIAS=bias is not None,
             DOT_PRECISION=direct.dot_precision(src.dtype),
@@ -161,7 +164,9 @@ def _launch(src, weight, bias, dst, geometry: Geometry, R: int, DIV: int, flip: 
         config = DEPTHWISE_CONFIG[key]
         block_c, block_h, block_w = _small_tiles(dst, DH, DW, config)
         grid = (N * cdiv(C_dst, block_c), cdiv(DH, block_h) * cdiv(DW, block_w))
-        depthwise_small_kernel[grid](
+        launch(
+            depthwise_small_kernel,
+            grid,
             *common[:9],
             *common[11:],
             KH=KH,
@@ -177,7 +182,9 @@ def _launch(src, weight, bias, dst, geometry: Geometry, R: int, DIV: int, flip: 
         return dst
     block_c, block_h, block_w = _fma_tiles(dst, DH, DW)
     grid = (N * cdiv(C_dst, block_c), cdiv(DH, block_h) * cdiv(DW, block_w))
-    depthwise_kernel[grid](
+    launch(
+        depthwise_kernel,
+        grid,
         *common,
         HAS_BIAS=bias is not None,
         ACC_DTYPE=accumulator_dtype(src.dtype),
@@ -238,7 +245,9 @@ def depthwise_grad_weight(grad_out, x, weight_shape, geometry: Geometry) -> torc
             target = 2 * direct.WGRAD_PROGRAMS_PER_SM * multiprocessor_count(x.device)
             splits, samples_per_split = batch_splits(N, cdiv(target, C_out * tap_tiles))
         partial = torch.empty((splits, C_out, KH, KW), dtype=acc_dtype, device=x.device)
-        depthwise_band_grad_weight_kernel[(C_out * tap_tiles, splits)](
+        launch(
+            depthwise_band_grad_weight_kernel,
+            (C_out * tap_tiles, splits),
             grad_out,
             x,
             partial,
@@ -272,7 +281,9 @@ def depthwise_grad_weight(grad_out, x, weight_shape, geometry: Geometry) -> torc
         )
         tiles = cdiv(OH, block_h) * cdiv(OW, block_w)
         partial = torch.empty((splits * tiles, C_out, KH * KW), dtype=acc_dtype, device=x.device)
-        depthwise_small_grad_weight_kernel[(blocks, splits)](
+        launch(
+            depthwise_small_grad_weight_kernel,
+            (blocks, splits),
             grad_out,
             x,
             partial,
@@ -300,7 +311,9 @@ def depthwise_grad_weight(grad_out, x, weight_shape, geometry: Geometry) -> torc
         spatial_tiles = cdiv(OH, block_h) * cdiv(OW, block_w)
         partial = torch.empty((spatial_tiles, C_out, KH * KW), dtype=acc_dtype, device=x.device)
         grid = (cdiv(C_out, block_c) * cdiv(KH * KW, block_t), spatial_tiles)
-        depthwise_grad_weight_kernel[grid](
+        launch(
+            depthwise_grad_weight_kernel,
+            grid,
             grad_out,
             x,
             partial,

@@ -20,6 +20,7 @@ import triton.language as tl
 from .._runtime import INTERPRETER, check_kernel_device
 from ..geometry import Geometry
 from ..kernels.direct import direct_conv_kernel, direct_grad_weight_kernel
+from ..launch import launch
 from .common import (
     accumulator_dtype,
     cdiv,
@@ -81,7 +82,9 @@ def _launch_conv(src, weight, bias, dst, geometry: Geometry, groups: int, transp
     out_per_group = weight.shape[0] // groups
     w_ss, w_sd = (w_so, w_si) if transposed else (w_si, w_so)
     grid = (cdiv(num_positions, block_p), groups * cdiv(dst_per_group, block_d))
-    direct_conv_kernel[grid](
+    launch(
+        direct_conv_kernel,
+        grid,
         src,
         weight,
         bias if bias is not None else weight,
@@ -175,7 +178,9 @@ def conv2d_grad_weight(grad_out, x, weight_shape, geometry: Geometry, groups: in
     splits = cdiv(num_positions, per_split)
     acc_dtype = partial_dtype(x.dtype)  # int64 for integers: exact
     partial = torch.empty((splits, C_out, rows), dtype=acc_dtype, device=x.device)
-    direct_grad_weight_kernel[(tiles, splits)](
+    launch(
+        direct_grad_weight_kernel,
+        (tiles, splits),
         grad_out,
         x,
         partial,

@@ -21,6 +21,7 @@ import torch
 from .._runtime import INTERPRETER, check_kernel_device
 from ..geometry import Geometry
 from ..kernels.im2col import col2im_kernel, im2col_kernel, relayout_kernel
+from ..launch import launch
 from .common import accumulator_dtype, cdiv, needs_int64, next_power_of_2
 
 
@@ -107,7 +108,9 @@ def im2col(
     n0 = position_start // L
     flat = layout.sq == 1 and (layout.sn == L or position_start - n0 * L + num_positions <= L)
     col_base = layout.base + n0 * layout.sn + (position_start - n0 * L) if flat else layout.base
-    im2col_kernel[grid](
+    launch(
+        im2col_kernel,
+        grid,
         x,
         col,
         position_start,
@@ -159,7 +162,9 @@ def col2im(
     (H, W), (KH, KW), (OH, OW) = geometry.input, geometry.kernel, geometry.output
     numel = (n_end - n_start) * C * H * W
     block = 4096 if INTERPRETER else COL2IM_CONFIG["block"]
-    col2im_kernel[(cdiv(numel, block),)](
+    launch(
+        col2im_kernel,
+        (cdiv(numel, block),),
         col,
         out,
         n_start,
@@ -215,7 +220,9 @@ def relayout(
         return
     block_c, block_p = _tiles(channels, num_positions, RELAYOUT_CONFIG)
     grid = (cdiv(channels, block_c) * cdiv(num_positions, block_p),)
-    relayout_kernel[grid](
+    launch(
+        relayout_kernel,
+        grid,
         src,
         dst,
         bias if bias is not None else src,

@@ -1,0 +1,94 @@
+"""Plan caches: what a call signature determines is worked out once and reused.
+
+A *plan* is everything the public functions decide before launching anything: validation,
+geometry, algorithm choice, the normalised arguments of the op. It depends only on the call's
+*signature*: every tensor's shape, strides, dtype and device, and the values (and types) of the
+other arguments. :func:`lookup` returns the cached plan of a signature or builds it; a build
+that raises (bad input) caches nothing, so every bad call gets the same clear error as the
+first. Under ``torch.compile`` nothing is cached: shapes may be symbolic, and Dynamo runs the
+build once while tracing anyway.
+
+Each cache is bounded (oldest entries dropped first) and safe with several threads: lookups
+are single dictionary reads, insertions hold a lock, and two threads racing to build one plan
+build equal plans.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+import torch
+
+#: Entries per cache: distinct call signatures (a network has tens to hundreds of layers).
+PLAN_CACHE_SIZE = 4096
+
+_caches: list[PlanCache] = []
+
+
+class PlanCache:
+    """A bounded, thread-safe map from call signature to plan."""
+
+    def __init__(self, name: str, size: int = PLAN_CACHE_SIZE):
+        self.name = name
+        self.size = size
+        self.entries: dict = {}
+        self.lock = threading.Lock()
+        _caches.append(self)
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def get(self, key):
+        return self.entries.get(key)
+
+    def put(self, key, plan) -> None:
+        with self.lock:
+            while len(self.entries) >= self.size:
+                self.entries.pop(next(iter(self.entries)))
+            self.entries[key] = plan
+
+    def clear(self) -> None:
+        with self.lock:
+            self.entries.clear()
+
+
+def clear_plan_caches() -> None:
+    """Forget every cached plan (e.g. after changing a process-wide setting in a test)."""
+    for cache in _caches:
+        cache.clear()
+
+
+def tensor_key(t) -> tuple | None:
+    """The part of a tensor's identity a plan may depend on (None for None)."""
+    if t is None:
+        return None
+    return (t.shape, t.stride(), t.dtype, t.device)
+
+
+def value_key(value):
+    """``value`` with every element tagged by its type, so ``True``, ``1.0`` and ``1`` (equal
+    and hash-equal in Python) never share an entry: only a value that passed validation once
+    may skip it. A tensor argument has no value key (its identity would be hashed)."""
+    if isinstance(value, torch.Tensor):
+        raise TypeError("a tensor where a value is expected")
+    if isinstance(value, (list, tuple)):
+        return (type(value), tuple(value_key(v) for v in value))
+    return (type(value), value)
+
+
+def lookup(cache: PlanCache, make_key: Callable[[], tuple], build: Callable[[], object]):
+    """The plan of the call whose signature ``make_key()`` returns, built by ``build()`` on a
+    miss. Uncached while torch.compile traces, or when the arguments are not hashable or not
+    what a key expects (``build`` then validates them and raises the real error)."""
+    if torch.compiler.is_compiling():
+        return build()
+    try:
+        key = make_key()
+        plan = cache.get(key)
+    except (TypeError, AttributeError):
+        return build()
+    if plan is None:
+        plan = build()
+        cache.put(key, plan)
+    return plan
