@@ -25,7 +25,7 @@ from .geometry import (
     dtype_name,
 )
 from .ops import conv_gemm
-from .plans import PlanCache, lookup, tensor_key, value_key
+from .plans import PlanCache, lookup, tensor_key, values_key
 
 #: Convolution algorithms ``conv2d(..., algo=...)`` accepts: the forward op of each, applied as
 #: ``autograd.run(op, input, weight, bias, stride, pad_before, pad_after, dilation, groups,
@@ -64,7 +64,7 @@ def unfold(input, kernel_size, dilation=1, padding=0, stride=1):
     window = (kernel_size, dilation, padding, stride)
     plan = lookup(
         _UNFOLD_PLANS,
-        lambda: (tensor_key(input), *map(value_key, window)),
+        lambda: (tensor_key(input), values_key(window)),
         lambda: _unfold_plan(input, *window),
     )
     x = input if plan.batched else input.unsqueeze(0)
@@ -87,7 +87,7 @@ def fold(input, output_size, kernel_size, dilation=1, padding=0, stride=1):
     window = (output_size, kernel_size, dilation, padding, stride)
     plan = lookup(
         _FOLD_PLANS,
-        lambda: (tensor_key(input), *map(value_key, window)),
+        lambda: (tensor_key(input), values_key(window)),
         lambda: _fold_plan(input, *window),
     )
     cols = input if plan.batched else input.unsqueeze(0)
@@ -178,7 +178,7 @@ def conv2d(
             tensor_key(input),
             tensor_key(weight),
             tensor_key(bias),
-            *map(value_key, options),
+            values_key(options),
             conv_gemm.get_workspace_limit(),
         ),
         lambda: _conv_plan(input, weight, bias, *options),
@@ -251,9 +251,8 @@ def crop(input, reference, axis=2, offset=0):
         _CROP_PLANS,
         lambda: (
             tensor_key(input),
-            tensor_key(reference) if isinstance(reference, torch.Tensor) else value_key(reference),
-            value_key(axis),
-            value_key(offset),
+            tensor_key(reference) if isinstance(reference, torch.Tensor) else None,
+            values_key((None if isinstance(reference, torch.Tensor) else reference, axis, offset)),
         ),
         lambda: _crop_plan(input, reference, axis, offset),
     )

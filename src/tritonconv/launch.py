@@ -18,10 +18,19 @@ One call site, three situations:
 
 The lean path is bypassed, and Triton's own path taken, whenever Triton has launch hooks
 installed (profilers such as proton rely on them).
+
+**Launch plans.** A launcher whose launches depend only on its arguments' signature (tensor
+shapes, strides, dtypes, devices and the other arguments' values) is decorated with
+:func:`launch_plan`. Its first call with a signature runs normally while every ``launch`` is
+recorded, tensors by which argument they were; later calls replay the recorded launches on the
+new tensors without running the launcher's Python at all: tile choice, grid, strides and the
+kernel's argument list are worked out once per signature. (Under the interpreter the replay
+interprets the recorded launches, so CPU tests exercise the recording too.)
 """
 
 from __future__ import annotations
 
+import inspect
 import threading
 
 import torch
@@ -109,6 +118,9 @@ def launch(kernel, grid: tuple, *args, **meta) -> None:
     ``args`` are the kernel's leading parameters in order, ``meta`` the rest (constexprs) by
     name plus launch options (``num_warps``...).
     """
+    recording = getattr(_recorder, "steps", None)
+    if recording is not None:
+        recording.append((kernel, grid, args, meta))
     tensors = [a for a in args if isinstance(a, torch.Tensor)]
     if tracing(*tensors):
         if INTERPRETER:
@@ -127,6 +139,11 @@ def launch(kernel, grid: tuple, *args, **meta) -> None:
         if compiled is not None and tail is not None:
             _cache.put(key, (compiled, tail))
         return
+    _run_compiled(entry, grid, device, args)
+
+
+def _run_compiled(entry, grid, device: int, args) -> None:
+    """Launch a compiled kernel (``entry``: it and its trailing constexpr values) directly."""
     compiled, tail = entry
     grid = (*grid, 1, 1)
     compiled.run(
@@ -154,3 +171,110 @@ def _tail(kernel, leading: int, meta: dict) -> tuple | None:
     if any(n not in meta for n in rest) or set(meta) - _OPTIONS != set(rest):
         return None
     return tuple(meta[n] for n in rest)
+
+
+# --------------------------------------------------------------------------------------------
+# launch plans
+# --------------------------------------------------------------------------------------------
+
+_recorder = threading.local()
+
+
+class _Step:
+    """One recorded launch: the kernel's arguments with the tensors left as slots (which
+    argument of the launcher each one was), and its compiled kernels by device and alignment."""
+
+    __slots__ = ("compiled", "grid", "kernel", "meta", "slots", "template")
+
+    def __init__(self, kernel, grid, args, meta, slots):
+        self.kernel, self.grid, self.meta = kernel, grid, meta
+        self.template = list(args)
+        self.slots = slots  # [(position in args, index of the launcher's tensor)]
+        self.compiled: dict = {}
+
+    def run(self, tensors: list) -> None:
+        args = self.template.copy()
+        for position, index in self.slots:
+            args[position] = tensors[index]
+        if INTERPRETER:
+            self.kernel[self.grid](*args, **self.meta)
+            return
+        device = torch.cuda.current_device()
+        key = (device, *(args[p].data_ptr() & 15 == 0 for p, _ in self.slots))
+        entry = self.compiled.get(key)
+        if entry is None or _hooks_installed():
+            compiled = self.kernel[self.grid](*args, **self.meta)
+            tail = _tail(self.kernel, len(args), self.meta)
+            if compiled is not None and tail is not None and len(self.compiled) < 16:
+                self.compiled[key] = (compiled, tail)
+            return
+        _run_compiled(entry, self.grid, device, args)
+
+
+def _steps(recorded, tensors: list) -> list[_Step] | None:
+    """The recorded launches as steps over ``tensors``; None if a launch used a tensor that is
+    not one of them (made inside the launcher), or one tensor came as two arguments (a later
+    call may pass two): the launcher is then not replayed."""
+    if len({id(t) for t in tensors}) != len(tensors):
+        return None
+    steps = []
+    for kernel, grid, args, meta in recorded:
+        slots = []
+        for position, arg in enumerate(args):
+            if isinstance(arg, torch.Tensor):
+                index = next((i for i, t in enumerate(tensors) if t is arg), None)
+                if index is None:
+                    return None
+                slots.append((position, index))
+        steps.append(_Step(kernel, grid, args, meta, slots))
+    return steps
+
+
+def _signature_key(args) -> tuple:
+    key = [
+        (a.shape, a.stride(), a.dtype, a.device) if isinstance(a, torch.Tensor) else a for a in args
+    ]
+    key.append(torch.backends.cudnn.allow_tf32)
+    return tuple(key)
+
+
+def launch_plan(launcher):
+    """Decorator: record ``launcher``'s launches once per argument signature and replay them
+    (module docstring). ``launcher`` must launch kernels only through :func:`launch`, allocate
+    nothing the kernels see, and decide its launches from its arguments' signature alone (and
+    ``torch.backends.cudnn.allow_tf32``, which picks the fp32 dot precision). Its positional
+    arguments must be tensors, None or hashable values (keywords are bound to positions); it
+    returns None."""
+    plans = _LaunchCache(LAUNCH_CACHE_SIZE)
+    signature = inspect.signature(launcher)
+
+    def planned(*args, **kwargs) -> None:
+        if kwargs:
+            args = signature.bind(*args, **kwargs).args
+        tensors = [a for a in args if isinstance(a, torch.Tensor)]
+        if tracing(*tensors):
+            launcher(*args)
+            return
+        try:
+            key = _signature_key(args)
+            steps = plans.get(key)
+        except TypeError:  # an unhashable argument
+            launcher(*args)
+            return
+        if steps is not None:
+            for step in steps:
+                step.run(tensors)
+            return
+        _recorder.steps = recorded = []
+        try:
+            launcher(*args)
+        finally:
+            _recorder.steps = None
+        steps = _steps(recorded, tensors)
+        if steps is not None:
+            plans.put(key, steps)
+
+    planned.__name__ = launcher.__name__
+    planned.__doc__ = launcher.__doc__
+    planned.plans = plans
+    return planned

@@ -66,15 +66,14 @@ def tensor_key(t) -> tuple | None:
     return (t.shape, t.stride(), t.dtype, t.device)
 
 
-def value_key(value):
-    """``value`` with every element tagged by its type, so ``True``, ``1.0`` and ``1`` (equal
-    and hash-equal in Python) never share an entry: only a value that passed validation once
-    may skip it. A tensor argument has no value key (its identity would be hashed)."""
-    if isinstance(value, torch.Tensor):
-        raise TypeError("a tensor where a value is expected")
-    if isinstance(value, (list, tuple)):
-        return (type(value), tuple(value_key(v) for v in value))
-    return (type(value), value)
+def values_key(values: tuple) -> str:
+    """One key for several plain values (ints, strings, None, tuples and lists of them): their
+    ``repr``, which tells ``True`` from ``1`` and ``1.0`` and a list from a tuple. A tensor in
+    ``values`` raises (a plan may not hang on a tensor's identity or contents)."""
+    for value in values:
+        if isinstance(value, torch.Tensor):
+            raise TypeError("a tensor where a value is expected")
+    return repr(values)
 
 
 def lookup(cache: PlanCache, make_key: Callable[[], tuple], build: Callable[[], object]):

@@ -7,6 +7,7 @@ in recent Triton and cost about 4 µs per call from Python, several times per la
 from __future__ import annotations
 
 import functools
+import math
 
 import torch
 import triton.language as tl
@@ -66,10 +67,22 @@ def needs_int64(*tensors: torch.Tensor | None) -> bool:
     for t in tensors:
         if t is None:
             continue
-        reach = sum(size * stride for size, stride in zip(t.shape, t.stride(), strict=True))
-        if t.numel() > INDEX32_LIMIT or reach > INDEX32_LIMIT:
+        shape, strides = t.shape, t.stride()
+        try:
+            exceeds = _cached_exceeds_int32(shape, strides)
+        except TypeError:  # symbolic sizes (torch.compile): not hashable, decided while tracing
+            exceeds = _exceeds_int32(shape, strides)
+        if exceeds:
             return True
     return False
+
+
+def _exceeds_int32(shape, strides) -> bool:
+    reach = sum(size * stride for size, stride in zip(shape, strides, strict=True))
+    return math.prod(shape) > INDEX32_LIMIT or reach > INDEX32_LIMIT
+
+
+_cached_exceeds_int32 = functools.lru_cache(maxsize=4096)(_exceeds_int32)
 
 
 def partial_dtype(dtype: torch.dtype) -> torch.dtype:

@@ -22,7 +22,7 @@ import torch
 
 from .._runtime import INTERPRETER, check_kernel_device
 from ..kernels.crop import RANK, crop_kernel
-from ..launch import launch
+from ..launch import launch, launch_plan
 from .common import cdiv, needs_int64, next_power_of_2
 
 #: Elements per program: memory-bound tiles on the GPU, large ones under the interpreter.
@@ -67,6 +67,7 @@ def _axes(src: torch.Tensor, dst: torch.Tensor, shift: Sequence[int]):
     return [(1, 1, 0, 0)] * (RANK - len(axes)) + axes
 
 
+@launch_plan
 def crop_into(src: torch.Tensor, dst: torch.Tensor, shift: Sequence[int]) -> None:
     """``dst[i] = src[i + shift]`` where that index lies inside ``src``, 0 elsewhere.
 
@@ -103,7 +104,7 @@ def crop_into(src: torch.Tensor, dst: torch.Tensor, shift: Sequence[int]) -> Non
 def crop(input: torch.Tensor, offsets: Sequence[int], sizes: Sequence[int]) -> torch.Tensor:
     """``input[offsets[d] : offsets[d] + sizes[d]]`` on every dimension, as a new tensor."""
     out = empty_in_order(input, sizes, dim_order(input))
-    crop_into(input, out, offsets)
+    crop_into(input, out, tuple(offsets))
     return out
 
 
@@ -118,5 +119,5 @@ def crop_backward(
     grad_input = empty_in_order(grad_output, input_size, order)
     if grad_output.numel() == 0:  # an empty window: nothing to read, all zeros
         return grad_input.zero_()
-    crop_into(grad_output, grad_input, [-o for o in offsets])
+    crop_into(grad_output, grad_input, tuple(-o for o in offsets))
     return grad_input

@@ -30,7 +30,7 @@ from ..kernels.depthwise import (
     depthwise_small_grad_weight_kernel,
     depthwise_small_kernel,
 )
-from ..launch import launch
+from ..launch import launch, launch_plan
 from . import direct
 from .common import (
     accumulator_dtype,
@@ -118,6 +118,7 @@ def _weight_walk(weight: torch.Tensor, flip: bool):
     return (KH - 1) * s_kh + (KW - 1) * s_kw, s_c, -s_kh, -s_kw
 
 
+@launch_plan
 def _launch(src, weight, bias, dst, geometry: Geometry, R: int, DIV: int, flip: bool):
     """dst[n, c] = sum over r < R of conv(src[n, (c*R + r) // DIV], w[c*R + r]) (+ bias[c])."""
     N, C_dst, DH, DW = dst.shape
@@ -157,7 +158,7 @@ def _launch(src, weight, bias, dst, geometry: Geometry, R: int, DIV: int, flip: 
             INDEX_64=index_64,
             num_warps=4,
         )
-        return dst
+        return
     KH, KW = geometry.kernel
     if KH * KW <= SMALL_MAX_TAPS:
         key = "fwd_channels_last" if _is_channels_last(dst) else "fwd_nchw"
@@ -179,7 +180,7 @@ def _launch(src, weight, bias, dst, geometry: Geometry, R: int, DIV: int, flip: 
             INDEX_64=index_64,
             num_warps=config["num_warps"],
         )
-        return dst
+        return
     block_c, block_h, block_w = _fma_tiles(dst, DH, DW)
     grid = (N * cdiv(C_dst, block_c), cdiv(DH, block_h) * cdiv(DW, block_w))
     launch(
@@ -194,7 +195,6 @@ def _launch(src, weight, bias, dst, geometry: Geometry, R: int, DIV: int, flip: 
         INDEX_64=index_64,
         num_warps=4,
     )
-    return dst
 
 
 def depthwise_forward(x, weight, bias, geometry: Geometry) -> torch.Tensor:
@@ -204,7 +204,8 @@ def depthwise_forward(x, weight, bias, geometry: Geometry) -> torch.Tensor:
     out = empty_like_format((x.shape[0], C_out, *geometry.output), x)
     if out.numel() == 0:
         return out
-    return _launch(x, weight, bias, out, geometry, 1, C_out // C_in, flip=False)
+    _launch(x, weight, bias, out, geometry, 1, C_out // C_in, False)
+    return out
 
 
 def depthwise_grad_input(grad_out, weight, like, geometry: Geometry) -> torch.Tensor:
@@ -221,7 +222,8 @@ def depthwise_grad_input(grad_out, weight, like, geometry: Geometry) -> torch.Te
     )
     flipped = make_geometry(geometry.output, geometry.kernel, (1, 1), pads, pads, geometry.dilation)
     multiplier = weight.shape[0] // C_in
-    return _launch(grad_out, weight, None, grad_in, flipped, multiplier, 1, flip=True)
+    _launch(grad_out, weight, None, grad_in, flipped, multiplier, 1, True)
+    return grad_in
 
 
 def depthwise_grad_weight(grad_out, x, weight_shape, geometry: Geometry) -> torch.Tensor:

@@ -20,7 +20,7 @@ import triton.language as tl
 from .._runtime import INTERPRETER, check_kernel_device
 from ..geometry import Geometry
 from ..kernels.direct import direct_conv_kernel, direct_grad_weight_kernel
-from ..launch import launch
+from ..launch import launch, launch_plan
 from .common import (
     accumulator_dtype,
     cdiv,
@@ -71,6 +71,7 @@ def _conv_tiles(dtype, src_per_group: int, dst_per_group: int):
     return False, max(16, budget // block_d), 1, block_d
 
 
+@launch_plan
 def _launch_conv(src, weight, bias, dst, geometry: Geometry, groups: int, transposed: bool):
     """dst = direct conv (or, ``transposed``, its input gradient) of src; see the kernel."""
     N, C_src = src.shape[:2]
@@ -117,7 +118,6 @@ def _launch_conv(src, weight, bias, dst, geometry: Geometry, groups: int, transp
         INDEX_64=needs_int64(src, dst, weight),
         num_warps=4,
     )
-    return dst
 
 
 def conv2d_forward(x, weight, bias, geometry: Geometry, groups: int) -> torch.Tensor:
@@ -126,7 +126,8 @@ def conv2d_forward(x, weight, bias, geometry: Geometry, groups: int) -> torch.Te
     out = empty_like_format((x.shape[0], weight.shape[0], *geometry.output), x)
     if out.numel() == 0:
         return out
-    return _launch_conv(x, weight, bias, out, geometry, groups, transposed=False)
+    _launch_conv(x, weight, bias, out, geometry, groups, False)
+    return out
 
 
 def conv2d_grad_input(grad_out, weight, like, geometry: Geometry, groups: int) -> torch.Tensor:
@@ -138,7 +139,8 @@ def conv2d_grad_input(grad_out, weight, like, geometry: Geometry, groups: int) -
         return grad_in
     if grad_out.numel() == 0:
         return grad_in.zero_()
-    return _launch_conv(grad_out, weight, None, grad_in, geometry, groups, transposed=True)
+    _launch_conv(grad_out, weight, None, grad_in, geometry, groups, True)
+    return grad_in
 
 
 def _grad_weight_tiles(dtype, out_per_group: int, rows: int):

@@ -21,7 +21,7 @@ import torch
 from .._runtime import INTERPRETER, check_kernel_device
 from ..geometry import Geometry
 from ..kernels.im2col import col2im_kernel, im2col_kernel, relayout_kernel
-from ..launch import launch
+from ..launch import launch, launch_plan
 from .common import accumulator_dtype, cdiv, needs_int64, next_power_of_2
 
 
@@ -83,6 +83,7 @@ def _tiles(rows: int, positions: int, config) -> tuple[int, int]:
     return block_r, block_p
 
 
+@launch_plan
 def im2col(
     x: torch.Tensor,
     col: torch.Tensor,
@@ -140,6 +141,7 @@ def im2col(
     )
 
 
+@launch_plan
 def col2im(
     col: torch.Tensor,
     layout: ColumnLayout,
@@ -203,6 +205,7 @@ def tensor_address(t: torch.Tensor):
     return (0, *_image_strides(t))
 
 
+@launch_plan
 def relayout(
     src: torch.Tensor,
     src_address,
@@ -263,5 +266,5 @@ def fold(cols: torch.Tensor, geometry: Geometry) -> torch.Tensor:
     out = torch.empty((N, C, *geometry.input), dtype=cols.dtype, device=cols.device)
     sn, sk, sq = cols.stride()
     layout = ColumnLayout(0, sn, sq, 0, sk)
-    col2im(cols, layout, out, geometry, rows, 0, N * L, accumulate=False)
+    col2im(cols, layout, out, geometry, rows, 0, N * L, False)
     return out

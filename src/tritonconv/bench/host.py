@@ -1,0 +1,280 @@
+"""Suite ``host``: what a call costs end to end, eager and under ``torch.compile`` (issue 10).
+
+1. Eager per-call wall time of four batch-1 layers, ours (``algo="auto"``) against
+   ``F.conv2d`` (cuDNN): forward, and forward + backward (``y.backward(dy)`` with input, weight
+   and bias gradients). Each call is timed alone, from the Python call to the end of a
+   ``torch.cuda.synchronize()``, median of ``reps``: what a user feels for one small layer. The
+   GPU time of the forward (CUDA events, back to back) is reported beside it.
+2. A stack of 8 convolutions + ReLU, compiled with ``torch.compile`` in the default mode and in
+   ``mode="reduce-overhead"`` (CUDA graphs), ours against the same stack of ``torch.nn.Conv2d``.
+3. ResNet-50-style bottleneck blocks (batch 8, bf16 channels-last, inference): eager and
+   compiled, ours and cuDNN, with the compile time of each.
+
+On a machine without CUDA everything runs through Triton's interpreter on toy shapes and the
+compiled rows use the ``aot_eager`` backend: the numbers only show that the plumbing works.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .. import functional
+from .. import nn as tnn
+from ..testing import DEVICE
+from . import Options, Row, suite, time_ms
+
+CUDA = DEVICE == "cuda"
+
+
+@dataclass(frozen=True)
+class HostCase:
+    name: str
+    input: tuple[int, int, int, int]
+    weight: tuple[int, int, int, int]
+    dtype: torch.dtype
+    channels_last: bool
+    padding: int | str = 0
+    groups: int = 1
+
+    def shape(self) -> str:
+        N, C, H, W = self.input
+        K, _, R, S = self.weight
+        layout = "NHWC" if self.channels_last else "NCHW"
+        groups = f" g{self.groups}" if self.groups > 1 else ""
+        return f"N{N} C{C} {H}×{W} → K{K} {R}×{S}{groups} {layout}"
+
+
+HOST_CASES = [
+    HostCase("seed_1ch_112", (1, 1, 112, 112), (1, 1, 3, 3), torch.float32, False, "same"),
+    HostCase("r50_3x3_64_56", (1, 64, 56, 56), (64, 64, 3, 3), torch.bfloat16, True, 1),
+    HostCase("dw3x3_96_56", (1, 96, 56, 56), (96, 1, 3, 3), torch.bfloat16, True, 1, 96),
+    HostCase("r50_1x1_256_14", (1, 256, 14, 14), (1024, 256, 1, 1), torch.bfloat16, True),
+]
+# Toy versions for the interpreter (same layouts and dtypes, tiny planes and channels).
+QUICK_CASES = [
+    HostCase("seed_1ch_112", (1, 1, 12, 12), (1, 1, 3, 3), torch.float32, False, "same"),
+    HostCase("r50_3x3_64_56", (1, 8, 6, 6), (8, 8, 3, 3), torch.bfloat16, True, 1),
+    HostCase("dw3x3_96_56", (1, 8, 6, 6), (8, 1, 3, 3), torch.bfloat16, True, 1, 8),
+    HostCase("r50_1x1_256_14", (1, 16, 4, 4), (32, 16, 1, 1), torch.bfloat16, True),
+]
+
+
+def make_case(case: HostCase, device: str, *, requires_grad: bool):
+    """(input, weight, bias, kwargs) of a case, fresh random values."""
+    fmt = torch.channels_last if case.channels_last else torch.contiguous_format
+    x = torch.randn(case.input, device=device).to(case.dtype, memory_format=fmt)
+    w = torch.randn(case.weight, device=device).to(case.dtype)
+    b = torch.randn(case.weight[0], device=device).to(case.dtype)
+    for t in (x, w, b):
+        t.requires_grad_(requires_grad)
+    return x, w, b, dict(padding=case.padding, groups=case.groups)
+
+
+def _sync() -> None:
+    if CUDA:
+        torch.cuda.synchronize()
+
+
+def wall_us(fn: Callable[[], object], opts: Options) -> float:
+    """Median µs of one call of ``fn`` from the Python call to a synchronised GPU."""
+    reps = 10 if opts.quick else max(100, 4 * opts.reps)
+    for _ in range(3 if opts.quick else 20):
+        fn()
+    _sync()
+    times = []
+    for _ in range(reps):
+        start = time.perf_counter()
+        fn()
+        _sync()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1e6
+
+
+def _eager_rows(opts: Options) -> Iterator[Row]:
+    for case in QUICK_CASES if opts.quick else HOST_CASES:
+        if opts.wants(case.name):
+            yield from _case_rows(case, opts)
+
+
+def _case_rows(case: HostCase, opts: Options) -> Iterator[Row]:
+    x, w, b, kwargs = make_case(case, DEVICE, requires_grad=False)
+    xg, wg, bg, _ = make_case(case, DEVICE, requires_grad=True)
+    dy = torch.randn_like(F.conv2d(x, w, b, **kwargs))
+    dtype = str(case.dtype).removeprefix("torch.")
+    functions = {"ours": functional.conv2d, "ref": F.conv2d}
+
+    def forward(conv):
+        return lambda: conv(x, w, b, **kwargs)
+
+    def forward_backward(conv):
+        def step():
+            for t in (xg, wg, bg):
+                t.grad = None
+            conv(xg, wg, bg, **kwargs).backward(dy)
+
+        return step
+
+    with torch.no_grad():
+        fwd = {k: wall_us(forward(f), opts) for k, f in functions.items()}
+        kernel = {
+            k: time_ms(lambda i, f=f: f(x, w, b, **kwargs), 1, opts) for k, f in functions.items()
+        }
+    both = {k: wall_us(forward_backward(f), opts) for k, f in functions.items()}
+    common = dict(suite="host", case=case.name, shape=case.shape(), dtype=dtype)
+    ref = "F.conv2d" if CUDA else "F.conv2d (CPU)"
+    yield Row(
+        op="fwd wall",
+        ours_ms=fwd["ours"] / 1e3,
+        ref_ms=fwd["ref"] / 1e3,
+        ref_name=ref,
+        **common,
+    )
+    yield Row(
+        op="fwd GPU (events)",
+        ours_ms=kernel["ours"],
+        ref_ms=kernel["ref"],
+        ref_name=ref,
+        **common,
+    )
+    yield Row(
+        op="fwd+bwd wall",
+        ours_ms=both["ours"] / 1e3,
+        ref_ms=both["ref"] / 1e3,
+        ref_name=ref,
+        **common,
+    )
+
+
+class ConvStack(nn.Sequential):
+    """8 x (3x3 convolution + ReLU), 64 channels."""
+
+    def __init__(self, conv: type[nn.Conv2d], channels: int = 64, depth: int = 8):
+        layers = []
+        for _ in range(depth):
+            layers += [conv(channels, channels, 3, padding=1, bias=False), nn.ReLU()]
+        super().__init__(*layers)
+
+
+class Bottleneck(nn.Module):
+    """ResNet-50's bottleneck block (1x1 reduce, 3x3, 1x1 expand, batch norm, identity skip)."""
+
+    def __init__(self, conv: type[nn.Conv2d], channels: int = 256, width: int = 64):
+        super().__init__()
+        self.conv1 = conv(channels, width, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(width)
+        self.conv2 = conv(width, width, 3, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(width)
+        self.conv3 = conv(width, channels, 1, bias=False)
+        self.bn3 = nn.BatchNorm2d(channels)
+
+    def forward(self, x):
+        y = F.relu(self.bn1(self.conv1(x)))
+        y = F.relu(self.bn2(self.conv2(y)))
+        return F.relu(self.bn3(self.conv3(y)) + x)
+
+
+def _blocks(conv, channels, width, count=3):
+    return nn.Sequential(*(Bottleneck(conv, channels, width) for _ in range(count)))
+
+
+def _compiled(model: nn.Module, mode: str | None):
+    backend = "inductor" if CUDA else "aot_eager"
+    kwargs = {"mode": mode} if CUDA and mode else {}
+    return torch.compile(model, backend=backend, fullgraph=True, **kwargs)
+
+
+def _timed_compile(model, x, mode, opts) -> tuple[float, float]:
+    """(µs per call, seconds the first call took: the compile) of ``model`` compiled."""
+    torch._dynamo.reset()
+    compiled = _compiled(model, mode)
+    start = time.perf_counter()
+    with torch.no_grad():
+        compiled(x)
+        _sync()
+        compile_s = time.perf_counter() - start
+        return wall_us(lambda: compiled(x), opts), compile_s
+
+
+def _model_pair(make, shape, dtype):
+    """(ours, reference, input): the same weights in a tritonconv and a torch.nn model."""
+    torch.manual_seed(0)
+    ref = make(nn.Conv2d).to(DEVICE, dtype).eval().to(memory_format=torch.channels_last)
+    ours = make(tnn.Conv2d).to(DEVICE, dtype).eval().to(memory_format=torch.channels_last)
+    ours.load_state_dict(ref.state_dict())
+    x = torch.randn(shape, device=DEVICE).to(dtype, memory_format=torch.channels_last)
+    return ours, ref, x
+
+
+def _compiled_rows(opts: Options) -> Iterator[Row]:
+    dtype = torch.bfloat16 if CUDA else torch.float32
+    dname = str(dtype).removeprefix("torch.")
+    quick = opts.quick
+    stack_shape = (1, 8, 6, 6) if quick else (1, 64, 56, 56)
+    channels = stack_shape[1]
+    if opts.wants("stack8"):
+        ours, ref, x = _model_pair(lambda conv: ConvStack(conv, channels), stack_shape, dtype)
+        shape = f"8×(3×3 conv+ReLU) N1 C{channels} {stack_shape[2]}² NHWC"
+        for mode in ("default", "reduce-overhead"):
+            t_ours, c_ours = _timed_compile(ours, x, None if mode == "default" else mode, opts)
+            t_ref, c_ref = _timed_compile(ref, x, None if mode == "default" else mode, opts)
+            yield Row(
+                "host",
+                "stack8",
+                shape,
+                f"compiled {mode}",
+                dname,
+                t_ours / 1e3,
+                t_ref / 1e3,
+                "nn.Conv2d compiled",
+                extra={"compile_s": c_ours, "ref_compile_s": c_ref},
+            )
+    if opts.wants("bottleneck3"):
+        block_shape = (2, 16, 6, 6) if quick else (8, 256, 56, 56)
+        width = block_shape[1] // 4
+        ours, ref, x = _model_pair(
+            lambda conv: _blocks(conv, block_shape[1], width), block_shape, dtype
+        )
+        shape = f"3 bottlenecks N{block_shape[0]} C{block_shape[1]} {block_shape[2]}² NHWC"
+        with torch.no_grad():
+            eager_ours = wall_us(lambda: ours(x), opts)
+            eager_ref = wall_us(lambda: ref(x), opts)
+        t_ours, c_ours = _timed_compile(ours, x, None, opts)
+        t_ref, c_ref = _timed_compile(ref, x, None, opts)
+        yield Row(
+            "host",
+            "bottleneck3",
+            shape,
+            "eager",
+            dname,
+            eager_ours / 1e3,
+            eager_ref / 1e3,
+            "nn.Conv2d eager",
+        )
+        yield Row(
+            "host",
+            "bottleneck3",
+            shape,
+            "compiled",
+            dname,
+            t_ours / 1e3,
+            t_ref / 1e3,
+            "nn.Conv2d compiled",
+            extra={
+                "compile_s": c_ours,
+                "ref_compile_s": c_ref,
+                "ours_compiled_over_eager": t_ours / eager_ours,
+            },
+        )
+
+
+@suite("host")
+def host_suite(opts: Options) -> Iterator[Row]:
+    yield from _eager_rows(opts)
+    yield from _compiled_rows(opts)
