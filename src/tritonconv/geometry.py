@@ -389,6 +389,8 @@ def make_geometry(input_size, kernel, stride, pad_before, pad_after, dilation) -
     of an op rebuilds one from its int-list arguments; symbolic sizes (torch.compile with
     dynamic shapes) are not hashable and are built uncached."""
     args = tuple(tuple(v) for v in (input_size, kernel, stride, pad_before, pad_after, dilation))
+    if torch.compiler.is_compiling():
+        return _build_geometry(*args)
     try:
         return _cached_geometry(*args)
     except TypeError:

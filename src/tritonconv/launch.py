@@ -128,7 +128,7 @@ def launch(kernel, grid: tuple, *args, **meta) -> None:
         torch.library.wrap_triton(kernel)[grid](*args, **meta)
         return
     if INTERPRETER:
-        kernel[grid](*args, **meta)
+        _interpret(kernel, grid, args, meta)
         return
     device = torch.cuda.current_device()
     key = (kernel, device, _signature(args, meta))
@@ -140,6 +140,15 @@ def launch(kernel, grid: tuple, *args, **meta) -> None:
             _cache.put(key, (compiled, tail))
         return
     _run_compiled(entry, grid, device, args)
+
+
+# Triton's interpreter patches ``triton.language`` while it runs a kernel: one at a time.
+_INTERPRETER_LOCK = threading.Lock()
+
+
+def _interpret(kernel, grid, args, meta) -> None:
+    with _INTERPRETER_LOCK:
+        kernel[grid](*args, **meta)
 
 
 def _run_compiled(entry, grid, device: int, args) -> None:
@@ -197,7 +206,7 @@ class _Step:
         for position, index in self.slots:
             args[position] = tensors[index]
         if INTERPRETER:
-            self.kernel[self.grid](*args, **self.meta)
+            _interpret(self.kernel, self.grid, args, self.meta)
             return
         device = torch.cuda.current_device()
         key = (device, *(args[p].data_ptr() & 15 == 0 for p, _ in self.slots))

@@ -1,0 +1,160 @@
+"""torch.compile sees tritonconv (issue 10): one graph, no break, for conv2d (every algorithm),
+unfold, fold and crop, forward and backward; dynamic shapes; the same errors as eager.
+
+On CUDA the backend is Inductor, which traces into the ops' Triton kernels (checked in the
+generated code), and the CUDA-graph (``reduce-overhead``) and ``max-autotune`` modes run too. Under
+the interpreter (CPU) the ops are opaque custom ops and the backend is ``aot_eager``: the graph
+capture, autograd registration and fake implementations are what is tested there.
+"""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch._dynamo.testing import CompileCounterWithBackend
+
+import tritonconv as tc
+from tritonconv.testing import assert_close
+
+BACKEND = "aot_eager" if tc.INTERPRETER else "inductor"
+GPU_ONLY = pytest.mark.skipif(tc.INTERPRETER, reason="Inductor's GPU modes need CUDA")
+
+
+def _conv(algo):
+    def f(x, w, b):
+        groups = x.shape[1] if algo == "depthwise" else 1
+        y = tc.conv2d(x, w, b, padding=1, groups=groups, algo=algo)
+        return torch.relu(y) * 2
+
+    return f
+
+
+def _conv_case(algo, device, batch=2):
+    c = 4
+    x = torch.randn(batch, c, 6, 5, device=device, dtype=torch.float64, requires_grad=True)
+    w_in = 1 if algo == "depthwise" else c
+    w = torch.randn(c, w_in, 3, 3, device=device, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(c, device=device, dtype=torch.float64, requires_grad=True)
+    return x, w, b
+
+
+def _unfold_fold(x):
+    cols = tc.unfold(x, 3, padding=1, stride=2)
+    return tc.fold(cols * 2, x.shape[2:], 3, padding=1, stride=2)
+
+
+def _crop(x):
+    return tc.crop(x, (1, 2, 3, 3), axis=2, offset=1) + 1
+
+
+def _check_one_graph(fn, inputs, reference, **compile_kwargs):
+    """``fn`` compiles to exactly one graph and matches ``reference`` forward and backward."""
+    torch._dynamo.reset()
+    counter = CompileCounterWithBackend(BACKEND)
+    compiled = torch.compile(fn, backend=counter, fullgraph=True, **compile_kwargs)
+    out = compiled(*inputs)
+    assert counter.frame_count == 1
+    expected = reference(*inputs)
+    assert_close(out, expected.detach().cpu())
+    grad = torch.randn_like(expected)
+    got = torch.autograd.grad(out, inputs, grad)
+    want = torch.autograd.grad(expected, inputs, grad)
+    for g, e in zip(got, want, strict=True):
+        assert_close(g, e.cpu())
+    return compiled, counter
+
+
+@pytest.mark.parametrize("algo", ["im2col_gemm", "direct", "depthwise"])
+def test_conv2d_one_graph(algo, device):
+    x, w, b = _conv_case(algo, device)
+    groups = 4 if algo == "depthwise" else 1
+
+    def reference(x, w, b):
+        return torch.relu(F.conv2d(x, w, b, padding=1, groups=groups)) * 2
+
+    _check_one_graph(_conv(algo), (x, w, b), reference)
+
+
+def test_unfold_fold_and_crop_one_graph(device):
+    x = torch.randn(2, 3, 7, 6, device=device, dtype=torch.float64, requires_grad=True)
+
+    def unfold_fold_ref(x):
+        cols = F.unfold(x, 3, padding=1, stride=2)
+        return F.fold(cols * 2, x.shape[2:], 3, padding=1, stride=2)
+
+    _check_one_graph(_unfold_fold, (x,), unfold_fold_ref)
+    _check_one_graph(_crop, (x,), lambda x: x[:, :, 1:4, 1:4] + 1)
+
+
+def test_dynamic_shapes_one_compilation(device):
+    """``dynamic=True``: new batch and spatial sizes reuse the compiled graph."""
+    torch._dynamo.reset()
+    counter = CompileCounterWithBackend(BACKEND)
+    f = torch.compile(_conv("direct"), backend=counter, fullgraph=True, dynamic=True)
+    for n, h in ((2, 6), (3, 9), (5, 7)):
+        x = torch.randn(n, 4, h, 5, device=device, dtype=torch.float64)
+        w = torch.randn(4, 4, 3, 3, device=device, dtype=torch.float64)
+        expected = torch.relu(F.conv2d(x, w, padding=1)) * 2
+        assert_close(f(x, w, None), expected.cpu())
+    assert counter.frame_count == 1
+
+
+def test_module_compiles_in_one_graph(device):
+    model = torch.nn.Sequential(
+        tc.nn.Conv2d(3, 8, 3, padding=1),
+        torch.nn.ReLU(),
+        tc.nn.Conv2d(8, 8, 3, padding=1, groups=8),
+        tc.nn.Conv2d(8, 4, 1),
+    ).to(device=device, dtype=torch.float64)
+    x = torch.randn(2, 3, 6, 6, device=device, dtype=torch.float64, requires_grad=True)
+    torch._dynamo.reset()
+    counter = CompileCounterWithBackend(BACKEND)
+    out = torch.compile(model, backend=counter, fullgraph=True)(x)
+    assert counter.frame_count == 1
+    assert_close(out, model(x).detach().cpu())
+    out.sum().backward()
+    assert all(p.grad is not None for p in model.parameters())
+
+
+def test_errors_under_compile_are_the_eager_errors(device):
+    x = torch.randn(1, 4, 5, 5, device=device)
+    w = torch.randn(2, 4, 3, 3, device=device)
+    with pytest.raises(tc.TritonConvError) as eager:
+        tc.conv2d(x, w, groups=2)
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda x, w: tc.conv2d(x, w, groups=2), backend=BACKEND)
+    with pytest.raises(Exception) as traced:
+        compiled(x, w)
+    assert str(eager.value) in str(traced.value)
+
+
+@GPU_ONLY
+def test_inductor_sees_our_triton_kernels(device):
+    """Inductor's generated code launches our kernels itself (triton_op decomposition)."""
+    from torch._inductor.utils import run_and_get_code
+
+    torch._dynamo.reset()
+    x, w, b = (t.detach().float() for t in _conv_case("direct", device))
+    compiled = torch.compile(_conv("direct"), fullgraph=True)
+    _, code = run_and_get_code(compiled, x, w, b)
+    assert "direct_conv_kernel" in "\n".join(code)
+
+
+@GPU_ONLY
+@pytest.mark.parametrize("mode", ["reduce-overhead", "max-autotune"])
+def test_gpu_compile_modes(mode, device):
+    model = torch.nn.Sequential(
+        tc.nn.Conv2d(8, 8, 3, padding=1, algo="direct"),
+        torch.nn.ReLU(),
+        tc.nn.Conv2d(8, 8, 3, padding=1, groups=8),
+        tc.nn.Conv2d(8, 8, 3, padding=1, algo="im2col_gemm"),
+    ).to(device)
+    x = torch.randn(2, 8, 12, 12, device=device)
+    torch._dynamo.reset()
+    compiled = torch.compile(model, mode=mode, fullgraph=True)
+    with torch.no_grad():
+        expected = model(x)
+        for _ in range(3):  # CUDA-graph recording and replays
+            assert_close(compiled(x).clone(), expected.cpu(), rtol=1e-4, atol=1e-4)
+    x.requires_grad_(True)
+    compiled(x).sum().backward()
+    assert x.grad is not None
