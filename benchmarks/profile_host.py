@@ -1,13 +1,14 @@
-"""Where the host time of one eager call goes (issue 10).
+"""Where the time of one eager call goes (issue 10).
 
-    python benchmarks/profile_host.py [--stub] [--profile] [--calls N]
+    python benchmarks/profile_host.py [--stub] [--profile] [--kernels] [--calls N]
 
-Times the host-overhead cases of ``tritonconv bench --suite host`` (batch-1 layers) per call,
-forward only and forward + backward, with the GPU kept busy-free (a synchronisation only at the
-end of each timed loop, so the figure is the host's cost per call once the GPU keeps up).
-``--stub`` replaces every kernel launch by a no-op: what remains is tritonconv's own Python
-(useful on a CPU machine, where the interpreter would dominate). ``--profile`` prints the
-top of a cProfile of the forward calls.
+For each host case of ``tritonconv bench --suite host`` (batch-1 layers) and each algorithm that
+accepts it: host µs per call in a loop (synchronised once at the end: the host's cost per call
+once the GPU keeps up), forward and forward + backward, ours and ``F.conv2d``.
+``--kernels`` adds the GPU kernels of one forward + backward (torch.profiler, µs each).
+``--profile`` prints the top of a cProfile of the forward calls. ``--stub`` replaces every
+kernel launch by a no-op: what remains is tritonconv's own Python (for a CPU machine, where the
+interpreter would dominate).
 """
 
 from __future__ import annotations
@@ -18,8 +19,10 @@ import pstats
 import time
 
 import torch
+import torch.nn.functional as F
 
 import tritonconv as tc
+from tritonconv import launch
 from tritonconv.bench.host import HOST_CASES, make_case
 from tritonconv.ops import crop, depthwise, direct, im2col
 
@@ -30,7 +33,8 @@ def stub_launches() -> None:
 
 
 def per_call_us(fn, calls: int) -> float:
-    fn()
+    for _ in range(3):
+        fn()
     sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
     sync()
     start = time.perf_counter()
@@ -40,37 +44,76 @@ def per_call_us(fn, calls: int) -> float:
     return (time.perf_counter() - start) / calls * 1e6
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--stub", action="store_true")
-    parser.add_argument("--profile", action="store_true")
-    parser.add_argument("--calls", type=int, default=200)
-    opts = parser.parse_args()
-    if opts.stub:
-        stub_launches()
-    for case in HOST_CASES:
-        profile_case(case, opts)
+def kernels(fn) -> list[tuple[str, float]]:
+    """(kernel name, µs) of the GPU kernels one call of ``fn`` runs."""
+    fn()
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return [
+        (e.key[:70], e.self_device_time_total)
+        for e in prof.key_averages()
+        if e.self_device_time_total > 0
+    ]
+
+
+def algorithms(case) -> list[str]:
+    algos = ["direct"]
+    if case.groups == case.input[1]:
+        algos.append("depthwise")
+    else:
+        algos.append("im2col_gemm")
+    return ["auto", *algos]
 
 
 def profile_case(case, opts) -> None:
     device = "cuda" if torch.cuda.is_available() else "cpu"
     x, w, b, kwargs = make_case(case, device, requires_grad=False)
-    fwd = per_call_us(lambda: tc.conv2d(x, w, b, **kwargs), opts.calls)
     xg, wg, bg, _ = make_case(case, device, requires_grad=True)
-    dy = torch.ones_like(tc.conv2d(xg.detach(), wg.detach(), bg.detach(), **kwargs))
+    dy = torch.randn_like(F.conv2d(x, w, b, **kwargs))
+    convs = {"F.conv2d": F.conv2d}
+    for algo in algorithms(case):
+        convs[algo] = lambda *a, algo=algo, **k: tc.conv2d(*a, algo=algo, **k)
+    print(f"{case.name} ({case.shape()})")
+    for name, conv in convs.items():
 
-    def fwd_bwd():
-        tc.conv2d(xg, wg, bg, **kwargs).backward(dy)
+        def forward(conv=conv):
+            return conv(x, w, b, **kwargs)
 
-    both = per_call_us(fwd_bwd, max(10, opts.calls // 4))
-    print(f"{case.name:28s} fwd {fwd:7.1f} µs   fwd+bwd {both:7.1f} µs")
+        def forward_backward(conv=conv):
+            for t in (xg, wg, bg):
+                t.grad = None
+            conv(xg, wg, bg, **kwargs).backward(dy)
+
+        fwd = per_call_us(forward, opts.calls)
+        both = per_call_us(forward_backward, max(10, opts.calls // 4))
+        print(f"  {name:12s} fwd {fwd:7.1f} µs   fwd+bwd {both:7.1f} µs")
+        if opts.kernels and device == "cuda":
+            for kernel, us in kernels(forward_backward):
+                print(f"      {us:8.1f} µs  {kernel}")
     if opts.profile:
         profiler = cProfile.Profile()
         profiler.enable()
         for _ in range(opts.calls):
             tc.conv2d(x, w, b, **kwargs)
         profiler.disable()
-        pstats.Stats(profiler).sort_stats("tottime").print_stats(12)
+        pstats.Stats(profiler).sort_stats("tottime").print_stats(15)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--stub", action="store_true")
+    parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--kernels", action="store_true")
+    parser.add_argument("--calls", type=int, default=200)
+    opts = parser.parse_args()
+    if opts.stub:
+        stub_launches()
+    print("Triton launch hooks:", launch._hooks(), "installed:", launch._hooks_installed())
+    for case in HOST_CASES:
+        profile_case(case, opts)
+    print("launch-signature cache entries:", len(launch._cache.entries))
 
 
 if __name__ == "__main__":

@@ -160,3 +160,42 @@ def test_needs_int64_reads_the_view_not_the_storage():
     # a strided view whose last element lies past 2**31 elements
     assert needs_int64(torch.empty(2**31 + 8, dtype=torch.int8, device="meta")[:: 2**20])
     assert not needs_int64(None, torch.empty(10))
+
+
+def test_op_bodies_replay_allocations_and_launches(device):
+    """A planned op body (allocations + launches) replays: one plan, fresh outputs each call,
+    right values each call, for the forward and both gradients."""
+    from tritonconv import library
+
+    body = library.conv2d_direct.impl
+    body.plans.clear()
+    outputs = []
+    for _ in range(3):
+        x = torch.randn(2, 3, 6, 5, device=device, dtype=torch.float64, requires_grad=True)
+        w = torch.randn(4, 3, 3, 3, device=device, dtype=torch.float64, requires_grad=True)
+        y = tc.conv2d(x, w, padding=1, algo="direct")
+        dy = torch.randn_like(y)
+        got = torch.autograd.grad(y, (x, w), dy)
+        ref = F.conv2d(x.cpu(), w.cpu(), padding=1)
+        want = torch.autograd.grad(ref, (x, w), dy.cpu())
+        assert_close(y, ref)
+        for g, e in zip(got, want, strict=True):
+            assert_close(g, e)
+        outputs.append(y)
+    assert len(body.plans.entries) == 1
+    assert outputs[0].data_ptr() != outputs[1].data_ptr()
+
+
+@launch.launch_plan
+def _returns_a_view(x, out):
+    _axpy(x, x, out, 1)  # nested: recorded into this plan, aliasing irrelevant here
+    return out[1:]
+
+
+def test_a_body_returning_a_view_is_not_planned(device):
+    _returns_a_view.plans.clear()
+    for _ in range(2):
+        x = torch.randn(8, device=device)
+        out = torch.empty(8, device=device)
+        assert_close(_returns_a_view(x, out), (2 * x)[1:].cpu())
+    assert not _returns_a_view.plans.entries

@@ -19,17 +19,19 @@ One call site, three situations:
 The lean path is bypassed, and Triton's own path taken, whenever Triton has launch hooks
 installed (profilers such as proton rely on them).
 
-**Launch plans.** A launcher whose launches depend only on its arguments' signature (tensor
-shapes, strides, dtypes, devices and the other arguments' values) is decorated with
-:func:`launch_plan`. Its first call with a signature runs normally while every ``launch`` is
-recorded, tensors by which argument they were; later calls replay the recorded launches on the
-new tensors without running the launcher's Python at all: tile choice, grid, strides and the
-kernel's argument list are worked out once per signature. (Under the interpreter the replay
+**Launch plans.** A function that only allocates (:func:`allocate`) and launches, and decides
+both from its arguments' signature (tensor shapes, strides, dtypes, devices and the other
+arguments' values), is decorated with :func:`launch_plan`. Its first call with a signature runs
+normally while every allocation and launch is recorded, tensors by which argument or allocation
+they were; later calls replay the record on the new tensors without running the function's
+Python at all: geometry, tile choice, grids, strides, output layouts and the kernels' argument
+lists are worked out once per signature. (Under the interpreter the replay
 interprets the recorded launches, so CPU tests exercise the recording too.)
 """
 
 from __future__ import annotations
 
+import functools
 import inspect
 import threading
 
@@ -118,7 +120,7 @@ def launch(kernel, grid: tuple, *args, **meta) -> None:
     ``args`` are the kernel's leading parameters in order, ``meta`` the rest (constexprs) by
     name plus launch options (``num_warps``...).
     """
-    recording = getattr(_recorder, "steps", None)
+    recording = getattr(_recorder, "events", None)
     if recording is not None:
         recording.append((kernel, grid, args, meta))
     tensors = [a for a in args if isinstance(a, torch.Tensor)]
@@ -189,22 +191,55 @@ def _tail(kernel, leading: int, meta: dict) -> tuple | None:
 _recorder = threading.local()
 
 
-class _Step:
-    """One recorded launch: the kernel's arguments with the tensors left as slots (which
-    argument of the launcher each one was), and its compiled kernels by device and alignment."""
+def allocate(
+    shape, dtype: torch.dtype, device, strides=None, *, zero: bool = False
+) -> torch.Tensor:
+    """A new tensor (``strides``: dense row-major when None), zero-filled if ``zero``: the one
+    way a planned function may allocate, so that its replay allocates the same."""
+    if strides is None:
+        t = torch.empty(shape, dtype=dtype, device=device)
+    else:
+        t = torch.empty_strided(shape, strides, dtype=dtype, device=device)
+    if zero:
+        t.zero_()
+    recording = getattr(_recorder, "events", None)
+    if recording is not None:
+        recording.append(_Alloc(tuple(t.shape), t.stride(), dtype, t.device, zero, t))
+    return t
+
+
+class _Alloc:
+    """A recorded allocation (the tensor itself kept only until the plan is built)."""
+
+    __slots__ = ("device", "dtype", "shape", "strides", "tensor", "zero")
+
+    def __init__(self, shape, strides, dtype, device, zero, tensor):
+        self.shape, self.strides, self.dtype, self.device = shape, strides, dtype, device
+        self.zero, self.tensor = zero, tensor
+
+    def run(self, table: list) -> None:
+        t = torch.empty_strided(self.shape, self.strides, dtype=self.dtype, device=self.device)
+        if self.zero:
+            t.zero_()
+        table.append(t)
+
+
+class _Launch:
+    """A recorded launch: the kernel's arguments with the tensors left as slots (indices into
+    the replay's tensor table), and its compiled kernels by device and pointer alignment."""
 
     __slots__ = ("compiled", "grid", "kernel", "meta", "slots", "template")
 
     def __init__(self, kernel, grid, args, meta, slots):
         self.kernel, self.grid, self.meta = kernel, grid, meta
         self.template = list(args)
-        self.slots = slots  # [(position in args, index of the launcher's tensor)]
+        self.slots = slots  # [(position in args, index in the table)]
         self.compiled: dict = {}
 
-    def run(self, tensors: list) -> None:
+    def run(self, table: list) -> None:
         args = self.template.copy()
         for position, index in self.slots:
-            args[position] = tensors[index]
+            args[position] = table[index]
         if INTERPRETER:
             _interpret(self.kernel, self.grid, args, self.meta)
             return
@@ -220,70 +255,116 @@ class _Step:
         _run_compiled(entry, self.grid, device, args)
 
 
-def _steps(recorded, tensors: list) -> list[_Step] | None:
-    """The recorded launches as steps over ``tensors``; None if a launch used a tensor that is
-    not one of them (made inside the launcher), or one tensor came as two arguments (a later
-    call may pass two): the launcher is then not replayed."""
-    if len({id(t) for t in tensors}) != len(tensors):
+class _Plan:
+    """What a planned function did for one signature: allocations and launches in order, and
+    which tensors of the table it returned."""
+
+    __slots__ = ("result", "steps")
+
+    def __init__(self, steps, result):
+        self.steps, self.result = steps, result
+
+    def run(self, tensors: list):
+        table = tensors.copy()
+        for step in self.steps:
+            step.run(table)
+        result = self.result
+        if result is None:
+            return None
+        if isinstance(result, int):
+            return table[result]
+        return tuple(table[i] for i in result)
+
+
+def _index(table: list, t) -> int | None:
+    return next((i for i, u in enumerate(table) if u is t), None)
+
+
+def _build_plan(events, tensors: list, result) -> _Plan | None:
+    """The recorded events as a plan over ``tensors`` (the function's tensor arguments, then
+    what it allocated); None if a launch read, or the function returned, a tensor that is
+    neither (a view or a tensor made by some other op: the function cannot be replayed), or
+    one tensor came as two arguments (a later call may pass two distinct ones)."""
+    table = list(tensors)
+    if len({id(t) for t in table}) != len(table):
         return None
     steps = []
-    for kernel, grid, args, meta in recorded:
+    for event in events:
+        if isinstance(event, _Alloc):
+            table.append(event.tensor)
+            event.tensor = None
+            steps.append(event)
+            continue
+        kernel, grid, args, meta = event
         slots = []
         for position, arg in enumerate(args):
             if isinstance(arg, torch.Tensor):
-                index = next((i for i, t in enumerate(tensors) if t is arg), None)
+                index = _index(table, arg)
                 if index is None:
                     return None
                 slots.append((position, index))
-        steps.append(_Step(kernel, grid, args, meta, slots))
-    return steps
+        steps.append(_Launch(kernel, grid, args, meta, slots))
+    if result is None:
+        indices = None
+    elif isinstance(result, torch.Tensor):
+        indices = _index(table, result)
+        if indices is None:
+            return None
+    else:
+        indices = tuple(_index(table, t) for t in result)
+        if None in indices:
+            return None
+    return _Plan(steps, indices)
 
 
 def _signature_key(args) -> tuple:
     key = [
-        (a.shape, a.stride(), a.dtype, a.device) if isinstance(a, torch.Tensor) else a for a in args
+        (a.shape, a.stride(), a.dtype, a.device)
+        if isinstance(a, torch.Tensor)
+        else tuple(a)
+        if type(a) is list
+        else a
+        for a in args
     ]
     key.append(torch.backends.cudnn.allow_tf32)
     return tuple(key)
 
 
-def launch_plan(launcher):
-    """Decorator: record ``launcher``'s launches once per argument signature and replay them
-    (module docstring). ``launcher`` must launch kernels only through :func:`launch`, allocate
-    nothing the kernels see, and decide its launches from its arguments' signature alone (and
-    ``torch.backends.cudnn.allow_tf32``, which picks the fp32 dot precision). Its positional
-    arguments must be tensors, None or hashable values (keywords are bound to positions); it
-    returns None."""
+def launch_plan(fn):
+    """Decorator: record what ``fn`` does once per argument signature and replay it (module
+    docstring). ``fn`` may only allocate through :func:`allocate` and launch through
+    :func:`launch` (any other tensor operation would be skipped by the replay), must decide
+    both from its arguments' signature alone (and ``torch.backends.cudnn.allow_tf32``, which
+    picks the fp32 dot precision), and returns None, one tensor or a tuple of tensors it was
+    given or allocated. Positional arguments: tensors, None, lists or hashable values (keywords
+    are bound to positions). Calls nested in another planned function's recording run
+    unplanned, so the outer recording sees their launches."""
     plans = _LaunchCache(LAUNCH_CACHE_SIZE)
-    signature = inspect.signature(launcher)
+    signature = inspect.signature(fn)
 
-    def planned(*args, **kwargs) -> None:
+    @functools.wraps(fn)
+    def planned(*args, **kwargs):
         if kwargs:
             args = signature.bind(*args, **kwargs).args
         tensors = [a for a in args if isinstance(a, torch.Tensor)]
-        if tracing(*tensors):
-            launcher(*args)
-            return
+        if tracing(*tensors) or getattr(_recorder, "events", None) is not None:
+            return fn(*args)
         try:
             key = _signature_key(args)
-            steps = plans.get(key)
+            plan = plans.get(key)
         except TypeError:  # an unhashable argument
-            launcher(*args)
-            return
-        if steps is not None:
-            for step in steps:
-                step.run(tensors)
-            return
-        _recorder.steps = recorded = []
+            return fn(*args)
+        if plan is not None:
+            return plan.run(tensors)
+        _recorder.events = events = []
         try:
-            launcher(*args)
+            result = fn(*args)
         finally:
-            _recorder.steps = None
-        steps = _steps(recorded, tensors)
-        if steps is not None:
-            plans.put(key, steps)
+            _recorder.events = None
+        plan = _build_plan(events, tensors, result)
+        if plan is not None:
+            plans.put(key, plan)
+        return result
 
-    planned.__name__ = launcher.__name__
-    planned.__doc__ = launcher.__doc__
     planned.plans = plans
     return planned

@@ -22,7 +22,7 @@ from torch import Tensor
 
 from ._runtime import INTERPRETER
 from .geometry import make_geometry, window_geometry
-from .launch import tracing
+from .launch import allocate, launch_plan, tracing
 from .ops import conv_gemm, depthwise, direct
 from .ops import crop as crop_ops
 from .ops import im2col as im2col_ops
@@ -31,7 +31,7 @@ from .ops import im2col as im2col_ops
 class Op:
     """One tritonconv op, registered as ``torch.ops.tritonconv.<name>``."""
 
-    def __init__(self, name: str, fn):
+    def __init__(self, name: str, fn, *, planned: bool):
         qualname = f"tritonconv::{name}"
         if INTERPRETER:
             self.definition = torch.library.custom_op(qualname, fn, mutates_args=())
@@ -39,7 +39,9 @@ class Op:
         else:
             self.definition = torch.library.triton_op(qualname, fn, mutates_args=())
         self.traced = getattr(torch.ops.tritonconv, name)
-        self.impl = fn
+        # Eager calls: the body, replayed from its launch plan when it only allocates and
+        # launches (``planned``), so a repeated call runs none of its Python.
+        self.impl = launch_plan(fn) if planned else fn
         self.__doc__ = fn.__doc__
 
     def register_autograd(self, backward, setup_context) -> None:
@@ -53,9 +55,16 @@ class Op:
         return self.impl(*args)
 
 
-def custom_op(name: str):
-    """Decorator: ``fn`` (type-annotated, no mutation) becomes the op ``tritonconv::<name>``."""
-    return lambda fn: Op(name, fn)
+def _nothing(like: Tensor) -> Tensor:
+    """The empty tensor a backward op returns for a gradient its output mask leaves out."""
+    return allocate((0,), like.dtype, like.device)
+
+
+def custom_op(name: str, *, planned: bool = True):
+    """Decorator: ``fn`` (type-annotated, no mutation) becomes the op ``tritonconv::<name>``.
+    ``planned=False`` for a body that runs PyTorch operations (cuBLAS GEMMs) besides
+    allocating and launching kernels: those cannot be replayed from a launch plan."""
+    return lambda fn: Op(name, fn, planned=planned)
 
 
 # --------------------------------------------------------------------------------------------
@@ -97,7 +106,7 @@ def _conv_geometry(input_size, weight_size, stride, pad_before, pad_after, dilat
     return make_geometry(input_size[2:], weight_size[2:], stride, pad_before, pad_after, dilation)
 
 
-@custom_op("conv2d_gemm")
+@custom_op("conv2d_gemm", planned=False)
 def conv2d_gemm(
     input: Tensor,
     weight: Tensor,
@@ -113,7 +122,7 @@ def conv2d_gemm(
     return conv_gemm.conv2d_forward(input, weight, bias, geometry, groups, workspace_limit)
 
 
-@custom_op("conv2d_gemm_backward")
+@custom_op("conv2d_gemm_backward", planned=False)
 def conv2d_gemm_backward(
     grad_output: Tensor,
     input: Tensor,
@@ -132,8 +141,8 @@ def conv2d_gemm_backward(
         grad_output, input, weight, geometry, groups, workspace_limit, *output_mask
     )
     return (
-        input.new_empty(0) if grad_input is None else grad_input,
-        input.new_empty(0) if grad_weight is None else grad_weight,
+        _nothing(input) if grad_input is None else grad_input,
+        _nothing(input) if grad_weight is None else grad_weight,
     )
 
 
@@ -175,7 +184,7 @@ def conv2d_direct_backward(
 ) -> tuple[Tensor, Tensor]:
     """(grad_input, grad_weight); an output left out by ``output_mask`` is an empty tensor."""
     geometry = _conv_geometry(input.shape, weight.shape, stride, pad_before, pad_after, dilation)
-    grad_input, grad_weight = input.new_empty(0), input.new_empty(0)
+    grad_input, grad_weight = _nothing(input), _nothing(input)
     if output_mask[0]:
         if depthwise_kernels:
             grad_input = depthwise.depthwise_grad_input(grad_output, weight, input, geometry)

@@ -13,6 +13,8 @@ import torch
 import triton.language as tl
 
 from ..geometry import INT_DTYPES
+from ..kernels.reduce import sum_partials_kernel
+from ..launch import allocate, launch
 
 # Index arithmetic switches to int64 when an address can reach this many elements.
 INDEX32_LIMIT = 2**31 - 1
@@ -40,11 +42,42 @@ def is_channels_last(t: torch.Tensor) -> bool:
     return not t.is_contiguous() or t.stride() != (C * H * W, H * W, W, 1)
 
 
-def empty_like_format(shape, like: torch.Tensor) -> torch.Tensor:
+def dense_strides(shape, order) -> tuple:
+    """Strides of a dense tensor of ``shape`` whose dimensions, from the largest stride to the
+    smallest, are ``order`` (sizes 0 and 1 count as 1, as PyTorch's own layouts do)."""
+    strides = [0] * len(shape)
+    step = 1
+    for d in reversed(order):
+        strides[d] = step
+        step *= max(shape[d], 1)
+    return tuple(strides)
+
+
+def empty_like_format(shape, like: torch.Tensor, *, zero: bool = False) -> torch.Tensor:
     """An output of ``shape`` in ``like``'s dtype and device, channels-last when ``like`` is
-    (as PyTorch's convolutions do), contiguous otherwise."""
-    fmt = torch.channels_last if is_channels_last(like) else torch.contiguous_format
-    return torch.empty(shape, dtype=like.dtype, device=like.device, memory_format=fmt)
+    (as PyTorch's convolutions do), contiguous otherwise; zero-filled if ``zero``."""
+    order = (0, 2, 3, 1) if is_channels_last(like) else range(len(shape))
+    return allocate(shape, like.dtype, like.device, dense_strides(shape, order), zero=zero)
+
+
+def sum_partials(partial: torch.Tensor, out: torch.Tensor) -> None:
+    """``out = partial.sum(0)`` for a contiguous ``(splits, *out.shape)`` partial, summed in a
+    fixed order (bitwise reproducible) and cast to out's dtype in one pass."""
+    numel = out.numel()
+    if numel == 0:
+        return
+    block = 1024
+    launch(
+        sum_partials_kernel,
+        (cdiv(numel, block),),
+        partial,
+        out,
+        partial.shape[0],
+        numel,
+        BLOCK=block,
+        INDEX_64=needs_int64(partial, out),
+        num_warps=4,
+    )
 
 
 @functools.cache

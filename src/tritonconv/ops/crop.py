@@ -22,8 +22,8 @@ import torch
 
 from .._runtime import INTERPRETER, check_kernel_device
 from ..kernels.crop import RANK, crop_kernel
-from ..launch import launch, launch_plan
-from .common import cdiv, needs_int64, next_power_of_2
+from ..launch import allocate, launch, launch_plan
+from .common import cdiv, dense_strides, needs_int64, next_power_of_2
 
 #: Elements per program: memory-bound tiles on the GPU, large ones under the interpreter.
 TILE = 16384 if INTERPRETER else 4096
@@ -34,11 +34,9 @@ def dim_order(t: torch.Tensor) -> list[int]:
     return sorted(range(t.dim()), key=lambda d: -t.stride(d))
 
 
-def empty_in_order(like: torch.Tensor, shape: Sequence[int], order: Sequence[int]):
+def empty_in_order(like: torch.Tensor, shape: Sequence[int], order: Sequence[int], zero=False):
     """A dense tensor of ``shape`` (``like``'s dtype and device), laid out in ``order``."""
-    permuted = like.new_empty([shape[d] for d in order])
-    inverse = sorted(range(len(order)), key=lambda d: order[d])
-    return permuted.permute(inverse)
+    return allocate(shape, like.dtype, like.device, dense_strides(shape, order), zero=zero)
 
 
 def _axes(src: torch.Tensor, dst: torch.Tensor, shift: Sequence[int]):
@@ -116,8 +114,9 @@ def crop_backward(
 ) -> torch.Tensor:
     """The input gradient: ``grad_output`` inside the window, 0 outside, laid out in ``order``
     (the input's :func:`dim_order`)."""
-    grad_input = empty_in_order(grad_output, input_size, order)
-    if grad_output.numel() == 0:  # an empty window: nothing to read, all zeros
-        return grad_input.zero_()
+    empty_window = grad_output.numel() == 0  # nothing to read: all zeros
+    grad_input = empty_in_order(grad_output, input_size, order, zero=empty_window)
+    if empty_window:
+        return grad_input
     crop_into(grad_output, grad_input, tuple(-o for o in offsets))
     return grad_input

@@ -12,7 +12,7 @@ Which kernel (``kernels/depthwise.py``) runs:
 
 The stride-1 input gradient is the forward kernel run on ``dy`` with the weight walked
 backwards and padding ``dil*(K-1) - pad``; the multiplier's channels are summed in the kernel.
-Weight gradients are per-tile partial sums added by ``partial.sum(0)``: a fixed order, so
+Weight gradients are per-tile partial sums added by ``sum_partials``: a fixed order, so
 reruns are bitwise equal.
 """
 
@@ -30,7 +30,7 @@ from ..kernels.depthwise import (
     depthwise_small_grad_weight_kernel,
     depthwise_small_kernel,
 )
-from ..launch import launch, launch_plan
+from ..launch import allocate, launch, launch_plan
 from . import direct
 from .common import (
     accumulator_dtype,
@@ -41,6 +41,7 @@ from .common import (
     multiprocessor_count,
     needs_int64,
     partial_dtype,
+    sum_partials,
 )
 
 # Kernel width from which the banded tensor-core kernels replace the FMA kernels (a reasoned
@@ -234,7 +235,7 @@ def depthwise_grad_weight(grad_out, x, weight_shape, geometry: Geometry) -> torc
     KH, KW = geometry.kernel
     OH, OW = geometry.output
     if N == 0:
-        return torch.zeros(weight_shape, dtype=x.dtype, device=x.device)
+        return allocate(weight_shape, x.dtype, x.device, zero=True)
     geometry_args = (*geometry.stride, *geometry.pad_before, *geometry.dilation)
     strides = (*grad_out.stride(), *x.stride())
     acc_dtype = partial_dtype(x.dtype)  # int64 for integers: exact
@@ -246,7 +247,7 @@ def depthwise_grad_weight(grad_out, x, weight_shape, geometry: Geometry) -> torc
         else:
             target = 2 * direct.WGRAD_PROGRAMS_PER_SM * multiprocessor_count(x.device)
             splits, samples_per_split = batch_splits(N, cdiv(target, C_out * tap_tiles))
-        partial = torch.empty((splits, C_out, KH, KW), dtype=acc_dtype, device=x.device)
+        partial = allocate((splits, C_out, KH, KW), acc_dtype, x.device)
         launch(
             depthwise_band_grad_weight_kernel,
             (C_out * tap_tiles, splits),
@@ -282,7 +283,7 @@ def depthwise_grad_weight(grad_out, x, weight_shape, geometry: Geometry) -> torc
             N, 2 if INTERPRETER else cdiv(config["target_programs"], blocks)
         )
         tiles = cdiv(OH, block_h) * cdiv(OW, block_w)
-        partial = torch.empty((splits * tiles, C_out, KH * KW), dtype=acc_dtype, device=x.device)
+        partial = allocate((splits * tiles, C_out, KH * KW), acc_dtype, x.device)
         launch(
             depthwise_small_grad_weight_kernel,
             (blocks, splits),
@@ -311,7 +312,7 @@ def depthwise_grad_weight(grad_out, x, weight_shape, geometry: Geometry) -> torc
         block_c, block_h, block_w = _fma_tiles(grad_out, OH, OW)
         block_t = clamped_power_of_2(KH * KW, 1, 16)
         spatial_tiles = cdiv(OH, block_h) * cdiv(OW, block_w)
-        partial = torch.empty((spatial_tiles, C_out, KH * KW), dtype=acc_dtype, device=x.device)
+        partial = allocate((spatial_tiles, C_out, KH * KW), acc_dtype, x.device)
         grid = (cdiv(C_out, block_c) * cdiv(KH * KW, block_t), spatial_tiles)
         launch(
             depthwise_grad_weight_kernel,
@@ -337,4 +338,6 @@ def depthwise_grad_weight(grad_out, x, weight_shape, geometry: Geometry) -> torc
             INDEX_64=needs_int64(grad_out, x, partial),
             num_warps=4,
         )
-    return partial.sum(0).to(x.dtype).view(weight_shape)
+    grad_weight = allocate(weight_shape, x.dtype, x.device)
+    sum_partials(partial, grad_weight)
+    return grad_weight

@@ -5,7 +5,7 @@ No column buffer: ``kernels/direct.py`` walks the window in registers. Integer d
 dtype), so results are bitwise those of PyTorch's CPU convolution; int64 sums wrap modulo
 2**64 exactly as PyTorch's do. Floats accumulate in fp32 (fp64 for fp64).
 
-The weight gradient is split over positions into partial tiles, summed by ``partial.sum(0)``
+The weight gradient is split over positions into partial tiles, summed by ``sum_partials``
 in a fixed order: the split count depends only on the shapes, so reruns are bitwise equal.
 
 Arguments arrive validated (``geometry.py``); launchers only check the device, allocate and
@@ -20,7 +20,7 @@ import triton.language as tl
 from .._runtime import INTERPRETER, check_kernel_device
 from ..geometry import Geometry
 from ..kernels.direct import direct_conv_kernel, direct_grad_weight_kernel
-from ..launch import launch, launch_plan
+from ..launch import allocate, launch, launch_plan
 from .common import (
     accumulator_dtype,
     cdiv,
@@ -29,6 +29,7 @@ from .common import (
     multiprocessor_count,
     needs_int64,
     partial_dtype,
+    sum_partials,
 )
 
 # Programs per SM the weight gradient aims for when choosing its split count.
@@ -134,11 +135,9 @@ def conv2d_grad_input(grad_out, weight, like, geometry: Geometry, groups: int) -
     """dx of a direct convolution, gathered (no atomics); ``like`` gives shape, dtype and
     memory format."""
     check_kernel_device(grad_out, "grad_output")
-    grad_in = empty_like_format(tuple(like.shape), like)
-    if grad_in.numel() == 0:
+    grad_in = empty_like_format(tuple(like.shape), like, zero=grad_out.numel() == 0)
+    if grad_in.numel() == 0 or grad_out.numel() == 0:
         return grad_in
-    if grad_out.numel() == 0:
-        return grad_in.zero_()
     _launch_conv(grad_out, weight, None, grad_in, geometry, groups, True)
     return grad_in
 
@@ -167,7 +166,7 @@ def conv2d_grad_weight(grad_out, x, weight_shape, geometry: Geometry, groups: in
     rows = in_per_group * geometry.kernel_numel
     num_positions = N * geometry.output_numel
     if num_positions == 0:
-        return torch.zeros(weight_shape, dtype=x.dtype, device=x.device)
+        return allocate(weight_shape, x.dtype, x.device, zero=True)
     use_dot, block_d, block_r, block_p = _grad_weight_tiles(x.dtype, out_per_group, rows)
     tiles = groups * cdiv(out_per_group, block_d) * cdiv(rows, block_r)
     position_blocks = cdiv(num_positions, block_p)
@@ -179,7 +178,7 @@ def conv2d_grad_weight(grad_out, x, weight_shape, geometry: Geometry, groups: in
     per_split = cdiv(position_blocks, splits) * block_p
     splits = cdiv(num_positions, per_split)
     acc_dtype = partial_dtype(x.dtype)  # int64 for integers: exact
-    partial = torch.empty((splits, C_out, rows), dtype=acc_dtype, device=x.device)
+    partial = allocate((splits, C_out, rows), acc_dtype, x.device)
     launch(
         direct_grad_weight_kernel,
         (tiles, splits),
@@ -209,4 +208,6 @@ def conv2d_grad_weight(grad_out, x, weight_shape, geometry: Geometry, groups: in
         INDEX_64=needs_int64(grad_out, x, partial),
         num_warps=4,
     )
-    return partial.sum(0).to(x.dtype).view(weight_shape)
+    grad_weight = allocate(weight_shape, x.dtype, x.device)
+    sum_partials(partial, grad_weight)
+    return grad_weight

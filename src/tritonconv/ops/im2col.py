@@ -21,7 +21,7 @@ import torch
 from .._runtime import INTERPRETER, check_kernel_device
 from ..geometry import Geometry
 from ..kernels.im2col import col2im_kernel, im2col_kernel, relayout_kernel
-from ..launch import launch, launch_plan
+from ..launch import allocate, launch, launch_plan
 from .common import accumulator_dtype, cdiv, needs_int64, next_power_of_2
 
 
@@ -254,7 +254,7 @@ def unfold(x: torch.Tensor, geometry: Geometry) -> torch.Tensor:
     """F.unfold of a batched ``(N, C, H, W)`` tensor: ``(N, C*KH*KW, OH*OW)``."""
     N, C = x.shape[:2]
     rows, L = C * geometry.kernel_numel, geometry.output_numel
-    cols = torch.empty((N, rows, L), dtype=x.dtype, device=x.device)
+    cols = allocate((N, rows, L), x.dtype, x.device)
     im2col(x, cols, unfold_layout(rows, L), geometry, rows, 0, N * L)
     return cols
 
@@ -263,7 +263,7 @@ def fold(cols: torch.Tensor, geometry: Geometry) -> torch.Tensor:
     """F.fold of a batched ``(N, C*KH*KW, L)`` tensor: ``(N, C, H, W)``."""
     N, rows, L = cols.shape
     C = rows // geometry.kernel_numel
-    out = torch.empty((N, C, *geometry.input), dtype=cols.dtype, device=cols.device)
+    out = allocate((N, C, *geometry.input), cols.dtype, cols.device)
     sn, sk, sq = cols.stride()
     layout = ColumnLayout(0, sn, sq, 0, sk)
     col2im(cols, layout, out, geometry, rows, 0, N * L, False)
