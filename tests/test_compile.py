@@ -154,7 +154,7 @@ def test_gpu_compile_modes(mode, device):
     with torch.no_grad():
         expected = model(x)
         for _ in range(3):  # CUDA-graph recording and replays
-            assert_close(compiled(x).clone(), expected.cpu(), rtol=1e-4, atol=1e-4)
+            assert_close(compiled(x).clone(), expected.double().cpu(), reduction=8 * 9)
     x.requires_grad_(True)
     compiled(x).sum().backward()
     assert x.grad is not None

@@ -118,11 +118,11 @@ def test_workspace_limit_is_part_of_the_plan(device):
 def test_plan_cache_is_bounded():
     cache = plans.PlanCache("test", size=3)
     for i in range(10):
-        cache.put(i, i)
+        assert plans.lookup(cache, lambda i=i: i, lambda i=i: -i) == -i
     assert len(cache) == 3
-    assert cache.get(9) == 9 and cache.get(0) is None
-    assert plans.lookup(cache, lambda: 9, lambda: pytest.fail("rebuilt")) == 9
-    plans.clear_plan_caches()
+    assert plans.lookup(cache, lambda: 0, lambda: "rebuilt") == "rebuilt"  # evicted
+    assert plans.lookup(cache, lambda: 9, lambda: pytest.fail("rebuilt")) == -9
+    plans.clear_caches()
     assert len(cache) == 0
 
 
@@ -199,3 +199,23 @@ def test_a_body_returning_a_view_is_not_planned(device):
         out = torch.empty(8, device=device)
         assert_close(_returns_a_view(x, out), (2 * x)[1:].cpu())
     assert not _returns_a_view.plans.entries
+
+
+def test_tf32_setting_is_part_of_every_plan(device):
+    """Flipping ``allow_tf32`` between two identical calls re-plans (the fp32 dot precision is
+    baked into a launch plan), and both calls are right at their precision."""
+    x = torch.randn(2, 16, 6, 6, device=device)
+    w = torch.randn(16, 16, 3, 3, device=device)
+    expected = F.conv2d(x.cpu().double(), w.cpu().double())
+    before = len(functional._CONV_PLANS)
+    for allow in (False, True):
+        torch.backends.cudnn.allow_tf32 = allow
+        try:
+            y = tc.conv2d(x, w, algo="direct")
+        finally:
+            torch.backends.cudnn.allow_tf32 = False
+        if not allow:
+            assert_close(y, expected)
+        else:  # TF32: about 10 mantissa bits
+            assert (y.double().cpu() - expected).abs().max() < 5e-2 * expected.abs().max()
+    assert len(functional._CONV_PLANS) == before + 2

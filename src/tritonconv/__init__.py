@@ -8,6 +8,7 @@ from . import _runtime  # noqa: I001  (must come first: it sets up Triton's inte
 from . import nn
 from .functional import CONV_ALGOS, conv2d, conv2d_workspace, crop, fold, unfold
 from .geometry import TritonConvError
+from .plans import clear_caches
 from .ops.conv_gemm import (
     DEFAULT_WORKSPACE_LIMIT,
     WorkspacePlan,
@@ -23,6 +24,7 @@ __all__ = [
     "INTERPRETER",
     "TritonConvError",
     "WorkspacePlan",
+    "clear_caches",
     "conv2d",
     "conv2d_workspace",
     "crop",

@@ -8,8 +8,6 @@ input into a batch of one and applies the op (``autograd.run``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
 from . import autograd, library
@@ -39,14 +37,16 @@ CONV_OPS = {
 CONV_ALGOS = ("auto", *CONV_OPS)
 
 
-@dataclass(frozen=True)
 class Plan:
-    """What a call signature determines: the op to run, its arguments after the tensors, and
-    whether the caller's input was batched."""
+    """What a call signature determines: the op to run, its arguments after the tensors,
+    whether the caller's input was batched, and (``replay``, filled by ``autograd.run`` after
+    the first call without gradients) the op body's launch plan for this signature."""
 
-    op: library.Op
-    params: tuple
-    batched: bool = True
+    __slots__ = ("batched", "op", "params", "replay")
+
+    def __init__(self, op: library.Op, params: tuple, batched: bool = True):
+        self.op, self.params, self.batched = op, params, batched
+        self.replay = None
 
 
 _UNFOLD_PLANS = PlanCache("unfold")
@@ -68,7 +68,7 @@ def unfold(input, kernel_size, dilation=1, padding=0, stride=1):
         lambda: _unfold_plan(input, *window),
     )
     x = input if plan.batched else input.unsqueeze(0)
-    cols = autograd.run(plan.op, x, *plan.params)
+    cols = autograd.run(plan.op, x, *plan.params, plan=plan)
     return cols if plan.batched else cols.squeeze(0)
 
 
@@ -91,7 +91,7 @@ def fold(input, output_size, kernel_size, dilation=1, padding=0, stride=1):
         lambda: _fold_plan(input, *window),
     )
     cols = input if plan.batched else input.unsqueeze(0)
-    image = autograd.run(plan.op, cols, *plan.params)
+    image = autograd.run(plan.op, cols, *plan.params, plan=plan)
     return image if plan.batched else image.squeeze(0)
 
 
@@ -184,7 +184,7 @@ def conv2d(
         lambda: _conv_plan(input, weight, bias, *options),
     )
     x = input if plan.batched else input.unsqueeze(0)
-    out = autograd.run(plan.op, x, weight, bias, *plan.params)
+    out = autograd.run(plan.op, x, weight, bias, *plan.params, plan=plan)
     return out if plan.batched else out.squeeze(0)
 
 
@@ -256,7 +256,7 @@ def crop(input, reference, axis=2, offset=0):
         ),
         lambda: _crop_plan(input, reference, axis, offset),
     )
-    return autograd.run(plan.op, input, *plan.params)
+    return autograd.run(plan.op, input, *plan.params, plan=plan)
 
 
 def _crop_plan(input, reference, axis, offset) -> Plan:

@@ -85,21 +85,27 @@ _cache = _LaunchCache(LAUNCH_CACHE_SIZE)
 _OPTIONS = frozenset({"num_warps", "num_stages", "num_ctas", "maxnreg", "enable_fp_fusion"})
 
 
-def clear_launch_cache() -> None:
-    """Forget every cached compiled kernel (Triton's own cache is untouched)."""
+def clear_launch_caches() -> None:
+    """Forget every cached compiled kernel and launch plan (Triton's own cache is untouched)."""
     _cache.clear()
+    for plans in _plan_caches:
+        plans.clear()
+
+
+_plan_caches: list[_LaunchCache] = []
+
+
+try:  # where Triton keeps its launch hooks: ``knobs.runtime`` (3.4+) or CompiledKernel
+    from triton import knobs as _knobs
+
+    _HOOKS = _knobs.runtime
+except ImportError:  # pragma: no cover (older Triton)
+    from triton.compiler import CompiledKernel as _HOOKS
 
 
 def _hooks():
-    """Triton's launch hooks (enter, exit), whatever the Triton version keeps them in."""
-    try:
-        from triton import knobs
-
-        return knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook
-    except (ImportError, AttributeError):  # Triton before knobs: hooks on CompiledKernel
-        from triton.compiler import CompiledKernel
-
-        return CompiledKernel.launch_enter_hook, CompiledKernel.launch_exit_hook
+    """Triton's launch hooks (enter, exit)."""
+    return _HOOKS.launch_enter_hook, _HOOKS.launch_exit_hook
 
 
 def _hooks_installed() -> bool:
@@ -132,16 +138,15 @@ def launch(kernel, grid: tuple, *args, **meta) -> None:
     if INTERPRETER:
         _interpret(kernel, grid, args, meta)
         return
-    device = torch.cuda.current_device()
+    device = torch._C._cuda_getDevice()
     key = (kernel, device, _signature(args, meta))
     entry = _cache.get(key)
     if entry is None or _hooks_installed():
-        compiled = kernel[grid](*args, **meta)
-        tail = _tail(kernel, len(args), meta)
-        if compiled is not None and tail is not None:
-            _cache.put(key, (compiled, tail))
+        entry = _compiled(kernel[grid](*args, **meta), kernel, args, meta)
+        if entry is not None:
+            _cache.put(key, entry)
         return
-    _run_compiled(entry, grid, device, args)
+    entry(grid, device, args)
 
 
 # Triton's interpreter patches ``triton.language`` while it runs a kernel: one at a time.
@@ -153,23 +158,62 @@ def _interpret(kernel, grid, args, meta) -> None:
         kernel[grid](*args, **meta)
 
 
-def _run_compiled(entry, grid, device: int, args) -> None:
-    """Launch a compiled kernel (``entry``: it and its trailing constexpr values) directly."""
-    compiled, tail = entry
-    grid = (*grid, 1, 1)
-    compiled.run(
-        grid[0],
-        grid[1],
-        grid[2],
-        torch._C._cuda_getCurrentRawStream(device),
-        compiled.function,
-        compiled.packed_metadata,
-        None,  # launch metadata: only read by launch hooks (none installed)
-        None,
-        None,
-        *args,
-        *tail,
-    )
+class _Compiled:
+    """A compiled kernel ready to launch without Triton's per-call binding: its function
+    handle, packed metadata and trailing constexpr values. When its launcher needs no scratch
+    memory (none of our kernels do) the launcher's C entry point is called directly (Triton
+    3.6's launcher otherwise only wraps it in Python to allocate scratch)."""
+
+    __slots__ = ("args", "direct", "function", "launcher", "tail")
+
+    def __init__(self, compiled, tail: tuple):
+        self.launcher = compiled.run
+        self.function = compiled.function
+        self.tail = tail
+        self.args = (compiled.packed_metadata, None, None, None)  # metadata, no hooks
+        launcher = self.launcher
+        self.direct = None
+        if (
+            getattr(launcher, "global_scratch_size", 1) == 0
+            and getattr(launcher, "profile_scratch_size", 0) == 0
+            and hasattr(launcher, "launch")
+            and hasattr(launcher, "launch_cooperative_grid")
+            and hasattr(launcher, "launch_pdl")
+        ):
+            self.direct = (launcher.launch, launcher.launch_cooperative_grid, launcher.launch_pdl)
+
+    def __call__(self, grid, device: int, args) -> None:
+        grid = (*grid, 1, 1)
+        stream = torch._C._cuda_getCurrentRawStream(device)
+        if self.direct is not None:
+            launch_c, cooperative, pdl = self.direct
+            launch_c(
+                grid[0],
+                grid[1],
+                grid[2],
+                stream,
+                self.function,
+                cooperative,
+                pdl,
+                None,  # global scratch
+                None,  # profile scratch
+                *self.args,
+                *args,
+                *self.tail,
+            )
+            return
+        self.launcher(
+            grid[0], grid[1], grid[2], stream, self.function, *self.args, *args, *self.tail
+        )
+
+
+def _compiled(compiled, kernel, args, meta) -> _Compiled | None:
+    """A :class:`_Compiled` for what ``kernel[grid](*args, **meta)`` returned, or None when
+    it cannot be launched that way (nothing returned, a parameter left to its default)."""
+    tail = _tail(kernel, len(args), meta)
+    if compiled is None or tail is None or not hasattr(compiled, "packed_metadata"):
+        return None
+    return _Compiled(compiled, tail)
 
 
 def _tail(kernel, leading: int, meta: dict) -> tuple | None:
@@ -243,16 +287,17 @@ class _Launch:
         if INTERPRETER:
             _interpret(self.kernel, self.grid, args, self.meta)
             return
-        device = torch.cuda.current_device()
-        key = (device, *(args[p].data_ptr() & 15 == 0 for p, _ in self.slots))
+        device = torch._C._cuda_getDevice()
+        key = (device, *[args[p].data_ptr() & 15 == 0 for p, _ in self.slots])
         entry = self.compiled.get(key)
         if entry is None or _hooks_installed():
-            compiled = self.kernel[self.grid](*args, **self.meta)
-            tail = _tail(self.kernel, len(args), self.meta)
-            if compiled is not None and tail is not None and len(self.compiled) < 16:
-                self.compiled[key] = (compiled, tail)
+            entry = _compiled(
+                self.kernel[self.grid](*args, **self.meta), self.kernel, args, self.meta
+            )
+            if entry is not None and len(self.compiled) < 16:
+                self.compiled[key] = entry
             return
-        _run_compiled(entry, self.grid, device, args)
+        entry(self.grid, device, args)
 
 
 class _Plan:
@@ -340,6 +385,7 @@ def launch_plan(fn):
     are bound to positions). Calls nested in another planned function's recording run
     unplanned, so the outer recording sees their launches."""
     plans = _LaunchCache(LAUNCH_CACHE_SIZE)
+    _plan_caches.append(plans)
     signature = inspect.signature(fn)
 
     @functools.wraps(fn)
@@ -366,5 +412,13 @@ def launch_plan(fn):
             plans.put(key, plan)
         return result
 
+    def plan_of(*args) -> _Plan | None:
+        """The recorded plan of these arguments' signature, if there is one."""
+        try:
+            return plans.get(_signature_key(args))
+        except TypeError:
+            return None
+
     planned.plans = plans
+    planned.plan_of = plan_of
     return planned

@@ -2,9 +2,9 @@
 
 A *plan* is everything the public functions decide before launching anything: validation,
 geometry, algorithm choice, the normalised arguments of the op. It depends only on the call's
-*signature*: every tensor's shape, strides, dtype and device, and the values (and types) of the
-other arguments. :func:`lookup` returns the cached plan of a signature or builds it; a build
-that raises (bad input) caches nothing, so every bad call gets the same clear error as the
+*signature*: every tensor's shape, strides, dtype and device, the values (and types) of the
+other arguments, and ``torch.backends.cudnn.allow_tf32``. :func:`lookup` returns the cached
+plan of a signature or builds it; a build that raises (bad input) caches nothing, so every bad call gets the same clear error as the
 first. Under ``torch.compile`` nothing is cached: shapes may be symbolic, and Dynamo runs the
 build once while tracing anyway.
 
@@ -19,6 +19,8 @@ import threading
 from collections.abc import Callable
 
 import torch
+
+from .launch import clear_launch_caches
 
 #: Entries per cache: distinct call signatures (a network has tens to hundreds of layers).
 PLAN_CACHE_SIZE = 4096
@@ -53,10 +55,13 @@ class PlanCache:
             self.entries.clear()
 
 
-def clear_plan_caches() -> None:
-    """Forget every cached plan (e.g. after changing a process-wide setting in a test)."""
+def clear_caches() -> None:
+    """Forget every cached plan, launch plan and compiled-kernel handle (Triton's own on-disk
+    and in-memory caches are untouched). Never needed for correctness: every cache is keyed by
+    all it depends on; for tests that patch internals, and to measure a first call."""
     for cache in _caches:
         cache.clear()
+    clear_launch_caches()
 
 
 def tensor_key(t) -> tuple | None:
@@ -83,7 +88,8 @@ def lookup(cache: PlanCache, make_key: Callable[[], tuple], build: Callable[[], 
     if torch.compiler.is_compiling():
         return build()
     try:
-        key = make_key()
+        # allow_tf32 picks the fp32 dot precision of the kernels a plan may end up replaying
+        key = (make_key(), torch.backends.cudnn.allow_tf32)
         plan = cache.get(key)
     except (TypeError, AttributeError):
         return build()

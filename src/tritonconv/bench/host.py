@@ -86,32 +86,35 @@ def _sync() -> None:
         torch.cuda.synchronize()
 
 
-def wall_us(fn: Callable[[], object], opts: Options) -> float:
-    """Median µs of one call of ``fn`` from the Python call to a synchronised GPU."""
-    reps = 10 if opts.quick else max(100, 4 * opts.reps)
-    for _ in range(3 if opts.quick else 20):
-        fn()
-    _sync()
-    times = []
-    for _ in range(reps):
-        start = time.perf_counter()
-        fn()
-        _sync()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e6
-
-
-def loop_us(fn: Callable[[], object], opts: Options) -> float:
-    """µs per call of ``fn`` called back to back, synchronised once at the end."""
-    calls = 10 if opts.quick else max(200, 4 * opts.reps)
-    for _ in range(3):
-        fn()
-    _sync()
+def _block_us(fn: Callable[[], object], calls: int) -> float:
+    """µs per call of ``calls`` back-to-back calls of ``fn``, synchronised at the end."""
     start = time.perf_counter()
     for _ in range(calls):
         fn()
     _sync()
     return (time.perf_counter() - start) / calls * 1e6
+
+
+def paired_us(fns: dict, opts: Options, *, block: int) -> dict:
+    """Median µs per call of each function, measured in alternation (A, B, A, B, ...) so that
+    a noisy shared machine slows both alike. ``block=1``: each sample is one call to a
+    synchronised GPU (the wall time of one call); ``block > 1``: each sample is ``block``
+    back-to-back calls synchronised once (the host's cost per call once the GPU keeps up)."""
+    samples = 5 if opts.quick else max(60, 2 * opts.reps) // (1 if block == 1 else 4)
+    for fn in fns.values():
+        for _ in range(3 if opts.quick else 10):
+            fn()
+    _sync()
+    times: dict = {name: [] for name in fns}
+    for _ in range(samples):
+        for name, fn in fns.items():
+            times[name].append(_block_us(fn, block))
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
+def wall_us(fn: Callable[[], object], opts: Options) -> float:
+    """Median µs of one call of ``fn`` from the Python call to a synchronised GPU."""
+    return paired_us({"fn": fn}, opts, block=1)["fn"]
 
 
 def kernel_us(fn: Callable[[], object], calls: int = 20) -> float | None:
@@ -153,11 +156,13 @@ def _case_rows(case: HostCase, opts: Options) -> Iterator[Row]:
         return step
 
     with torch.no_grad():
-        fwd = {k: wall_us(forward(f), opts) for k, f in functions.items()}
-        loop = {k: loop_us(forward(f), opts) for k, f in functions.items()}
-        kernel = {k: kernel_us(forward(f)) for k, f in functions.items()}
-    both = {k: wall_us(forward_backward(f), opts) for k, f in functions.items()}
-    both_loop = {k: loop_us(forward_backward(f), opts) for k, f in functions.items()}
+        forwards = {k: forward(f) for k, f in functions.items()}
+        fwd = paired_us(forwards, opts, block=1)
+        loop = paired_us(forwards, opts, block=20)
+        kernel = {k: kernel_us(f) for k, f in forwards.items()}
+    steps = {k: forward_backward(f) for k, f in functions.items()}
+    both = paired_us(steps, opts, block=1)
+    both_loop = paired_us(steps, opts, block=10)
     common = dict(suite="host", case=case.name, shape=case.shape(), dtype=dtype)
     ref = "F.conv2d" if CUDA else "F.conv2d (CPU)"
     rows = [
@@ -270,8 +275,8 @@ def _compiled_rows(opts: Options) -> Iterator[Row]:
         )
         shape = f"3 bottlenecks N{block_shape[0]} C{block_shape[1]} {block_shape[2]}² NHWC"
         with torch.no_grad():
-            eager_ours = wall_us(lambda: ours(x), opts)
-            eager_ref = wall_us(lambda: ref(x), opts)
+            eager = paired_us({"ours": lambda: ours(x), "ref": lambda: ref(x)}, opts, block=1)
+        eager_ours, eager_ref = eager["ours"], eager["ref"]
         t_ours, c_ours = _timed_compile(ours, x, None, opts)
         t_ref, c_ref = _timed_compile(ref, x, None, opts)
         yield Row(

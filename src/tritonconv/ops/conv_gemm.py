@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import torch
 
 from ..geometry import Geometry, check_workspace_limit
-from .common import empty_like_format
+from .common import empty_like_format, is_channels_last
 from .im2col import (
     col2im,
     gemm_layout,
@@ -121,6 +121,12 @@ def conv2d_forward(
     C_out = weight.shape[0]
     G, M = groups, C_out // groups
     L = geometry.output_numel
+    if G == 1 and N * L * C_out and is_pointwise(geometry) and is_channels_last(x):
+        # channels-last 1x1: one GEMM over (N*H*W, C) rows writes the channels-last output
+        y = torch.nn.functional.linear(
+            x.permute(0, 2, 3, 1).reshape(-1, C), weight.view(C_out, C), bias
+        )
+        return y.view(N, *geometry.output, C_out).permute(0, 3, 1, 2)
     out = empty_like_format((N, C_out, *geometry.output), x)
     if out.numel() == 0:
         return out
@@ -168,15 +174,9 @@ def _pointwise_forward(x, w, bias, out, G):
         if bias is not None:
             out.add_(bias.view(1, -1, 1, 1))
         return out
-    # channels-last: (N*H*W, C) @ W^T, the bias added in the GEMM's epilogue when groups == 1
+    # channels-last, grouped (groups == 1 never gets here): one GEMM batched over groups
     rows = x.permute(0, 2, 3, 1).reshape(-1, C)
     out_rows = out.permute(0, 2, 3, 1).view(-1, C_out)
-    if G == 1:
-        if bias is not None:
-            torch.addmm(bias, rows, w[0].t(), out=out_rows)
-        else:
-            torch.mm(rows, w[0].t(), out=out_rows)
-        return out
     per_group = torch.matmul(rows.view(-1, G, C // G).transpose(0, 1), w.transpose(1, 2))
     out_rows.view(-1, G, C_out // G).copy_(per_group.transpose(0, 1))
     if bias is not None:
