@@ -138,15 +138,15 @@ def launch(kernel, grid: tuple, *args, **meta) -> None:
     if INTERPRETER:
         _interpret(kernel, grid, args, meta)
         return
-    device = torch._C._cuda_getDevice()
+    device = torch.cuda.current_device()
     key = (kernel, device, _signature(args, meta))
     entry = _cache.get(key)
     if entry is None or _hooks_installed():
-        entry = _compiled(kernel[grid](*args, **meta), kernel, args, meta)
+        entry = _entry(kernel[grid](*args, **meta), kernel, args, meta)
         if entry is not None:
             _cache.put(key, entry)
         return
-    entry(grid, device, args)
+    _run_compiled(entry, grid, device, args)
 
 
 # Triton's interpreter patches ``triton.language`` while it runs a kernel: one at a time.
@@ -158,62 +158,32 @@ def _interpret(kernel, grid, args, meta) -> None:
         kernel[grid](*args, **meta)
 
 
-class _Compiled:
-    """A compiled kernel ready to launch without Triton's per-call binding: its function
-    handle, packed metadata and trailing constexpr values. When its launcher needs no scratch
-    memory (none of our kernels do) the launcher's C entry point is called directly (Triton
-    3.6's launcher otherwise only wraps it in Python to allocate scratch)."""
-
-    __slots__ = ("args", "direct", "function", "launcher", "tail")
-
-    def __init__(self, compiled, tail: tuple):
-        self.launcher = compiled.run
-        self.function = compiled.function
-        self.tail = tail
-        self.args = (compiled.packed_metadata, None, None, None)  # metadata, no hooks
-        launcher = self.launcher
-        self.direct = None
-        if (
-            getattr(launcher, "global_scratch_size", 1) == 0
-            and getattr(launcher, "profile_scratch_size", 0) == 0
-            and hasattr(launcher, "launch")
-            and hasattr(launcher, "launch_cooperative_grid")
-            and hasattr(launcher, "launch_pdl")
-        ):
-            self.direct = (launcher.launch, launcher.launch_cooperative_grid, launcher.launch_pdl)
-
-    def __call__(self, grid, device: int, args) -> None:
-        grid = (*grid, 1, 1)
-        stream = torch._C._cuda_getCurrentRawStream(device)
-        if self.direct is not None:
-            launch_c, cooperative, pdl = self.direct
-            launch_c(
-                grid[0],
-                grid[1],
-                grid[2],
-                stream,
-                self.function,
-                cooperative,
-                pdl,
-                None,  # global scratch
-                None,  # profile scratch
-                *self.args,
-                *args,
-                *self.tail,
-            )
-            return
-        self.launcher(
-            grid[0], grid[1], grid[2], stream, self.function, *self.args, *args, *self.tail
-        )
+def _run_compiled(entry, grid, device: int, args) -> None:
+    """Launch a compiled kernel (``entry``: it and its trailing constexpr values) directly."""
+    compiled, tail = entry
+    grid = (*grid, 1, 1)
+    compiled.run(
+        grid[0],
+        grid[1],
+        grid[2],
+        torch._C._cuda_getCurrentRawStream(device),
+        compiled.function,
+        compiled.packed_metadata,
+        None,  # launch metadata: only read by launch hooks (none installed)
+        None,
+        None,
+        *args,
+        *tail,
+    )
 
 
-def _compiled(compiled, kernel, args, meta) -> _Compiled | None:
-    """A :class:`_Compiled` for what ``kernel[grid](*args, **meta)`` returned, or None when
-    it cannot be launched that way (nothing returned, a parameter left to its default)."""
+def _entry(compiled, kernel, args, meta) -> tuple | None:
+    """What a lean launch needs of what ``kernel[grid](*args, **meta)`` returned: the compiled
+    kernel and its trailing constexpr values; None when it cannot be launched that way."""
     tail = _tail(kernel, len(args), meta)
-    if compiled is None or tail is None or not hasattr(compiled, "packed_metadata"):
+    if compiled is None or tail is None:
         return None
-    return _Compiled(compiled, tail)
+    return compiled, tail
 
 
 def _tail(kernel, leading: int, meta: dict) -> tuple | None:
@@ -287,17 +257,15 @@ class _Launch:
         if INTERPRETER:
             _interpret(self.kernel, self.grid, args, self.meta)
             return
-        device = torch._C._cuda_getDevice()
-        key = (device, *[args[p].data_ptr() & 15 == 0 for p, _ in self.slots])
+        device = torch.cuda.current_device()
+        key = (device, *(args[p].data_ptr() & 15 == 0 for p, _ in self.slots))
         entry = self.compiled.get(key)
         if entry is None or _hooks_installed():
-            entry = _compiled(
-                self.kernel[self.grid](*args, **self.meta), self.kernel, args, self.meta
-            )
+            entry = _entry(self.kernel[self.grid](*args, **self.meta), self.kernel, args, self.meta)
             if entry is not None and len(self.compiled) < 16:
                 self.compiled[key] = entry
             return
-        entry(self.grid, device, args)
+        _run_compiled(entry, self.grid, device, args)
 
 
 class _Plan:
