@@ -15,7 +15,7 @@ CONV_ERRORS = [
         dict(input=torch.randn(4, 8, device=DEVICE)),
         r"Expected 3D \(unbatched\) or 4D \(batched\) input to conv2d, but got input of size: \[4, 8\]",
     ),
-    (dict(weight=torch.randn(6, 4, 3, device=DEVICE)), r"expected 4-dimensional weight"),
+    (dict(weight=torch.randn(6, 4, 3, device=DEVICE)), r"conv2d takes a 4-dimensional weight"),
     (
         dict(groups=3, weight=torch.randn(6, 1, 3, 3, device=DEVICE)),
         r"expected input\[2, 4, 8, 8\] to have 3 channels, but got 4",

@@ -162,21 +162,27 @@ def _cached_sliding_geometry(key, args, what: str) -> Geometry:
 _GEOMETRY_CACHE: dict = {}
 
 
+def check_stride_dilation(stride, dilation, n: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """``stride`` and ``dilation`` as ``n`` positive ints, or PyTorch's error."""
+    strides = expand_param(stride, n, "stride")
+    if any(s <= 0 for s in strides):
+        raise TritonConvError(f"non-positive stride is not supported, got stride={list(strides)}")
+    dilations = expand_param(dilation, n, "dilation")
+    if any(d <= 0 for d in dilations):
+        raise TritonConvError(
+            f"dilation should be greater than zero, got dilation={list(dilations)}"
+        )
+    return strides, dilations
+
+
 def _sliding_geometry(
     input_size: Sequence[int], kernel_size, stride, padding, dilation, *, what: str
 ) -> Geometry:
     n = len(input_size)
     kernel = expand_param(kernel_size, n, "kernel_size")
-    strides = expand_param(stride, n, "stride")
-    dilations = expand_param(dilation, n, "dilation")
     if any(k <= 0 for k in kernel):
         raise TritonConvError(f"kernel size should be greater than zero, but got {list(kernel)}")
-    if any(s <= 0 for s in strides):
-        raise TritonConvError(f"non-positive stride is not supported, got stride={list(strides)}")
-    if any(d <= 0 for d in dilations):
-        raise TritonConvError(
-            f"dilation should be greater than zero, got dilation={list(dilations)}"
-        )
+    strides, dilations = check_stride_dilation(stride, dilation, n)
     before, after = _resolve_padding(padding, kernel, strides, dilations, n)
     padded = tuple(i + b + a for i, b, a in zip(input_size, before, after))
     extent = tuple(d * (k - 1) + 1 for k, d in zip(kernel, dilations))
@@ -296,15 +302,11 @@ def check_conv(
     for name, t in (("input", input), ("weight", weight), ("bias", bias)):
         if t is not None and not isinstance(t, torch.Tensor):
             raise TritonConvError(f"{op}: {name} must be a Tensor, got {type(t).__name__}")
+    # The order of PyTorch's own checks, so that a call with several faults gets its error.
     if input.dim() not in (ndim + 1, ndim + 2):
         raise TritonConvError(
             f"Expected {ndim + 1}D (unbatched) or {ndim + 2}D (batched) input to {op}, "
             f"but got input of size: {shape_str(input.shape)}"
-        )
-    if weight.dim() != ndim + 2:
-        raise TritonConvError(
-            f"{op}: expected {ndim + 2}-dimensional weight (out_channels, in_channels/groups, "
-            f"*kernel_size), but got weight of size {shape_str(weight.shape)}"
         )
     check_same_device(input=input, weight=weight, bias=bias)
     check_same_dtype(Input=input, weight=weight, bias=bias)
@@ -314,8 +316,29 @@ def check_conv(
                 f"{op}: {name} has dtype {dtype_name(t.dtype)}; convolution needs a real "
                 "floating-point or integer dtype"
             )
+    check_stride_dilation(stride, dilation, ndim)
+    if not isinstance(padding, str):
+        _resolve_padding(padding, (), (), (), ndim)
+    if weight.dim() < 3:
+        raise TritonConvError(
+            f"weight should have at least three dimensions, got weight of size "
+            f"{shape_str(weight.shape)}"
+        )
+    if weight.dim() != ndim + 2:
+        batched_dim = weight.dim() if input.dim() == ndim + 2 else weight.dim() - 1
+        raise TritonConvError(
+            f"Expected {batched_dim}-dimensional input for {weight.dim()}-dimensional weight"
+            f"{shape_str(weight.shape)}, but got {input.dim()}-dimensional input of size "
+            f"{shape_str(input.shape)} instead ({op} takes a {ndim + 2}-dimensional weight: "
+            "out_channels, in_channels/groups, *kernel_size)"
+        )
     if isinstance(groups, bool) or not isinstance(groups, int) or groups <= 0:
         raise TritonConvError(f"non-positive groups is not supported, got groups={groups!r}")
+    if weight.shape[0] < groups:
+        raise TritonConvError(
+            f"Given groups={groups}, expected weight to be at least {groups} at dimension 0, "
+            f"but got weight of size {shape_str(weight.shape)} instead"
+        )
 
     batched = input.dim() == ndim + 2
     shape = tuple(input.shape) if batched else (1, *input.shape)
