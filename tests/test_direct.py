@@ -309,7 +309,7 @@ def test_errors(device):
         tritonconv.conv2d(x > 0, w > 0, groups=2, algo="direct")
     with pytest.raises(TritonConvError, match="dtype complex64"):
         tritonconv.conv2d(x.to(torch.complex64), w.to(torch.complex64), groups=2)
-    with pytest.raises(TritonConvError, match="algo='depthwise' needs groups == in_channels"):
+    with pytest.raises(TritonConvError, match="algo='depthwise' needs one channel per group"):
         tritonconv.conv2d(x, w[:, :1].expand(2, 2, 3, 3), algo="depthwise")
     with pytest.raises(TritonConvError, match="algo='im2col_gemm' has no kernel for dtype int32"):
         tritonconv.conv2d(xi, wi, groups=2, algo="im2col_gemm")

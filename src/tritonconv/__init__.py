@@ -6,7 +6,17 @@ interpreter on CPU when no GPU is visible); that must happen before any kernel i
 
 from . import _runtime  # noqa: I001  (must come first: it sets up Triton's interpreter)
 from . import nn
-from .functional import CONV_ALGOS, conv2d, conv2d_workspace, crop, fold, unfold
+from .functional import (
+    CONV_ALGOS,
+    conv1d,
+    conv2d,
+    conv2d_workspace,
+    conv_transpose1d,
+    conv_transpose2d,
+    crop,
+    fold,
+    unfold,
+)
 from .geometry import TritonConvError
 from .plans import clear_caches
 from .ops.conv_gemm import (
@@ -25,8 +35,11 @@ __all__ = [
     "TritonConvError",
     "WorkspacePlan",
     "clear_caches",
+    "conv1d",
     "conv2d",
     "conv2d_workspace",
+    "conv_transpose1d",
+    "conv_transpose2d",
     "crop",
     "fold",
     "get_workspace_limit",

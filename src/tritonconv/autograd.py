@@ -146,6 +146,46 @@ Conv2dDirect = _differentiable(
 
 
 # --------------------------------------------------------------------------------------------
+# transposed convolution: (input, weight, bias, stride, pad_before, pad_after, dilation, groups,
+# output_size, option), the convolution family's forward and backward ops as its gradients
+# --------------------------------------------------------------------------------------------
+
+
+def _conv_transpose_backward(forward_op: ops.Op, backward_op: ops.Op):
+    """y = convT(x) is the input gradient of z = conv(y, w); so dL/dx = conv(dL/dy, w) and
+    dL/dw is that convolution's weight gradient with x as its output gradient."""
+
+    def backward(ctx, grad_output):
+        input, weight = ctx.saved_tensors
+        stride, pad_before, pad_after, dilation, groups, _, option = ctx.params
+        geometry = (stride, pad_before, pad_after, dilation, groups, option)
+        grad_input = grad_weight = grad_bias = None
+        if ctx.needs_input_grad[0]:
+            grad_input = forward_op(grad_output, weight, None, *geometry)
+        if ctx.needs_input_grad[1]:
+            _, grad_weight = backward_op(input, grad_output, weight, *geometry, [False, True])
+        if ctx.has_bias and ctx.needs_input_grad[2]:
+            grad_bias = grad_output.sum(dim=(0, 2, 3))
+        return grad_input, grad_weight, grad_bias, *([None] * 7)
+
+    return backward
+
+
+ConvTranspose2dGemm = _differentiable(
+    "ConvTranspose2dGemm",
+    ops.conv_transpose2d_gemm,
+    _conv_setup,
+    _conv_transpose_backward(ops.conv2d_gemm, ops.conv2d_gemm_backward),
+)
+ConvTranspose2dDirect = _differentiable(
+    "ConvTranspose2dDirect",
+    ops.conv_transpose2d_direct,
+    _conv_setup,
+    _conv_transpose_backward(ops.conv2d_direct, ops.conv2d_direct_backward),
+)
+
+
+# --------------------------------------------------------------------------------------------
 # crop: the gradient writes the output gradient into the window, zeros around it
 # --------------------------------------------------------------------------------------------
 

@@ -16,6 +16,7 @@ from .geometry import (
     FLOAT_DTYPES,
     TritonConvError,
     check_conv,
+    check_conv_transpose,
     check_crop,
     check_fold,
     check_unfold,
@@ -35,6 +36,12 @@ CONV_OPS = {
     "depthwise": library.conv2d_direct,
 }
 CONV_ALGOS = ("auto", *CONV_OPS)
+#: The same for transposed convolution: the ops run the convolution's input-gradient kernels.
+TRANSPOSED_OPS = {
+    "im2col_gemm": library.conv_transpose2d_gemm,
+    "direct": library.conv_transpose2d_direct,
+    "depthwise": library.conv_transpose2d_direct,
+}
 
 
 class Plan:
@@ -52,6 +59,9 @@ class Plan:
 _UNFOLD_PLANS = PlanCache("unfold")
 _FOLD_PLANS = PlanCache("fold")
 _CONV_PLANS = PlanCache("conv2d")
+_CONV1D_PLANS = PlanCache("conv1d")
+_TRANSPOSED_PLANS = PlanCache("conv_transpose2d")
+_TRANSPOSED1D_PLANS = PlanCache("conv_transpose1d")
 _CROP_PLANS = PlanCache("crop")
 
 
@@ -128,7 +138,7 @@ def _auto_algo(input: torch.Tensor, args) -> str:
     return "im2col_gemm"
 
 
-def _choose_algo(algo: str, input: torch.Tensor, args) -> str:
+def _choose_algo(algo: str, input: torch.Tensor, args, op: str = "conv2d") -> str:
     """The algorithm that runs: ``algo`` itself, or for ``"auto"`` the best fit."""
     if algo not in CONV_ALGOS:
         raise TritonConvError(f"algo must be one of {list(CONV_ALGOS)}, got {algo!r}")
@@ -136,12 +146,12 @@ def _choose_algo(algo: str, input: torch.Tensor, args) -> str:
         algo = _auto_algo(input, args)
     if algo == "depthwise" and not args.depthwise:
         raise TritonConvError(
-            f"conv2d: algo='depthwise' needs groups == in_channels, got groups={args.groups} "
-            f"with {args.in_channels} input channels"
+            f"{op}: algo='depthwise' needs one channel per group on the convolution's input "
+            f"side (groups == {args.in_channels}), got groups={args.groups}"
         )
     if algo == "im2col_gemm" and input.dtype not in FLOAT_DTYPES:
         raise TritonConvError(
-            f"conv2d: algo='im2col_gemm' has no kernel for dtype {dtype_name(input.dtype)} "
+            f"{op}: algo='im2col_gemm' has no kernel for dtype {dtype_name(input.dtype)} "
             f"(it computes in {', '.join(dtype_name(d) for d in FLOAT_DTYPES)})"
         )
     return algo
@@ -172,8 +182,70 @@ def conv2d(
     The output has the input's memory format (contiguous or channels-last).
     """
     options = (stride, padding, dilation, groups, algo, workspace_limit)
+    return _convolution(_CONV_PLANS, 2, input, weight, bias, options)
+
+
+def conv1d(
+    input,
+    weight,
+    bias=None,
+    stride=1,
+    padding=0,
+    dilation=1,
+    groups=1,
+    *,
+    algo="auto",
+    workspace_limit=None,
+):
+    """1-D convolution, as ``torch.nn.functional.conv1d`` (``algo`` and ``workspace_limit`` as
+    in :func:`conv2d`). Computed as a 2-D convolution over a height-1 plane by the same ops."""
+    options = (stride, padding, dilation, groups, algo, workspace_limit)
+    return _convolution(_CONV1D_PLANS, 1, input, weight, bias, options)
+
+
+def conv_transpose2d(
+    input,
+    weight,
+    bias=None,
+    stride=1,
+    padding=0,
+    output_padding=0,
+    groups=1,
+    dilation=1,
+    *,
+    algo="auto",
+    workspace_limit=None,
+):
+    """Transposed 2-D convolution, as ``torch.nn.functional.conv_transpose2d``: the input
+    gradient of the convolution with the same weight (Caffe's deconvolution), computed by that
+    convolution's gradient kernels (``algo`` as in :func:`conv2d`)."""
+    options = (stride, padding, output_padding, groups, dilation, algo, workspace_limit)
+    return _convolution(_TRANSPOSED_PLANS, 2, input, weight, bias, options, transposed=True)
+
+
+def conv_transpose1d(
+    input,
+    weight,
+    bias=None,
+    stride=1,
+    padding=0,
+    output_padding=0,
+    groups=1,
+    dilation=1,
+    *,
+    algo="auto",
+    workspace_limit=None,
+):
+    """Transposed 1-D convolution, as ``torch.nn.functional.conv_transpose1d`` (see
+    :func:`conv_transpose2d`; a height-1 plane)."""
+    options = (stride, padding, output_padding, groups, dilation, algo, workspace_limit)
+    return _convolution(_TRANSPOSED1D_PLANS, 1, input, weight, bias, options, transposed=True)
+
+
+def _convolution(cache, ndim: int, input, weight, bias, options, *, transposed=False):
+    """Every convolution function: look the plan up, lift 1-D to a height-1 plane, run."""
     plan = lookup(
-        _CONV_PLANS,
+        cache,
         lambda: (
             tensor_key(input),
             tensor_key(weight),
@@ -181,31 +253,53 @@ def conv2d(
             values_key(options),
             conv_gemm.get_workspace_limit(),
         ),
-        lambda: _conv_plan(input, weight, bias, *options),
+        lambda: _conv_plan(input, weight, bias, *options, ndim=ndim, transposed=transposed),
     )
     x = input if plan.batched else input.unsqueeze(0)
+    if ndim == 1:
+        x, weight = x.unsqueeze(2), weight.unsqueeze(2)
     out = autograd.run(plan.op, x, weight, bias, *plan.params, plan=plan)
+    if ndim == 1:
+        out = out.squeeze(2)
     return out if plan.batched else out.squeeze(0)
 
 
-def _conv_plan(input, weight, bias, stride, padding, dilation, groups, algo, workspace_limit):
-    args = check_conv(input, weight, bias, stride, padding, dilation, groups)
+def _conv_plan(input, weight, bias, *options, ndim: int, transposed: bool) -> Plan:
+    name = f"conv{'_transpose' if transposed else ''}{ndim}d"
+    if transposed:
+        stride, padding, output_padding, groups, dilation, algo, workspace_limit = options
+        args = check_conv_transpose(
+            input,
+            weight,
+            bias,
+            stride,
+            padding,
+            output_padding,
+            groups,
+            dilation,
+            ndim=ndim,
+            op=name,
+        )
+    else:
+        stride, padding, dilation, groups, algo, workspace_limit = options
+        args = check_conv(
+            input, weight, bias, stride, padding, dilation, groups, ndim=ndim, op=name
+        )
     limit = _workspace(workspace_limit)
-    algo = _choose_algo(algo, input, args)
-    for name, t in (("input", input), ("weight", weight), ("bias", bias)):
+    algo = _choose_algo(algo, input, args, name)
+    for arg, t in (("input", input), ("weight", weight), ("bias", bias)):
         if t is not None:
-            check_kernel_device(t, name)
+            check_kernel_device(t, arg)
     g = args.geometry
-    option = {"im2col_gemm": limit, "direct": False, "depthwise": True}[algo]
-    params = (
-        list(g.stride),
-        list(g.pad_before),
-        list(g.pad_after),
-        list(g.dilation),
-        groups,
-        option,
-    )
-    return Plan(CONV_OPS[algo], params, args.batched)
+    stride, before, after, dil = g.stride, g.pad_before, g.pad_after, g.dilation
+    if ndim == 1:  # a height-1 plane: unit stride and dilation, no padding along the height
+        stride, before, after, dil = (1, *stride), (0, *before), (0, *after), (1, *dil)
+    params = [list(stride), list(before), list(after), list(dil), groups]
+    if transposed:  # the transposed convolution's output size
+        params.append(([1] if ndim == 1 else []) + list(g.input))
+    params.append({"im2col_gemm": limit, "direct": False, "depthwise": True}[algo])
+    ops = TRANSPOSED_OPS if transposed else CONV_OPS
+    return Plan(ops[algo], tuple(params), args.batched)
 
 
 def conv2d_workspace(

@@ -370,6 +370,108 @@ def check_conv(
     return ConvArgs(batch, in_channels, out_channels, groups, geometry, batched)
 
 
+def check_conv_transpose(
+    input: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    stride,
+    padding,
+    output_padding,
+    groups: int,
+    dilation,
+    *,
+    ndim: int = 2,
+    op: str = "conv_transpose2d",
+) -> ConvArgs:
+    """Validate a ``F.conv_transpose{ndim}d`` call. The result describes, in its own terms, the
+    *convolution* whose input gradient the transposed convolution is: its input is the
+    transposed convolution's output (``geometry.input``, ``in_channels``), its output the
+    transposed convolution's input (``geometry.output``, ``out_channels``), its weight the same
+    tensor (``depthwise``: one transposed output channel per group). ``pad_after`` is
+    ``padding - output_padding``: the last ``output_padding`` rows are reached by no window
+    (PyTorch writes them from the bias alone)."""
+    for name, t in (("input", input), ("weight", weight), ("bias", bias)):
+        if t is not None and not isinstance(t, torch.Tensor):
+            raise TritonConvError(f"{op}: {name} must be a Tensor, got {type(t).__name__}")
+    if input.dim() not in (ndim + 1, ndim + 2):
+        raise TritonConvError(
+            f"Expected {ndim + 1}D (unbatched) or {ndim + 2}D (batched) input to {op}, "
+            f"but got input of size: {shape_str(input.shape)}"
+        )
+    check_same_device(input=input, weight=weight, bias=bias)
+    check_same_dtype(Input=input, weight=weight, bias=bias)
+    for name, t in (("input", input), ("weight", weight), ("bias", bias)):
+        if t is not None and (t.dtype == torch.bool or t.is_complex()):
+            raise TritonConvError(
+                f"{op}: {name} has dtype {dtype_name(t.dtype)}; convolution needs a real "
+                "floating-point or integer dtype"
+            )
+    strides, dilations = check_stride_dilation(stride, dilation, ndim)
+    if isinstance(padding, str):
+        raise TritonConvError(f"{op}: padding must be an int or a tuple of ints, got {padding!r}")
+    pads, _ = _resolve_padding(padding, (), (), (), ndim)
+    extra = expand_param(output_padding, ndim, "output_padding")
+    if any(e < 0 for e in extra):
+        raise TritonConvError(f"negative output_padding is not supported, got {list(extra)}")
+    if any(e >= s and e >= d for e, s, d in zip(extra, strides, dilations)):
+        raise TritonConvError(
+            "output padding must be smaller than either stride or dilation, but got "
+            f"output_padding={list(extra)}, stride={list(strides)}, dilation={list(dilations)}"
+        )
+    if weight.dim() < 3:
+        raise TritonConvError(
+            f"weight should have at least three dimensions, got weight of size "
+            f"{shape_str(weight.shape)}"
+        )
+    if weight.dim() != ndim + 2:
+        raise TritonConvError(
+            f"Expected {weight.dim()}-dimensional input for {weight.dim()}-dimensional weight"
+            f"{shape_str(weight.shape)}, but got {input.dim()}-dimensional input of size "
+            f"{shape_str(input.shape)} instead ({op} takes a {ndim + 2}-dimensional weight: "
+            "in_channels, out_channels/groups, *kernel_size)"
+        )
+    if isinstance(groups, bool) or not isinstance(groups, int) or groups <= 0:
+        raise TritonConvError(f"non-positive groups is not supported, got groups={groups!r}")
+    batched = input.dim() == ndim + 2
+    shape = tuple(input.shape) if batched else (1, *input.shape)
+    batch, in_channels = shape[0], shape[1]
+    if weight.shape[0] != in_channels:
+        raise TritonConvError(
+            f"Given transposed=1, weight of size {shape_str(weight.shape)}, expected "
+            f"input{shape_str(input.shape)} to have {weight.shape[0]} channels, but got "
+            f"{in_channels} channels instead"
+        )
+    if in_channels % groups != 0:
+        raise TritonConvError(
+            f"Given groups={groups}, expected weight to be divisible by {groups} at dimension 0, "
+            f"but got weight of size {shape_str(weight.shape)} instead"
+        )
+    out_channels = weight.shape[1] * groups
+    if bias is not None and (bias.dim() != 1 or bias.shape[0] != out_channels):
+        raise TritonConvError(
+            f"Given transposed=1, weight of size {shape_str(weight.shape)}, expected bias to be "
+            f"1-dimensional with {out_channels} elements, but got bias of size "
+            f"{shape_str(bias.shape)} instead"
+        )
+    if any(s == 0 for s in shape[2:]):
+        raise TritonConvError(
+            f"{op}: expected non-zero spatial sizes, but got input of size {shape_str(input.shape)}"
+        )
+    kernel = tuple(weight.shape[2:])
+    out = tuple(
+        (i - 1) * s - 2 * p + d * (k - 1) + e + 1
+        for i, s, p, d, k, e in zip(shape[2:], strides, pads, dilations, kernel, extra)
+    )
+    if any(o <= 0 for o in out):
+        raise TritonConvError(
+            f"{op}: given input size {tuple(shape[2:])}, the calculated output size {out} is "
+            "too small (every dimension must be at least 1)"
+        )
+    after = tuple(p - e for p, e in zip(pads, extra))
+    geometry = make_geometry(out, kernel, strides, pads, after, dilations)
+    return ConvArgs(batch, out_channels, in_channels, groups, geometry, batched)
+
+
 # --------------------------------------------------------------------------------------------
 # unfold / fold (2-D spatial, as torch.nn.functional)
 # --------------------------------------------------------------------------------------------

@@ -202,6 +202,61 @@ def conv2d_direct_backward(
 
 
 # --------------------------------------------------------------------------------------------
+# transposed convolution: the input gradient of the convolution with the same weight, whose
+# input has ``output_size`` (so it reuses that convolution's dX kernels; Caffe's deconvolution)
+# --------------------------------------------------------------------------------------------
+
+
+def _add_bias(out: Tensor, bias: Tensor | None) -> Tensor:
+    if bias is not None:
+        out.add_(bias.view(1, -1, *([1] * (out.dim() - 2))))
+    return out
+
+
+@custom_op("conv_transpose2d_gemm", planned=False)
+def conv_transpose2d_gemm(
+    input: Tensor,
+    weight: Tensor,
+    bias: Tensor | None,
+    stride: list[int],
+    pad_before: list[int],
+    pad_after: list[int],
+    dilation: list[int],
+    groups: int,
+    output_size: list[int],
+    workspace_limit: int,
+) -> Tensor:
+    geometry = make_geometry(output_size, weight.shape[2:], stride, pad_before, pad_after, dilation)
+    shape = (input.shape[0], weight.shape[1] * groups, *output_size)
+    out, _ = conv_gemm.conv2d_backward(
+        input, input, weight, geometry, groups, workspace_limit, True, False, shape
+    )
+    return _add_bias(out, bias)
+
+
+@custom_op("conv_transpose2d_direct", planned=False)
+def conv_transpose2d_direct(
+    input: Tensor,
+    weight: Tensor,
+    bias: Tensor | None,
+    stride: list[int],
+    pad_before: list[int],
+    pad_after: list[int],
+    dilation: list[int],
+    groups: int,
+    output_size: list[int],
+    depthwise_kernels: bool,
+) -> Tensor:
+    geometry = make_geometry(output_size, weight.shape[2:], stride, pad_before, pad_after, dilation)
+    shape = (input.shape[0], weight.shape[1] * groups, *output_size)
+    if depthwise_kernels:
+        out = depthwise.depthwise_grad_input(input, weight, input, geometry, shape)
+    else:
+        out = direct.conv2d_grad_input(input, weight, input, geometry, groups, shape)
+    return _add_bias(out, bias)
+
+
+# --------------------------------------------------------------------------------------------
 # crop
 # --------------------------------------------------------------------------------------------
 

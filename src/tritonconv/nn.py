@@ -11,12 +11,34 @@ from torch import nn
 from . import functional
 
 
-class Conv2d(nn.Conv2d):
-    """``torch.nn.Conv2d`` computed by tritonconv (``algo`` as in :func:`tritonconv.conv2d`).
+class _Converted:
+    """What every tritonconv convolution module adds to its torch base: ``algo`` and
+    :meth:`from_torch`."""
 
-    ``padding_mode`` ``'reflect'``, ``'replicate'`` and ``'circular'`` pad first with
-    ``torch.nn.functional.pad``, exactly as ``torch.nn.Conv2d`` does.
-    """
+    algo: str
+
+    def extra_repr(self) -> str:
+        return super().extra_repr() + f", algo={self.algo!r}"
+
+    @classmethod
+    def from_torch(cls, module: nn.Module, algo: str = "auto"):
+        """A tritonconv module sharing ``module``'s parameters."""
+        new = cls.__new__(cls)
+        new.__dict__.update(module.__dict__)
+        # Own containers (parameters are shared, but a buffer or hook added to one module must
+        # not appear on the other).
+        for name, value in module.__dict__.items():
+            if isinstance(value, dict):
+                new.__dict__[name] = type(value)(value)
+        new.algo = algo
+        return new
+
+
+class _Convolution(_Converted):
+    """``_conv_forward`` through a tritonconv function; other padding modes pad first with
+    ``torch.nn.functional.pad``, exactly as the torch module does."""
+
+    _function = None  # the tritonconv function (set by each subclass)
 
     def __init__(self, *args, algo: str = "auto", **kwargs):
         super().__init__(*args, **kwargs)
@@ -29,32 +51,93 @@ class Conv2d(nn.Conv2d):
                 input, self._reversed_padding_repeated_twice, mode=self.padding_mode
             )
             padding = 0
-        return functional.conv2d(
+        return type(self)._function(
             input, weight, bias, self.stride, padding, self.dilation, self.groups, algo=self.algo
         )
 
-    def extra_repr(self) -> str:
-        return super().extra_repr() + f", algo={self.algo!r}"
 
-    @classmethod
-    def from_torch(cls, module: nn.Conv2d, algo: str = "auto") -> Conv2d:
-        """A tritonconv Conv2d sharing ``module``'s parameters."""
-        new = cls.__new__(cls)
-        new.__dict__.update(module.__dict__)
-        # Own containers (parameters are shared, but a buffer or hook added to one module must
-        # not appear on the other).
-        for name, value in module.__dict__.items():
-            if isinstance(value, dict):
-                new.__dict__[name] = type(value)(value)
-        new.algo = algo
-        return new
+class Conv1d(_Convolution, nn.Conv1d):
+    """``torch.nn.Conv1d`` computed by tritonconv (``algo`` as in :func:`tritonconv.conv1d`)."""
+
+    _function = staticmethod(functional.conv1d)
+
+
+class Conv2d(_Convolution, nn.Conv2d):
+    """``torch.nn.Conv2d`` computed by tritonconv (``algo`` as in :func:`tritonconv.conv2d`).
+
+    ``padding_mode`` ``'reflect'``, ``'replicate'`` and ``'circular'`` pad first with
+    ``torch.nn.functional.pad``, exactly as ``torch.nn.Conv2d`` does.
+    """
+
+    _function = staticmethod(functional.conv2d)
+
+
+class _Transposed(_Converted):
+    """``forward(input, output_size=None)`` of the torch module through a tritonconv function."""
+
+    _function = None
+    _spatial = 0
+
+    def __init__(self, *args, algo: str = "auto", **kwargs):
+        super().__init__(*args, **kwargs)
+        self.algo = algo
+
+    def forward(self, input, output_size=None):
+        if self.padding_mode != "zeros":
+            raise ValueError(f"Only 'zeros' padding mode is supported for {type(self).__name__}")
+        output_padding = self._output_padding(
+            input,
+            output_size,
+            self.stride,
+            self.padding,
+            self.kernel_size,
+            self._spatial,
+            self.dilation,
+        )
+        return type(self)._function(
+            input,
+            self.weight,
+            self.bias,
+            self.stride,
+            self.padding,
+            output_padding,
+            self.groups,
+            self.dilation,
+            algo=self.algo,
+        )
+
+
+class ConvTranspose1d(_Transposed, nn.ConvTranspose1d):
+    """``torch.nn.ConvTranspose1d`` computed by tritonconv (:func:`tritonconv.conv_transpose1d`)."""
+
+    _function = staticmethod(functional.conv_transpose1d)
+    _spatial = 1
+
+
+class ConvTranspose2d(_Transposed, nn.ConvTranspose2d):
+    """``torch.nn.ConvTranspose2d`` computed by tritonconv (:func:`tritonconv.conv_transpose2d`)."""
+
+    _function = staticmethod(functional.conv_transpose2d)
+    _spatial = 2
+
+
+#: torch module type -> the tritonconv module that replaces it.
+CONVERTED = {
+    nn.Conv1d: Conv1d,
+    nn.Conv2d: Conv2d,
+    nn.ConvTranspose1d: ConvTranspose1d,
+    nn.ConvTranspose2d: ConvTranspose2d,
+}
 
 
 def convert(model: nn.Module, algo: str = "auto") -> nn.Module:
-    """Swap every ``torch.nn.Conv2d`` inside ``model`` for :class:`Conv2d`, in place."""
+    """Swap every ``torch.nn`` convolution tritonconv has (``CONVERTED``: Conv1d, Conv2d,
+    ConvTranspose1d, ConvTranspose2d) inside ``model`` for its tritonconv module, in place;
+    parameters are shared, so state dicts and optimisers are unaffected."""
     for name, child in model.named_children():
-        if type(child) is nn.Conv2d:
-            setattr(model, name, Conv2d.from_torch(child, algo))
+        replacement = CONVERTED.get(type(child))
+        if replacement is not None:
+            setattr(model, name, replacement.from_torch(child, algo))
         else:
             convert(child, algo)
     return model
@@ -77,4 +160,4 @@ class Crop(nn.Module):
         return f"axis={self.axis}, offset={self.offset!r}"
 
 
-__all__ = ["Conv2d", "Crop", "convert"]
+__all__ = ["CONVERTED", "Conv1d", "Conv2d", "ConvTranspose1d", "ConvTranspose2d", "Crop", "convert"]

@@ -219,16 +219,20 @@ def conv2d_backward(
     workspace_limit: int,
     need_input: bool,
     need_weight: bool,
+    input_shape=None,
 ):
     """(dx, dW), either None when not needed. Per chunk the output gradient is relaid once and
     shared: ``dW += dy @ cols^T`` (cols = im2col(x)), then ``dx = col2im(W^T @ dy)`` reusing the
-    column buffer. Chunks run in a fixed order, so both are bitwise reproducible."""
-    N, C = x.shape[:2]
+    column buffer. Chunks run in a fixed order, so both are bitwise reproducible.
+    ``input_shape``: dx's shape when ``x`` only gives dtype and layout (a transposed
+    convolution's output; dW is then not asked for)."""
+    input_shape = tuple(x.shape) if input_shape is None else tuple(input_shape)
+    N, C = input_shape[:2]
     C_out = weight.shape[0]
     G, M = groups, C_out // groups
     L = geometry.output_numel
     K = C // G * geometry.kernel_numel
-    grad_in = empty_like_format(tuple(x.shape), x) if need_input else None
+    grad_in = empty_like_format(input_shape, x) if need_input else None
     grad_w = torch.zeros((G, M, K), dtype=x.dtype, device=x.device) if need_weight else None
     if N * L == 0:
         if grad_in is not None:

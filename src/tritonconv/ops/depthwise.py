@@ -209,13 +209,15 @@ def depthwise_forward(x, weight, bias, geometry: Geometry) -> torch.Tensor:
     return out
 
 
-def depthwise_grad_input(grad_out, weight, like, geometry: Geometry) -> torch.Tensor:
-    """dx of a depthwise convolution; ``like`` gives shape, dtype and memory format."""
+def depthwise_grad_input(grad_out, weight, like, geometry: Geometry, shape=None) -> torch.Tensor:
+    """dx of a depthwise convolution; ``like`` gives dtype and memory format, and the shape
+    unless ``shape`` does (a transposed convolution's output)."""
     check_kernel_device(grad_out, "grad_output")
-    C_in = like.shape[1]
+    shape = tuple(like.shape) if shape is None else tuple(shape)
+    C_in = shape[1]
     if any(s != 1 for s in geometry.stride):
-        return direct.conv2d_grad_input(grad_out, weight, like, geometry, C_in)
-    grad_in = empty_like_format(tuple(like.shape), like)
+        return direct.conv2d_grad_input(grad_out, weight, like, geometry, C_in, shape)
+    grad_in = empty_like_format(shape, like)
     if grad_in.numel() == 0:
         return grad_in
     pads = tuple(

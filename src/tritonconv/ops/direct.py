@@ -131,11 +131,14 @@ def conv2d_forward(x, weight, bias, geometry: Geometry, groups: int) -> torch.Te
     return out
 
 
-def conv2d_grad_input(grad_out, weight, like, geometry: Geometry, groups: int) -> torch.Tensor:
-    """dx of a direct convolution, gathered (no atomics); ``like`` gives shape, dtype and
-    memory format."""
+def conv2d_grad_input(
+    grad_out, weight, like, geometry: Geometry, groups: int, shape=None
+) -> torch.Tensor:
+    """dx of a direct convolution, gathered (no atomics); ``like`` gives dtype and memory
+    format, and the shape unless ``shape`` does (a transposed convolution's output)."""
     check_kernel_device(grad_out, "grad_output")
-    grad_in = empty_like_format(tuple(like.shape), like, zero=grad_out.numel() == 0)
+    shape = tuple(like.shape) if shape is None else tuple(shape)
+    grad_in = empty_like_format(shape, like, zero=grad_out.numel() == 0)
     if grad_in.numel() == 0 or grad_out.numel() == 0:
         return grad_in
     _launch_conv(grad_out, weight, None, grad_in, geometry, groups, True)

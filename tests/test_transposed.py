@@ -1,0 +1,156 @@
+"""conv1d, conv_transpose1d and conv_transpose2d (issue 12, the part built on the 2-D kernels):
+every algorithm against PyTorch in float64, forward and gradients; exact integers; layouts;
+modules and convert(); one graph under torch.compile; PyTorch's errors."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch._dynamo.testing import CompileCounterWithBackend
+
+import tritonconv as tc
+from tritonconv.testing import assert_close, random_tensor
+
+BACKEND = "aot_eager" if tc.INTERPRETER else "inductor"
+
+# (input, weight, kwargs): groups, stride, padding, output_padding < stride or < dilation
+TRANSPOSED_CASES = [
+    ((2, 4, 5, 6), (4, 3, 3, 3), dict(stride=2, padding=1, output_padding=1, groups=2)),
+    ((1, 3, 4, 5), (3, 2, 2, 3), dict(stride=(1, 2), padding=(0, 1), dilation=(2, 1))),
+    ((2, 3, 4, 4), (3, 2, 3, 3), dict(stride=1, padding=2, output_padding=1, dilation=2)),
+    ((2, 6, 5, 5), (6, 1, 3, 3), dict(stride=1, padding=1, groups=6)),  # depthwise
+    ((2, 4, 5, 5), (4, 2, 3, 3), dict(stride=2, padding=1, groups=4)),  # 2 outputs per group
+    ((2, 4, 5, 5), (4, 1, 3, 3), dict(stride=2, padding=1, output_padding=1, groups=4)),
+    ((0, 4, 5, 5), (4, 2, 1, 1), dict()),  # empty batch
+]
+
+
+def _algos(weight_shape):
+    """Every algorithm; ``depthwise`` when each group has one output channel."""
+    return ["auto", "im2col_gemm", "direct"] + (["depthwise"] if weight_shape[1] == 1 else [])
+
+
+def _grads(out, leaves, grad):
+    return torch.autograd.grad(out, leaves, grad, allow_unused=True)
+
+
+@pytest.mark.parametrize("case", range(len(TRANSPOSED_CASES)))
+@pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "nhwc"])
+def test_conv_transpose2d_every_algorithm(case, channels_last, device):
+    x_shape, w_shape, kwargs = TRANSPOSED_CASES[case]
+    groups = kwargs.get("groups", 1)
+    fmt = torch.channels_last if channels_last else torch.contiguous_format
+    x = torch.randn(x_shape, dtype=torch.float64).contiguous(memory_format=fmt)
+    w = torch.randn(w_shape, dtype=torch.float64)
+    b = torch.randn(w_shape[1] * groups, dtype=torch.float64)
+    leaves = [t.requires_grad_() for t in (x, w, b)]
+    ref = F.conv_transpose2d(x, w, b, **kwargs)
+    grad = torch.randn_like(ref)
+    want = _grads(ref, leaves, grad)
+    for algo in _algos(w_shape):
+        mine = [t.detach().to(device).requires_grad_() for t in (x, w, b)]
+        out = tc.conv_transpose2d(*mine, **kwargs, algo=algo)
+        assert_close(out, ref, name=algo)
+        assert out.is_contiguous(memory_format=fmt) or out.numel() == 0
+        for got, exp in zip(_grads(out, mine, grad.to(device)), want, strict=True):
+            assert_close(got, exp, reduction=64, name=f"{algo} grad")
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int8])
+def test_conv_transpose2d_integers_are_exact(dtype, device):
+    """Integer transposed convolution, bitwise: int64 sums wrap like PyTorch; int8 wraps."""
+    x = random_tensor((2, 4, 5, 5), torch.int64, "cpu", low=-100, high=100)
+    w = random_tensor((4, 3, 3, 3), torch.int64, "cpu", low=-100, high=100)
+    b = random_tensor((3,), torch.int64, "cpu", low=-100, high=100)
+    kwargs = dict(stride=2, padding=1, output_padding=1)
+    exact = F.conv_transpose2d(x.double(), w.double(), b.double(), **kwargs).to(torch.int64)
+    got = tc.conv_transpose2d(*(t.to(dtype).to(device) for t in (x, w, b)), **kwargs)
+    assert got.dtype == dtype
+    expected = exact.to(dtype) if dtype != torch.int64 else exact
+    if dtype != torch.int64:  # the inputs wrapped too: recompute from the wrapped values
+        wrapped = [t.to(dtype).to(torch.int64).double() for t in (x, w, b)]
+        expected = F.conv_transpose2d(*wrapped, **kwargs).to(torch.int64).to(dtype)
+    assert torch.equal(got.cpu(), expected)
+
+
+@pytest.mark.parametrize("algo", ["auto", "im2col_gemm", "direct"])
+def test_conv1d_and_conv_transpose1d(algo, device):
+    x = torch.randn(3, 4, 11, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(6, 2, 3, dtype=torch.float64, requires_grad=True)
+    wt = torch.randn(4, 3, 3, dtype=torch.float64, requires_grad=True)
+    cases = [
+        (tc.conv1d, F.conv1d, (x, w), dict(stride=2, padding=1, dilation=2, groups=2)),
+        (tc.conv1d, F.conv1d, (x, w), dict(padding="same", groups=2)),
+        (tc.conv_transpose1d, F.conv_transpose1d, (x, wt), dict(stride=2, output_padding=1)),
+    ]
+    for ours, theirs, inputs, kwargs in cases:
+        ref = theirs(*inputs, **kwargs)
+        mine = [t.detach().to(device).requires_grad_() for t in inputs]
+        out = ours(*mine, **kwargs, algo=algo)
+        assert_close(out, ref)
+        grad = torch.randn_like(ref)
+        for got, exp in zip(_grads(out, mine, grad.to(device)), _grads(ref, inputs, grad)):
+            assert_close(got, exp, reduction=32)
+
+
+def test_modules_and_convert(device):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Conv1d(3, 4, 3, padding=1, padding_mode="circular"),
+        torch.nn.Unflatten(2, (1, 8)),
+        torch.nn.ConvTranspose2d(4, 2, 3, stride=2, padding=1, output_padding=1),
+    ).double()
+    x = torch.randn(2, 3, 8, dtype=torch.float64)
+    expected = model(x)
+    tc.nn.convert(model)
+    assert [type(m) for m in model] == [tc.nn.Conv1d, torch.nn.Unflatten, tc.nn.ConvTranspose2d]
+    model.to(device)
+    assert_close(model(x.to(device)), expected)
+    up = tc.nn.ConvTranspose2d(4, 2, 3, stride=2, padding=1).double().to(device)
+    ref = torch.nn.ConvTranspose2d(4, 2, 3, stride=2, padding=1).double()
+    up.load_state_dict(ref.state_dict())
+    y = torch.randn(1, 4, 5, 5, dtype=torch.float64)
+    for size in ([9, 9], [10, 10]):
+        assert_close(up(y.to(device), output_size=size), ref(y, output_size=size))
+    with pytest.raises(ValueError, match="zeros"):
+        tc.nn.ConvTranspose1d(2, 2, 3, padding_mode="reflect")(torch.randn(1, 2, 5))
+
+
+def test_transposed_compiles_to_one_graph(device):
+    x = torch.randn(2, 4, 5, 6, dtype=torch.float64, device=device, requires_grad=True)
+    w = torch.randn(4, 3, 3, 3, dtype=torch.float64, device=device, requires_grad=True)
+
+    def f(x, w):
+        return tc.conv_transpose2d(x, w, stride=2, padding=1, groups=2).relu()
+
+    torch._dynamo.reset()
+    counter = CompileCounterWithBackend(BACKEND)
+    out = torch.compile(f, backend=counter, fullgraph=True)(x, w)
+    assert counter.frame_count == 1
+    ref = F.conv_transpose2d(x.detach().cpu(), w.detach().cpu(), stride=2, padding=1, groups=2)
+    assert_close(out, ref.relu())
+    grads = torch.autograd.grad(out.sum(), (x, w))
+    xr, wr = (t.detach().cpu().requires_grad_() for t in (x, w))
+    want = torch.autograd.grad(
+        F.conv_transpose2d(xr, wr, stride=2, padding=1, groups=2).relu().sum(), (xr, wr)
+    )
+    for g, e in zip(grads, want, strict=True):
+        assert_close(g, e, reduction=32)
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(output_padding=2, stride=2), "output padding must be smaller than either stride"),
+        (dict(padding="same"), "padding must be an int or a tuple"),
+        (dict(groups=3), "expected weight to be divisible by 3"),
+        (dict(output_padding=-1), "negative output_padding"),
+        (dict(stride=0), "non-positive stride"),
+    ],
+)
+def test_transposed_errors(kwargs, message, device):
+    x = torch.randn(1, 4, 5, 5, device=device)
+    w = torch.randn(4, 2, 3, 3, device=device)
+    with pytest.raises(tc.TritonConvError, match=message):
+        tc.conv_transpose2d(x, w, **kwargs)
+    with pytest.raises(tc.TritonConvError, match="expected input\\[1, 3, 5, 5\\] to have 4"):
+        tc.conv_transpose2d(torch.randn(1, 3, 5, 5, device=device), w)
