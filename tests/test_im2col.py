@@ -189,3 +189,24 @@ def test_random_geometries(n, c, h, w, k, d, p, s):
     assert_close(
         tc.fold(cols.to(DEVICE), (h, w), **window), F.fold(cols, (h, w), **window), reduction=16
     )
+
+
+@pytest.mark.parametrize("batched", [True, False])
+def test_one_d_unfold_and_fold(batched, device):
+    """A one-element kernel_size makes the window 1-D: (N, C, L) in, F.unfold of the height-1
+    plane out; fold inverts the layout; gradients flow."""
+    x = torch.randn(2, 3, 11, dtype=torch.float64, requires_grad=True)
+    window = dict(dilation=2, padding=1, stride=2)
+    plane = dict(dilation=(1, 2), padding=(0, 1), stride=(1, 2))
+    ref = F.unfold(x.unsqueeze(2), (1, 3), **plane)
+    mine = x.detach().to(device).requires_grad_()
+    got = tc.unfold(mine if batched else mine[0], (3,), **window)
+    assert_close(got, ref if batched else ref[0])
+    (g,) = torch.autograd.grad(got.sum(), mine)
+    (e,) = torch.autograd.grad(ref.sum() if batched else ref[0].sum(), x)
+    assert_close(g, e)
+    folded = tc.fold(got.detach(), (11,), (3,), **window)
+    expected = F.fold(ref.detach(), (1, 11), (1, 3), **plane).squeeze(2)
+    assert_close(folded, expected if batched else expected[0], reduction=3)
+    with pytest.raises(tc.TritonConvError, match="1-D kernel_size expects"):
+        tc.unfold(torch.randn(1, 2, 3, 4, device=device), (3,))

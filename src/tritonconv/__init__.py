@@ -8,6 +8,8 @@ from . import _runtime  # noqa: I001  (must come first: it sets up Triton's inte
 from . import nn
 from .functional import (
     CONV_ALGOS,
+    causal_conv1d,
+    causal_conv1d_update,
     conv1d,
     conv2d,
     conv2d_workspace,
@@ -34,6 +36,8 @@ __all__ = [
     "INTERPRETER",
     "TritonConvError",
     "WorkspacePlan",
+    "causal_conv1d",
+    "causal_conv1d_update",
     "clear_caches",
     "conv1d",
     "conv2d",

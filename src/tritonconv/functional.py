@@ -19,9 +19,13 @@ from .geometry import (
     check_conv_transpose,
     check_crop,
     check_fold,
+    check_same_device,
+    check_same_dtype,
     check_unfold,
     check_workspace_limit,
     dtype_name,
+    expand_param,
+    shape_str,
 )
 from .ops import conv_gemm
 from .plans import PlanCache, lookup, tensor_key, values_key
@@ -49,10 +53,11 @@ class Plan:
     whether the caller's input was batched, and (``replay``, filled by ``autograd.run`` after
     the first call without gradients) the op body's launch plan for this signature."""
 
-    __slots__ = ("batched", "op", "params", "replay")
+    __slots__ = ("batched", "line", "op", "params", "replay")
 
-    def __init__(self, op: library.Op, params: tuple, batched: bool = True):
+    def __init__(self, op: library.Op, params: tuple, batched: bool = True, line: bool = False):
         self.op, self.params, self.batched = op, params, batched
+        self.line = line  # a 1-D window, run as a 2-D one over a height-1 plane
         self.replay = None
 
 
@@ -69,7 +74,9 @@ def unfold(input, kernel_size, dilation=1, padding=0, stride=1):
     """Extract sliding local blocks (im2col), as ``torch.nn.functional.unfold``.
 
     ``(N, C, H, W) -> (N, C*KH*KW, L)`` (or unbatched ``(C, H, W) -> (C*KH*KW, L)``). Any
-    real dtype, integers included (copies are exact).
+    real dtype, integers included (copies are exact). Beyond ``F.unfold``: a one-element
+    ``kernel_size`` (e.g. ``(3,)``) makes the window 1-D, for ``(N, C, L)`` inputs (or unbatched
+    ``(C, L)``): ``-> (N, C*K, L_out)``.
     """
     window = (kernel_size, dilation, padding, stride)
     plan = lookup(
@@ -78,22 +85,54 @@ def unfold(input, kernel_size, dilation=1, padding=0, stride=1):
         lambda: _unfold_plan(input, *window),
     )
     x = input if plan.batched else input.unsqueeze(0)
+    if plan.line:
+        x = x.unsqueeze(2)
     cols = autograd.run(plan.op, x, *plan.params, plan=plan)
     return cols if plan.batched else cols.squeeze(0)
 
 
+def _is_line(kernel_size) -> bool:
+    """Whether a window is 1-D: given by a one-element ``kernel_size``."""
+    return isinstance(kernel_size, (list, tuple)) and len(kernel_size) == 1
+
+
+def _line_window(kernel_size, dilation, padding, stride):
+    """A 1-D window as the 2-D window of a height-1 plane (validating each value's form)."""
+    k, d, p, s = (
+        expand_param(v, 1, name)[0]
+        for v, name in (
+            (kernel_size, "kernel_size"),
+            (dilation, "dilation"),
+            (padding, "padding"),
+            (stride, "stride"),
+        )
+    )
+    return (1, k), (1, d), (0, p), (1, s)
+
+
 def _unfold_plan(input, kernel_size, dilation, padding, stride) -> Plan:
-    args = check_unfold(input, kernel_size, dilation, padding, stride)
+    line = _is_line(kernel_size)
+    if line:
+        if not isinstance(input, torch.Tensor) or input.dim() not in (2, 3):
+            raise TritonConvError(
+                "unfold with a 1-D kernel_size expects a 2D (C, L) or 3D (N, C, L) input, but "
+                f"got {shape_str(input.shape) if isinstance(input, torch.Tensor) else input!r}"
+            )
+        window = _line_window(kernel_size, dilation, padding, stride)
+        args = check_unfold(input.unsqueeze(-2), *window)
+    else:
+        args = check_unfold(input, kernel_size, dilation, padding, stride)
     check_kernel_device(input, "input")
     g = args.geometry
     params = (list(g.kernel), list(g.dilation), list(g.pad_before), list(g.stride))
-    return Plan(library.unfold, params, args.batched)
+    return Plan(library.unfold, params, args.batched, line)
 
 
 def fold(input, output_size, kernel_size, dilation=1, padding=0, stride=1):
     """Combine sliding local blocks into an image (col2im, summing overlaps), as
     ``torch.nn.functional.fold``. A deterministic gather (no atomics); integer dtypes sum
-    exactly in int64 and wrap like the dtype."""
+    exactly in int64 and wrap like the dtype. A one-element ``kernel_size`` folds 1-D blocks
+    into ``(N, C, L)`` (``output_size``: one int or one-element sequence)."""
     window = (output_size, kernel_size, dilation, padding, stride)
     plan = lookup(
         _FOLD_PLANS,
@@ -102,11 +141,19 @@ def fold(input, output_size, kernel_size, dilation=1, padding=0, stride=1):
     )
     cols = input if plan.batched else input.unsqueeze(0)
     image = autograd.run(plan.op, cols, *plan.params, plan=plan)
+    if plan.line:
+        image = image.squeeze(2)
     return image if plan.batched else image.squeeze(0)
 
 
 def _fold_plan(input, output_size, kernel_size, dilation, padding, stride) -> Plan:
-    args = check_fold(input, output_size, kernel_size, dilation, padding, stride)
+    line = _is_line(kernel_size)
+    if line:
+        (length,) = expand_param(output_size, 1, "output_size")
+        window = _line_window(kernel_size, dilation, padding, stride)
+        args = check_fold(input, (1, length), *window)
+    else:
+        args = check_fold(input, output_size, kernel_size, dilation, padding, stride)
     check_kernel_device(input, "input")
     g = args.geometry
     params = (
@@ -116,7 +163,7 @@ def _fold_plan(input, output_size, kernel_size, dilation, padding, stride) -> Pl
         list(g.pad_before),
         list(g.stride),
     )
-    return Plan(library.fold, params, args.batched)
+    return Plan(library.fold, params, args.batched, line)
 
 
 def _auto_algo(input: torch.Tensor, args) -> str:
@@ -357,3 +404,135 @@ def _crop_plan(input, reference, axis, offset) -> Plan:
     args = check_crop(input, reference, axis, offset)
     check_kernel_device(input, "input")
     return Plan(library.crop, (list(args.offsets), list(args.sizes)))
+
+
+# --------------------------------------------------------------------------------------------
+# causal depthwise conv1d (Mamba-family blocks), the causal-conv1d package's semantics
+# --------------------------------------------------------------------------------------------
+
+CAUSAL_ACTIVATIONS = (None, "silu", "swish")
+
+
+def _check_causal(x, weight, bias, activation, op: str):
+    for name, t in (("x", x), ("weight", weight)):
+        if not isinstance(t, torch.Tensor):
+            raise TritonConvError(f"{op}: {name} must be a Tensor, got {type(t).__name__}")
+    if weight.dim() != 2:
+        raise TritonConvError(
+            f"{op}: weight must be (dim, width), got weight of size {shape_str(weight.shape)}"
+        )
+    dim = weight.shape[0]
+    if x.shape[1] != dim:
+        raise TritonConvError(
+            f"{op}: x has {x.shape[1]} channels (dimension 1) but weight has {dim} "
+            f"(weight of size {shape_str(weight.shape)}, x of size {shape_str(x.shape)})"
+        )
+    if bias is not None and (bias.dim() != 1 or bias.shape[0] != dim):
+        raise TritonConvError(
+            f"{op}: bias must have {dim} elements, got bias of size {shape_str(bias.shape)}"
+        )
+    if activation not in CAUSAL_ACTIVATIONS:
+        raise TritonConvError(
+            f"{op}: activation must be one of {list(CAUSAL_ACTIVATIONS)}, got {activation!r}"
+        )
+    check_same_device(x=x, weight=weight, bias=bias)
+    check_same_dtype(weight=weight, bias=bias)
+    for name, t in (("x", x), ("weight", weight), ("bias", bias)):
+        if t is not None:
+            check_kernel_device(t, name)
+
+
+def _depthwise_line(x, weight, bias, pad_before: int):
+    """``F.conv1d(x, weight[:, None], bias, groups=dim)`` over ``x`` left-padded by
+    ``pad_before`` zeros (none on the right): the depthwise kernels on a height-1 plane."""
+    dim, width = weight.shape
+    params = ([1, 1], [0, pad_before], [0, 0], [1, 1], dim, True)
+    out = autograd.run(
+        library.conv2d_direct, x.unsqueeze(2), weight.reshape(dim, 1, 1, width), bias, *params
+    )
+    return out.squeeze(2)
+
+
+def _activate(out, activation):
+    return out if activation is None else torch.nn.functional.silu(out)
+
+
+def causal_conv1d(
+    x,
+    weight,
+    bias=None,
+    activation=None,
+    initial_states=None,
+    return_final_states=False,
+):
+    """Causal depthwise 1-D convolution with the causal-conv1d package's semantics.
+
+    ``x`` (batch, dim, seqlen), any strides (channel-first or channel-last memory); ``weight``
+    (dim, width); ``bias`` (dim,); ``activation`` None or ``"silu"``/``"swish"``. The output is
+    ``F.conv1d(x, weight[:, None], bias, padding=width - 1, groups=dim)[..., :seqlen]`` (then
+    SiLU), computed without the padded tail: left padding only. ``initial_states``
+    (batch, dim, width - 1) stand in for the zeros before the sequence; with
+    ``return_final_states`` the last ``width - 1`` inputs (zero-filled on the left when the
+    sequence is shorter) are returned too, as ``(out, final_states)``. ``x`` is computed in
+    ``weight``'s dtype and the output cast back to ``x``'s, as the package does.
+    """
+    _check_causal(x, weight, bias, activation, "causal_conv1d")
+    if x.dim() != 3:
+        raise TritonConvError(
+            f"causal_conv1d: x must be (batch, dim, seqlen), got x of size {shape_str(x.shape)}"
+        )
+    dtype_in = x.dtype
+    xw = x.to(weight.dtype)
+    width = weight.shape[1]
+    if initial_states is None:
+        out = _depthwise_line(xw, weight, bias, width - 1)
+        full = xw
+    else:
+        expected = (x.shape[0], x.shape[1], width - 1)
+        if tuple(initial_states.shape) != expected:
+            raise TritonConvError(
+                f"causal_conv1d: initial_states must be {shape_str(expected)}, got "
+                f"{shape_str(initial_states.shape)}"
+            )
+        full = torch.cat([initial_states.to(weight.dtype), xw], dim=-1)
+        out = _depthwise_line(full, weight, bias, 0)
+    out = _activate(out, activation).to(dtype_in)
+    if not return_final_states:
+        return out
+    tail = full[..., max(0, full.shape[-1] - (width - 1)) :]
+    final = torch.nn.functional.pad(tail, (width - 1 - tail.shape[-1], 0)).to(dtype_in)
+    return out, final
+
+
+def causal_conv1d_update(x, conv_state, weight, bias=None, activation=None):
+    """One decoding step of :func:`causal_conv1d` with a rolling state (causal-conv1d's
+    ``causal_conv1d_update``). ``x`` (batch, dim) or (batch, dim, seqlen); ``conv_state``
+    (batch, dim, state_len >= width - 1) holds the latest inputs and is updated in place
+    (shifted left by seqlen, ``x`` appended). Returns the outputs for ``x``'s positions, shaped
+    like ``x``."""
+    _check_causal(x, weight, bias, activation, "causal_conv1d_update")
+    single = x.dim() == 2
+    steps = x.unsqueeze(-1) if single else x
+    if steps.dim() != 3:
+        raise TritonConvError(
+            "causal_conv1d_update: x must be (batch, dim) or (batch, dim, seqlen), got x of "
+            f"size {shape_str(x.shape)}"
+        )
+    batch, dim, seqlen = steps.shape
+    width = weight.shape[1]
+    if conv_state.dim() != 3 or conv_state.shape[:2] != (batch, dim):
+        raise TritonConvError(
+            f"causal_conv1d_update: conv_state must be ({batch}, {dim}, state_len), got "
+            f"{shape_str(conv_state.shape)}"
+        )
+    state_len = conv_state.shape[-1]
+    if state_len < width - 1:
+        raise TritonConvError(
+            f"causal_conv1d_update: conv_state holds {state_len} steps, fewer than "
+            f"width - 1 = {width - 1}"
+        )
+    window = torch.cat([conv_state, steps], dim=-1).to(weight.dtype)
+    conv_state.copy_(window[..., -state_len:])
+    out = _depthwise_line(window[..., -(width - 1 + seqlen) :], weight, bias, 0)
+    out = _activate(out, activation).to(x.dtype)
+    return out.squeeze(-1) if single else out
