@@ -1,10 +1,13 @@
-"""Random-geometry fuzz of ``conv2d``: every algorithm that accepts a case, forward and all three
-gradients, against float64 on the CPU (integers exactly).
+"""Random-geometry fuzz of ``conv2d`` and ``conv_transpose2d``: every algorithm that accepts a
+case, forward and all three gradients, against float64 on the CPU (integers exactly).
 
 A *case* is one convolution call: shapes, stride, padding (asymmetric, ``'same'``, ``'valid'``),
 dilation, groups (dense, grouped, depthwise with a channel multiplier), bias, dtype, and the
 memory layout of the input and of the output gradient (contiguous, channels-last, strided, or
-expanded with zero strides). :func:`draw_case` draws one from a seed; :meth:`Case.spec` writes it
+expanded with zero strides); a quarter of the cases with int padding run the *transposed*
+convolution of the same geometry instead (its input shaped like the convolution's output, its
+``output_padding`` chosen so its output has the convolution's input size). :func:`draw_case`
+draws one from a seed; :meth:`Case.spec` writes it
 as one line that :meth:`Case.parse` reads back, so every failure prints a repro::
 
     tritonconv verify --repro 'n=5 c=16 k=4 h=14 w=25 kh=1 kw=1 ...'
@@ -88,7 +91,9 @@ U_ACC = {
 
 @dataclass(frozen=True)
 class Case:
-    """One ``conv2d`` call of the fuzz (batched input; ``n`` may be 0)."""
+    """One ``conv2d`` call of the fuzz (batched input; ``n`` may be 0), or with ``transposed``
+    the ``conv_transpose2d`` call whose output has the conv2d call's input shape (its input:
+    the conv2d output's shape, ``k`` channels; its bias: ``c`` elements)."""
 
     n: int
     c: int
@@ -107,6 +112,7 @@ class Case:
     dy_layout: str
     w_layout: str
     seed: int
+    transposed: bool = False
 
     def spec(self) -> str:
         """One line :meth:`parse` reads back."""
@@ -124,15 +130,18 @@ class Case:
     def parse(cls, spec: str) -> Case:
         """The case :meth:`spec` wrote; ``ValueError`` naming what is missing or malformed."""
         values = dict(item.split("=", 1) for item in spec.split() if "=" in item)
-        missing = [f.name for f in dataclasses.fields(cls) if f.name not in values]
+        required = [f for f in dataclasses.fields(cls) if f.default is dataclasses.MISSING]
+        missing = [f.name for f in required if f.name not in values]
         if missing:
             raise ValueError(f"missing field(s) {missing} in {spec!r}")
         kwargs = {}
         for f in dataclasses.fields(cls):
+            if f.name not in values:
+                continue
             v = values[f.name]
             if f.name in ("stride", "dilation") or (f.name == "padding" and "," in v):
                 kwargs[f.name] = tuple(int(p) for p in v.split(","))
-            elif f.name == "bias":
+            elif f.name in ("bias", "transposed"):
                 kwargs[f.name] = v not in ("0", "False")
             elif f.name in ("padding", "dtype") or f.name.endswith("layout"):
                 kwargs[f.name] = v
@@ -156,6 +165,17 @@ class Case:
         if self.depthwise:
             algos.append("depthwise")
         return algos
+
+    @property
+    def output_padding(self) -> tuple[int, ...]:
+        """The transposed convolution's ``output_padding``: what makes its output exactly the
+        convolution's input size (always below the stride)."""
+        return tuple(
+            (i + 2 * p - d * (k - 1) - 1) % s
+            for i, p, d, k, s in zip(
+                (self.h, self.w), self.padding, self.dilation, (self.kh, self.kw), self.stride
+            )
+        )
 
     def output_hw(self) -> tuple[int, int]:
         """Output height and width, from the geometry ``conv2d`` validates with (an invalid
@@ -213,6 +233,7 @@ def draw_case(seed: int, *, max_elements: int = 60_000, max_macs: int = 3_000_00
             dy_layout=rng.choices(list(LAYOUTS), list(LAYOUTS.values()))[0],
             w_layout=rng.choice(("contiguous", "channels_last")),
             seed=seed,
+            transposed=rng.random() < 0.25 and not isinstance(padding, str),
         )
         try:
             oh, ow = case.output_hw()
@@ -270,12 +291,32 @@ class Data:
 def make_data(case: Case) -> Data:
     gen = torch.Generator().manual_seed(case.seed)
     dtype = case.torch_dtype
-    x = to_layout(_values((case.n, case.c, case.h, case.w), dtype, gen), case.x_layout)
-    w = _values((case.k, case.c // case.groups, case.kh, case.kw), dtype, gen)
-    b = _values((case.k,), dtype, gen) if case.bias else None
     oh, ow = case.output_hw()
-    dy = to_layout(_values((case.n, case.k, oh, ow), dtype, gen), case.dy_layout)
+    image, result = (case.n, case.c, case.h, case.w), (case.n, case.k, oh, ow)
+    if case.transposed:
+        image, result = result, image
+    x = to_layout(_values(image, dtype, gen), case.x_layout)
+    w = _values((case.k, case.c // case.groups, case.kh, case.kw), dtype, gen)
+    b = _values((result[1],), dtype, gen) if case.bias else None
+    dy = to_layout(_values(result, dtype, gen), case.dy_layout)
     return Data(x.contiguous(), w, b, dy.contiguous())
+
+
+def _call(case: Case, conv, x, w, b, **kwargs):
+    """``case``'s call of ``conv`` (``F``'s or ours, conv2d or conv_transpose2d by the case)."""
+    if case.transposed:
+        return conv.conv_transpose2d(
+            x,
+            w,
+            b,
+            case.stride,
+            case.padding,
+            case.output_padding,
+            case.groups,
+            case.dilation,
+            **kwargs,
+        )
+    return conv.conv2d(x, w, b, case.stride, case.padding, case.dilation, case.groups, **kwargs)
 
 
 def reference(case: Case, data: Data) -> dict[str, torch.Tensor]:
@@ -285,14 +326,15 @@ def reference(case: Case, data: Data) -> dict[str, torch.Tensor]:
         x = f(data.x).requires_grad_()
         w = f(data.w).requires_grad_()
         b = f(data.b).requires_grad_() if data.b is not None else None
-        y = F.conv2d(x, w, b, case.stride, case.padding, case.dilation, case.groups)
+        y = _call(case, F, x, w, b)
         dy = f(data.dy)
         grads = torch.autograd.grad(y, [t for t in (x, w, b) if t is not None], dy)
         out[tag + "y"] = y.detach()
         out[tag + "dx"], out[tag + "dw"] = grads[0], grads[1]
         if b is not None:
             out[tag + "db"] = grads[2]
-    if data.b is not None:  # the bias term's own magnitude, rounded in some paths
+    if data.b is not None:  # the bias term's own magnitude, rounded in some paths (and added
+        # after the rounded sum in the transposed ops)
         out["mag_y"] = out["mag_y"] + data.b.abs()[None, :, None, None]
     return out
 
@@ -300,12 +342,12 @@ def reference(case: Case, data: Data) -> dict[str, torch.Tensor]:
 def reduction_lengths(case: Case) -> dict[str, int]:
     oh, ow = case.output_hw()
     positions = max(1, case.n * oh * ow)
-    return {
-        "y": (case.c // case.groups) * case.kh * case.kw,
-        "dx": (case.k // case.groups) * case.kh * case.kw,
-        "dw": positions,
-        "db": positions,
-    }
+    forward = (case.c // case.groups) * case.kh * case.kw
+    backward = (case.k // case.groups) * case.kh * case.kw
+    if case.transposed:  # y is the convolution's dx and dx its y
+        forward, backward = backward, forward
+    biased = max(1, case.n * case.h * case.w) if case.transposed else positions
+    return {"y": forward, "dx": backward, "dw": positions, "db": biased}
 
 
 def bound(dtype: torch.dtype, ref: torch.Tensor, mag: torch.Tensor, length: int) -> torch.Tensor:
@@ -370,38 +412,30 @@ def run_case(case: Case, algo: str, ref: dict, data: Data, device=DEVICE) -> lis
     problems = []
     if dtype.is_floating_point:
         leaves = [t.detach().requires_grad_() for t in (x, w, b) if t is not None]
-        y = functional.conv2d(
-            leaves[0],
-            leaves[1],
-            leaves[2] if b is not None else None,
-            case.stride,
-            case.padding,
-            case.dilation,
-            case.groups,
-            algo=algo,
-        )
+        bias = leaves[2] if b is not None else None
+        y = _call(case, functional, leaves[0], leaves[1], bias, algo=algo)
         grads = torch.autograd.grad(y, leaves, dy)
         results = {"y": y, "dx": grads[0], "dw": grads[1]}
         if b is not None:
             results["db"] = grads[2]
-    else:
-        y = functional.conv2d(
-            x, w, b, case.stride, case.padding, case.dilation, case.groups, algo=algo
-        )
-        args = check_conv(x, w, b, case.stride, case.padding, case.dilation, case.groups)
+    else:  # integers have no autograd: the gradient ops directly
+        y = _call(case, functional, x, w, b, algo=algo)
+        image = dy if case.transposed else x  # the convolution's input
+        args = check_conv(image, w, None, case.stride, case.padding, case.dilation, case.groups)
         g = args.geometry
-        dx, dw = library.conv2d_direct_backward(
-            dy,
-            x,
-            w,
+        geometry = (
             list(g.stride),
             list(g.pad_before),
             list(g.pad_after),
             list(g.dilation),
             case.groups,
             algo == "depthwise",
-            [True, True],
         )
+        if case.transposed:  # dx = conv(dy); dw = the convolution's dw with x as its dy
+            dx = library.conv2d_direct(dy, w, None, *geometry)
+            _, dw = library.conv2d_direct_backward(x, dy, w, *geometry, [False, True])
+        else:
+            dx, dw = library.conv2d_direct_backward(dy, x, w, *geometry, [True, True])
         results = {"y": y, "dx": dx, "dw": dw}
     fmt = torch.channels_last if is_channels_last(x) else torch.contiguous_format
     if not results["y"].is_contiguous(memory_format=fmt):
@@ -497,14 +531,15 @@ def run(
         case = draw_case(s, **draw_kwargs)
         report.draws += 1
         report.by_dtype[case.dtype] += 1
+        kind = " transposed" if case.transposed else ""
         for result in check_case(case, device=device):
             report.checks += 1
             if isinstance(result, Failure):
-                report.by_algo[result.algo + " FAIL"] += 1
+                report.by_algo[result.algo + kind + " FAIL"] += 1
                 is_error = result.problems[0].startswith("ERROR")
                 (report.errors if is_error else report.failures).append(result)
             else:
-                report.by_algo[result[0]] += 1
+                report.by_algo[result[0] + kind] += 1
         if on_draw:
             on_draw(report)
     report.seconds = time.perf_counter() - start
