@@ -63,3 +63,17 @@ def test_verify_repro_rejects_a_bad_spec(capsys):
     assert main(["verify", "--repro", "n=1 c=2"]) == 2
     out = capsys.readouterr().out
     assert "bad --repro spec" in out and "missing field(s)" in out and "'k'" in out
+
+
+def test_bench_host_and_more_suites(tmp_path):
+    """The host-overhead and issue-12 suites run end to end (toy sizes, one case each)."""
+    args = ["bench", "--quick", "--suite", "host", "--suite", "more", "--out", str(tmp_path)]
+    args += ["--case", "dw3x3_96_56", "--case", "unet_up_2x2"]
+    assert main(args) == 0
+    rows = json.loads((tmp_path / "bench.json").read_text())["rows"]
+    assert {(r["suite"], r["case"]) for r in rows} == {
+        ("host", "dw3x3_96_56"),
+        ("more", "unet_up_2x2"),
+    }
+    assert {r["op"] for r in rows if r["suite"] == "more"} == {"fwd", "bwd"}
+    assert all(r["ours_ms"] > 0 and r["ref_ms"] > 0 for r in rows)

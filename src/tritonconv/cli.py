@@ -135,6 +135,27 @@ def demo_checks() -> list[Check]:
             F.conv2d(xi, wi, padding="same"),
         )
     )
+    # The seed image upsampled 2x by a transposed convolution (the kernel as its weight), and
+    # a causal depthwise conv1d over its rows (Mamba's width-4 filter, SiLU).
+    checks.append(
+        _check(
+            "conv_transpose2d (2x up)",
+            "1×1×112×112 → 224×224, 3×3 s2 p1 op1",
+            lambda: tc.conv_transpose2d(x, w, stride=2, padding=1, output_padding=1),
+            F.conv_transpose2d(x64, w64, stride=2, padding=1, output_padding=1),
+            reduction=9,
+        )
+    )
+    rows, taps = x[0, :, :16], torch.linspace(-1, 1, 4, dtype=torch.float64).repeat(16, 1)
+    checks.append(
+        _check(
+            "causal_conv1d + SiLU",
+            "16 rows × 112, width 4",
+            lambda: tc.causal_conv1d(rows, taps.float().to(DEVICE), activation="silu"),
+            F.silu(F.conv1d(x64[0, :, :16], taps[:, None], padding=3, groups=16)[..., :112]),
+            reduction=4,
+        )
+    )
     return checks
 
 

@@ -1,0 +1,122 @@
+"""Suite ``more``: conv1d, conv_transpose2d and causal_conv1d against PyTorch (issue 12).
+
+Cases from the networks these ops serve: a wav2vec2-style feature-encoder conv1d, a UNet decoder's
+2x2/stride-2 transposed convolution and a GAN generator's 4x4/stride-2 one, and a Mamba block's
+causal depthwise conv1d (width 4, SiLU). Forward and backward (every input's gradient), ours
+(``algo="auto"``) against PyTorch on the same inputs (``cudnn.benchmark`` on, TF32 off for fp32);
+the causal reference is the causal-conv1d package's formula in PyTorch
+(``F.conv1d(padding=width - 1)[..., :seqlen]``, then SiLU). ``Options.quick`` shrinks every case
+to a toy size (the CPU path).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from .. import functional
+from ..testing import DEVICE
+from . import Options, Row, suite, time_ms
+from .conv import CONV_REF, exact_fp32
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    shape: str
+    make: Callable[[bool, torch.dtype], tuple]  # (quick, dtype) -> tensors
+    ours: Callable
+    ref: Callable
+
+
+def _t(shape, dtype, scale=1.0):
+    return (torch.randn(shape, device=DEVICE) * scale).to(dtype).requires_grad_()
+
+
+def _causal_ref(x, w, b):
+    width = w.shape[1]
+    y = F.conv1d(x, w.unsqueeze(1), b, padding=width - 1, groups=w.shape[0])
+    return F.silu(y[..., : x.shape[-1]])
+
+
+CASES = [
+    Case(
+        "wav2vec_conv1d",
+        "N4 C512 L3199 → K512 k3 s2",
+        lambda q, dt: (
+            _t((1, 8, 64) if q else (4, 512, 3199), dt),
+            _t((8, 8, 3) if q else (512, 512, 3), dt, 0.05),
+            None,
+        ),
+        lambda x, w, b: functional.conv1d(x, w, b, stride=2),
+        lambda x, w, b: F.conv1d(x, w, b, stride=2),
+    ),
+    Case(
+        "unet_up_2x2",
+        "N8 C128 64² → C64 2×2 s2",
+        lambda q, dt: (
+            _t((1, 4, 6, 6) if q else (8, 128, 64, 64), dt),
+            _t((4, 2, 2, 2) if q else (128, 64, 2, 2), dt, 0.1),
+            _t((2,) if q else (64,), dt),
+        ),
+        lambda x, w, b: functional.conv_transpose2d(x, w, b, stride=2),
+        lambda x, w, b: F.conv_transpose2d(x, w, b, stride=2),
+    ),
+    Case(
+        "gan_up_4x4",
+        "N16 C256 16² → C128 4×4 s2 p1",
+        lambda q, dt: (
+            _t((1, 4, 5, 5) if q else (16, 256, 16, 16), dt),
+            _t((4, 2, 4, 4) if q else (256, 128, 4, 4), dt, 0.05),
+            None,
+        ),
+        lambda x, w, b: functional.conv_transpose2d(x, w, b, stride=2, padding=1),
+        lambda x, w, b: F.conv_transpose2d(x, w, b, stride=2, padding=1),
+    ),
+    Case(
+        "mamba_causal_conv1d",
+        "batch 8 dim 1536 seqlen 2048 width 4, SiLU",
+        lambda q, dt: (
+            _t((2, 4, 16) if q else (8, 1536, 2048), dt),
+            _t((4, 4) if q else (1536, 4), dt, 0.5),
+            _t((4,) if q else (1536,), dt),
+        ),
+        lambda x, w, b: functional.causal_conv1d(x, w, b, activation="silu"),
+        _causal_ref,
+    ),
+]
+
+
+def _timed(fn, inputs, opts: Options) -> tuple[float, float]:
+    """(forward ms, backward ms) of ``fn`` on ``inputs`` (a single input set)."""
+
+    def forward(_):
+        with torch.no_grad():
+            fn(*inputs)
+
+    fwd = time_ms(forward, 1, opts)
+    out = fn(*inputs)
+    grad = torch.randn_like(out)
+    leaves = [t for t in inputs if t is not None]
+    bwd = time_ms(lambda _: torch.autograd.grad(out, leaves, grad, retain_graph=True), 1, opts)
+    return fwd, bwd
+
+
+@suite("more")
+def more_suite(opts: Options) -> Iterator[Row]:
+    """conv1d, transposed conv2d and causal conv1d vs PyTorch, forward and backward."""
+    for name in opts.dtypes:
+        dtype = getattr(torch, name)
+        for case in CASES:
+            if not opts.wants(case.name):
+                continue
+            inputs = case.make(opts.quick, dtype)
+            with exact_fp32(dtype):
+                ours_f, ours_b = _timed(case.ours, inputs, opts)
+                ref_f, ref_b = _timed(case.ref, inputs, opts)
+            common = dict(suite="more", case=case.name, shape=case.shape, dtype=name)
+            yield Row(**common, op="fwd", ours_ms=ours_f, ref_ms=ref_f, ref_name=CONV_REF)
+            yield Row(**common, op="bwd", ours_ms=ours_b, ref_ms=ref_b, ref_name=CONV_REF)
