@@ -154,3 +154,20 @@ def test_transposed_errors(kwargs, message, device):
         tc.conv_transpose2d(x, w, **kwargs)
     with pytest.raises(tc.TritonConvError, match="expected input\\[1, 3, 5, 5\\] to have 4"):
         tc.conv_transpose2d(torch.randn(1, 3, 5, 5, device=device), w)
+
+
+def test_conv1d_and_causal_compile_to_one_graph(device):
+    x = torch.randn(2, 4, 9, dtype=torch.float64, device=device)
+    w = torch.randn(4, 2, 3, dtype=torch.float64, device=device)
+    taps = torch.randn(4, 3, dtype=torch.float64, device=device)
+
+    def f(x, w, taps):
+        return tc.conv1d(x, w, padding=1, groups=2) + tc.causal_conv1d(x, taps, activation="silu")
+
+    torch._dynamo.reset()
+    counter = CompileCounterWithBackend(BACKEND)
+    out = torch.compile(f, backend=counter, fullgraph=True)(x, w, taps)
+    assert counter.frame_count == 1
+    xc, wc, tc_ = x.cpu(), w.cpu(), taps.cpu()
+    causal = F.silu(F.conv1d(xc, tc_[:, None], padding=2, groups=4)[..., :9])
+    assert_close(out, F.conv1d(xc, wc, padding=1, groups=2) + causal)
