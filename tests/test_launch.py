@@ -116,7 +116,7 @@ def test_workspace_limit_is_part_of_the_plan(device):
 
 
 def test_plan_cache_is_bounded():
-    cache = plans.PlanCache("test", size=3)
+    cache = plans.BoundedCache("test", size=3)
     for i in range(10):
         assert plans.lookup(cache, lambda i=i: i, lambda i=i: -i) == -i
     assert len(cache) == 3

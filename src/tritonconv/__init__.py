@@ -20,7 +20,7 @@ from .functional import (
     unfold,
 )
 from .geometry import TritonConvError
-from .plans import clear_caches
+from .caches import clear_caches
 from .ops.conv_gemm import (
     DEFAULT_WORKSPACE_LIMIT,
     WorkspacePlan,

@@ -28,7 +28,7 @@ from .geometry import (
     shape_str,
 )
 from .ops import conv_gemm
-from .plans import PlanCache, lookup, tensor_key, values_key
+from .plans import BoundedCache, lookup, tensor_key, values_key
 
 #: Convolution algorithms ``conv2d(..., algo=...)`` accepts: the forward op of each, applied as
 #: ``autograd.run(op, input, weight, bias, stride, pad_before, pad_after, dilation, groups,
@@ -61,13 +61,13 @@ class Plan:
         self.replay = None
 
 
-_UNFOLD_PLANS = PlanCache("unfold")
-_FOLD_PLANS = PlanCache("fold")
-_CONV_PLANS = PlanCache("conv2d")
-_CONV1D_PLANS = PlanCache("conv1d")
-_TRANSPOSED_PLANS = PlanCache("conv_transpose2d")
-_TRANSPOSED1D_PLANS = PlanCache("conv_transpose1d")
-_CROP_PLANS = PlanCache("crop")
+_UNFOLD_PLANS = BoundedCache("unfold")
+_FOLD_PLANS = BoundedCache("fold")
+_CONV_PLANS = BoundedCache("conv2d")
+_CONV1D_PLANS = BoundedCache("conv1d")
+_TRANSPOSED_PLANS = BoundedCache("conv_transpose2d")
+_TRANSPOSED1D_PLANS = BoundedCache("conv_transpose1d")
+_CROP_PLANS = BoundedCache("crop")
 
 
 def unfold(input, kernel_size, dilation=1, padding=0, stride=1):

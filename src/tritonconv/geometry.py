@@ -286,23 +286,12 @@ class ConvArgs:
         return self.groups == self.in_channels
 
 
-def check_conv(
-    input: torch.Tensor,
-    weight: torch.Tensor,
-    bias: torch.Tensor | None,
-    stride,
-    padding,
-    dilation,
-    groups: int,
-    *,
-    ndim: int = 2,
-    op: str = "conv2d",
-) -> ConvArgs:
-    """Validate a ``F.conv{ndim}d`` call; return the normalised arguments."""
+def _check_conv_tensors(input, weight, bias, ndim: int, op: str) -> None:
+    """What every convolution checks first, in PyTorch's order: tensors, the input's rank, one
+    device, one dtype, a real dtype."""
     for name, t in (("input", input), ("weight", weight), ("bias", bias)):
         if t is not None and not isinstance(t, torch.Tensor):
             raise TritonConvError(f"{op}: {name} must be a Tensor, got {type(t).__name__}")
-    # The order of PyTorch's own checks, so that a call with several faults gets its error.
     if input.dim() not in (ndim + 1, ndim + 2):
         raise TritonConvError(
             f"Expected {ndim + 1}D (unbatched) or {ndim + 2}D (batched) input to {op}, "
@@ -316,9 +305,11 @@ def check_conv(
                 f"{op}: {name} has dtype {dtype_name(t.dtype)}; convolution needs a real "
                 "floating-point or integer dtype"
             )
-    check_stride_dilation(stride, dilation, ndim)
-    if not isinstance(padding, str):
-        _resolve_padding(padding, (), (), (), ndim)
+
+
+def _check_weight_and_groups(input, weight, groups, ndim: int, op: str, layout: str) -> None:
+    """The weight's rank and a positive ``groups``, with PyTorch's messages (``layout``: what
+    the weight's first two dimensions are)."""
     if weight.dim() < 3:
         raise TritonConvError(
             f"weight should have at least three dimensions, got weight of size "
@@ -330,10 +321,31 @@ def check_conv(
             f"Expected {batched_dim}-dimensional input for {weight.dim()}-dimensional weight"
             f"{shape_str(weight.shape)}, but got {input.dim()}-dimensional input of size "
             f"{shape_str(input.shape)} instead ({op} takes a {ndim + 2}-dimensional weight: "
-            "out_channels, in_channels/groups, *kernel_size)"
+            f"{layout}, *kernel_size)"
         )
     if isinstance(groups, bool) or not isinstance(groups, int) or groups <= 0:
         raise TritonConvError(f"non-positive groups is not supported, got groups={groups!r}")
+
+
+def check_conv(
+    input: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    stride,
+    padding,
+    dilation,
+    groups: int,
+    *,
+    ndim: int = 2,
+    op: str = "conv2d",
+) -> ConvArgs:
+    """Validate a ``F.conv{ndim}d`` call; return the normalised arguments."""
+    # The order of PyTorch's own checks, so that a call with several faults gets its error.
+    _check_conv_tensors(input, weight, bias, ndim, op)
+    check_stride_dilation(stride, dilation, ndim)
+    if not isinstance(padding, str):
+        _resolve_padding(padding, (), (), (), ndim)
+    _check_weight_and_groups(input, weight, groups, ndim, op, "out_channels, in_channels/groups")
     if weight.shape[0] < groups:
         raise TritonConvError(
             f"Given groups={groups}, expected weight to be at least {groups} at dimension 0, "
@@ -390,22 +402,7 @@ def check_conv_transpose(
     tensor (``depthwise``: one transposed output channel per group). ``pad_after`` is
     ``padding - output_padding``: the last ``output_padding`` rows are reached by no window
     (PyTorch writes them from the bias alone)."""
-    for name, t in (("input", input), ("weight", weight), ("bias", bias)):
-        if t is not None and not isinstance(t, torch.Tensor):
-            raise TritonConvError(f"{op}: {name} must be a Tensor, got {type(t).__name__}")
-    if input.dim() not in (ndim + 1, ndim + 2):
-        raise TritonConvError(
-            f"Expected {ndim + 1}D (unbatched) or {ndim + 2}D (batched) input to {op}, "
-            f"but got input of size: {shape_str(input.shape)}"
-        )
-    check_same_device(input=input, weight=weight, bias=bias)
-    check_same_dtype(Input=input, weight=weight, bias=bias)
-    for name, t in (("input", input), ("weight", weight), ("bias", bias)):
-        if t is not None and (t.dtype == torch.bool or t.is_complex()):
-            raise TritonConvError(
-                f"{op}: {name} has dtype {dtype_name(t.dtype)}; convolution needs a real "
-                "floating-point or integer dtype"
-            )
+    _check_conv_tensors(input, weight, bias, ndim, op)
     strides, dilations = check_stride_dilation(stride, dilation, ndim)
     if isinstance(padding, str):
         raise TritonConvError(f"{op}: padding must be an int or a tuple of ints, got {padding!r}")
@@ -418,20 +415,7 @@ def check_conv_transpose(
             "output padding must be smaller than either stride or dilation, but got "
             f"output_padding={list(extra)}, stride={list(strides)}, dilation={list(dilations)}"
         )
-    if weight.dim() < 3:
-        raise TritonConvError(
-            f"weight should have at least three dimensions, got weight of size "
-            f"{shape_str(weight.shape)}"
-        )
-    if weight.dim() != ndim + 2:
-        raise TritonConvError(
-            f"Expected {weight.dim()}-dimensional input for {weight.dim()}-dimensional weight"
-            f"{shape_str(weight.shape)}, but got {input.dim()}-dimensional input of size "
-            f"{shape_str(input.shape)} instead ({op} takes a {ndim + 2}-dimensional weight: "
-            "in_channels, out_channels/groups, *kernel_size)"
-        )
-    if isinstance(groups, bool) or not isinstance(groups, int) or groups <= 0:
-        raise TritonConvError(f"non-positive groups is not supported, got groups={groups!r}")
+    _check_weight_and_groups(input, weight, groups, ndim, op, "in_channels, out_channels/groups")
     batched = input.dim() == ndim + 2
     shape = tuple(input.shape) if batched else (1, *input.shape)
     batch, in_channels = shape[0], shape[1]

@@ -38,6 +38,7 @@ import threading
 import torch
 
 from ._runtime import INTERPRETER
+from .caches import BoundedCache
 
 # Tensor types the kernels may read directly (anything else is a tracing or subclass tensor).
 PLAIN_TENSOR_TYPES = (torch.Tensor, torch.nn.Parameter)
@@ -57,42 +58,10 @@ def tracing(*tensors: torch.Tensor | None) -> bool:
     return not is_plain(*tensors) or torch._C._len_torch_dispatch_stack() > 0
 
 
-class _LaunchCache:
-    """Compiled kernels by launch signature: bounded (oldest entries dropped first) and safe
-    with several threads (a lost race compiles nothing twice: Triton caches too)."""
-
-    def __init__(self, size: int):
-        self.size = size
-        self.entries: dict = {}
-        self.lock = threading.Lock()
-
-    def get(self, key):
-        return self.entries.get(key)
-
-    def put(self, key, value) -> None:
-        with self.lock:
-            while len(self.entries) >= self.size:
-                self.entries.pop(next(iter(self.entries)))
-            self.entries[key] = value
-
-    def clear(self) -> None:
-        with self.lock:
-            self.entries.clear()
-
-
-_cache = _LaunchCache(LAUNCH_CACHE_SIZE)
+# Compiled kernels by launch signature (a lost race compiles nothing twice: Triton caches too).
+_cache = BoundedCache("compiled kernels", LAUNCH_CACHE_SIZE)
 # Launch options of ``kernel[grid](..., num_warps=...)``: not kernel parameters.
 _OPTIONS = frozenset({"num_warps", "num_stages", "num_ctas", "maxnreg", "enable_fp_fusion"})
-
-
-def clear_launch_caches() -> None:
-    """Forget every cached compiled kernel and launch plan (Triton's own cache is untouched)."""
-    _cache.clear()
-    for plans in _plan_caches:
-        plans.clear()
-
-
-_plan_caches: list[_LaunchCache] = []
 
 
 try:  # where Triton keeps its launch hooks: ``knobs.runtime`` (3.4+) or CompiledKernel
@@ -352,8 +321,7 @@ def launch_plan(fn):
     given or allocated. Positional arguments: tensors, None, lists or hashable values (keywords
     are bound to positions). Calls nested in another planned function's recording run
     unplanned, so the outer recording sees their launches."""
-    plans = _LaunchCache(LAUNCH_CACHE_SIZE)
-    _plan_caches.append(plans)
+    plans = BoundedCache(f"launch plans of {fn.__qualname__}", LAUNCH_CACHE_SIZE)
     signature = inspect.signature(fn)
 
     @functools.wraps(fn)

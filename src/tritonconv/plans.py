@@ -8,60 +8,18 @@ plan of a signature or builds it; a build that raises (bad input) caches nothing
 first. Under ``torch.compile`` nothing is cached: shapes may be symbolic, and Dynamo runs the
 build once while tracing anyway.
 
-Each cache is bounded (oldest entries dropped first) and safe with several threads: lookups
-are single dictionary reads, insertions hold a lock, and two threads racing to build one plan
-build equal plans.
+Each cache is a :class:`caches.BoundedCache` (bounded, thread-safe; ``clear_caches`` empties it).
 """
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 
 import torch
 
-from .launch import clear_launch_caches
+from .caches import BoundedCache, clear_caches
 
-#: Entries per cache: distinct call signatures (a network has tens to hundreds of layers).
-PLAN_CACHE_SIZE = 4096
-
-_caches: list[PlanCache] = []
-
-
-class PlanCache:
-    """A bounded, thread-safe map from call signature to plan."""
-
-    def __init__(self, name: str, size: int = PLAN_CACHE_SIZE):
-        self.name = name
-        self.size = size
-        self.entries: dict = {}
-        self.lock = threading.Lock()
-        _caches.append(self)
-
-    def __len__(self) -> int:
-        return len(self.entries)
-
-    def get(self, key):
-        return self.entries.get(key)
-
-    def put(self, key, plan) -> None:
-        with self.lock:
-            while len(self.entries) >= self.size:
-                self.entries.pop(next(iter(self.entries)))
-            self.entries[key] = plan
-
-    def clear(self) -> None:
-        with self.lock:
-            self.entries.clear()
-
-
-def clear_caches() -> None:
-    """Forget every cached plan, launch plan and compiled-kernel handle (Triton's own on-disk
-    and in-memory caches are untouched). Never needed for correctness: every cache is keyed by
-    all it depends on; for tests that patch internals, and to measure a first call."""
-    for cache in _caches:
-        cache.clear()
-    clear_launch_caches()
+__all__ = ["BoundedCache", "clear_caches", "lookup", "tensor_key", "values_key"]
 
 
 def tensor_key(t) -> tuple | None:
@@ -81,7 +39,7 @@ def values_key(values: tuple) -> str:
     return repr(values)
 
 
-def lookup(cache: PlanCache, make_key: Callable[[], tuple], build: Callable[[], object]):
+def lookup(cache: BoundedCache, make_key: Callable[[], tuple], build: Callable[[], object]):
     """The plan of the call whose signature ``make_key()`` returns, built by ``build()`` on a
     miss. Uncached while torch.compile traces, or when the arguments are not hashable or not
     what a key expects (``build`` then validates them and raises the real error)."""

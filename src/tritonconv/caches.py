@@ -1,0 +1,49 @@
+"""The caches behind the per-call work tritonconv skips, and the one switch that empties them.
+
+Every cache (plans by call signature, launch plans, compiled-kernel handles) is a
+:class:`BoundedCache`: bounded (the oldest entries are dropped first) and safe with several
+threads (lookups are single dictionary reads, insertions hold a lock, and two threads racing to
+build one entry build equal entries). Each registers itself, so :func:`clear_caches` reaches
+all of them.
+"""
+
+from __future__ import annotations
+
+import threading
+
+_ALL: list[BoundedCache] = []
+
+
+class BoundedCache:
+    """A bounded, thread-safe map (see the module docstring)."""
+
+    def __init__(self, name: str, size: int = 4096):
+        self.name = name
+        self.size = size
+        self.entries: dict = {}
+        self.lock = threading.Lock()
+        _ALL.append(self)
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def get(self, key):
+        return self.entries.get(key)
+
+    def put(self, key, value) -> None:
+        with self.lock:
+            while len(self.entries) >= self.size:
+                self.entries.pop(next(iter(self.entries)))
+            self.entries[key] = value
+
+    def clear(self) -> None:
+        with self.lock:
+            self.entries.clear()
+
+
+def clear_caches() -> None:
+    """Forget every cached plan, launch plan and compiled-kernel handle (Triton's own on-disk
+    and in-memory caches are untouched). Never needed for correctness: every cache is keyed by
+    all it depends on; for tests that patch internals, and to measure a first call."""
+    for cache in _ALL:
+        cache.clear()
