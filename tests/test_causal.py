@@ -81,3 +81,8 @@ def test_causal_errors(device):
         tc.causal_conv1d(x, w, initial_states=torch.zeros(1, 3, 2, device=device))
     with pytest.raises(tc.TritonConvError, match="fewer than width - 1"):
         tc.causal_conv1d_update(x[..., 0], torch.zeros(1, 3, 2, device=device), w)
+
+
+def test_causal_rank_error_is_clear(device):
+    with pytest.raises(tc.TritonConvError, match="x must be"):
+        tc.causal_conv1d(torch.randn(4, device=device), torch.randn(4, 3, device=device))

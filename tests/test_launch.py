@@ -219,3 +219,56 @@ def test_tf32_setting_is_part_of_every_plan(device):
         else:  # TF32: about 10 mantissa bits
             assert (y.double().cpu() - expected).abs().max() < 5e-2 * expected.abs().max()
     assert len(functional._CONV_PLANS) == before + 2
+
+
+def test_plans_do_not_keep_tensors_alive(device):
+    """A cached plan records shapes and slots, never the recording call's tensors."""
+    import gc
+    import weakref
+
+    for algo in ("direct", "im2col_gemm", "depthwise"):
+        x = torch.randn(2, 4, 8, 8, device=device)
+        w = torch.randn(4, 1 if algo == "depthwise" else 4, 3, 3, device=device)
+        groups = 4 if algo == "depthwise" else 1
+        with torch.no_grad():
+            y = tc.conv2d(x, w, padding=1, groups=groups, algo=algo)
+            tc.conv2d(x.clone(), w, padding=1, groups=groups, algo=algo)  # a replay
+        refs = [weakref.ref(t) for t in (x, y)]
+        del x, y
+        gc.collect()
+        assert all(r() is None for r in refs), algo
+
+
+def test_strided_bias(device):
+    """A bias that is a strided view is read right (the kernels read a dense vector)."""
+    base = torch.randn(12, dtype=torch.float64)
+    x = torch.randn(2, 6, 7, 7, dtype=torch.float64)
+    for algo, w in (
+        ("direct", torch.randn(6, 3, 3, 3, dtype=torch.float64)),
+        ("im2col_gemm", torch.randn(6, 3, 3, 3, dtype=torch.float64)),
+        ("depthwise", torch.randn(6, 1, 3, 3, dtype=torch.float64)),
+    ):
+        groups = 6 if algo == "depthwise" else 2
+        got = tc.conv2d(x.to(device), w.to(device), base[::2].to(device), groups=groups, algo=algo)
+        assert_close(got, F.conv2d(x, w, base[::2], groups=groups))
+    x1, w1 = torch.randn(2, 6, 9, dtype=torch.float64), torch.randn(6, 6, 3, dtype=torch.float64)
+    assert_close(tc.conv1d(x1.to(device), w1.to(device), base[::2].to(device)),
+                 F.conv1d(x1, w1, base[::2]))  # fmt: skip
+    taps = torch.randn(6, 4, dtype=torch.float64)
+    got = tc.causal_conv1d(x1.to(device), taps.to(device), base[::2].to(device))
+    want = F.conv1d(x1, taps[:, None], base[::2], padding=3, groups=6)[..., :9]
+    assert_close(got, want)
+    with pytest.raises(tc.TritonConvError, match="contiguous bias"):
+        torch.ops.tritonconv.conv2d_direct(
+            x.to(device), w.to(device), base[::2].to(device), [1, 1], [0, 0], [0, 0], [1, 1], 6,
+            True,
+        )  # fmt: skip
+
+
+def test_conv1d_output_is_contiguous_like_pytorch(device):
+    """An (N, L, C)-stored input viewed as (N, C, L) gives a contiguous output, as F.conv1d."""
+    x = torch.randn(2, 7, 6, dtype=torch.float64).transpose(1, 2)
+    w = torch.randn(4, 6, 3, dtype=torch.float64)
+    got = tc.conv1d(x.to(device), w.to(device))
+    assert got.is_contiguous()
+    assert_close(got, F.conv1d(x, w))

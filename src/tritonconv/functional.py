@@ -303,11 +303,13 @@ def _convolution(cache, ndim: int, input, weight, bias, options, *, transposed=F
         lambda: _conv_plan(input, weight, bias, *options, ndim=ndim, transposed=transposed),
     )
     x = input if plan.batched else input.unsqueeze(0)
+    if bias is not None:  # the kernels read the bias densely
+        bias = bias.contiguous()
     if ndim == 1:
         x, weight = x.unsqueeze(2), weight.unsqueeze(2)
     out = autograd.run(plan.op, x, weight, bias, *plan.params, plan=plan)
-    if ndim == 1:
-        out = out.squeeze(2)
+    if ndim == 1:  # as F.conv1d: a contiguous output whatever the input's strides
+        out = out.squeeze(2).contiguous()
     return out if plan.batched else out.squeeze(0)
 
 
@@ -421,6 +423,11 @@ def _check_causal(x, weight, bias, activation, op: str):
         raise TritonConvError(
             f"{op}: weight must be (dim, width), got weight of size {shape_str(weight.shape)}"
         )
+    if x.dim() not in (2, 3):
+        raise TritonConvError(
+            f"{op}: x must be (batch, dim, seqlen) (or (batch, dim) for one decoding step), got "
+            f"x of size {shape_str(x.shape)}"
+        )
     dim = weight.shape[0]
     if x.shape[1] != dim:
         raise TritonConvError(
@@ -447,6 +454,7 @@ def _depthwise_line(x, weight, bias, pad_before: int):
     ``pad_before`` zeros (none on the right): the depthwise kernels on a height-1 plane."""
     dim, width = weight.shape
     params = ([1, 1], [0, pad_before], [0, 0], [1, 1], dim, True)
+    bias = bias.contiguous() if bias is not None else None  # the kernels read it densely
     out = autograd.run(
         library.conv2d_direct, x.unsqueeze(2), weight.reshape(dim, 1, 1, width), bias, *params
     )

@@ -215,7 +215,8 @@ class _Launch:
 
     def __init__(self, kernel, grid, args, meta, slots):
         self.kernel, self.grid, self.meta = kernel, grid, meta
-        self.template = list(args)
+        # No tensor is kept: a cached plan must not pin the recording call's memory.
+        self.template = [None if isinstance(a, torch.Tensor) else a for a in args]
         self.slots = slots  # [(position in args, index in the table)]
         self.compiled: dict = {}
 

@@ -21,7 +21,7 @@ import torch
 from torch import Tensor
 
 from ._runtime import INTERPRETER
-from .geometry import make_geometry, window_geometry
+from .geometry import TritonConvError, make_geometry, window_geometry
 from .launch import allocate, launch_plan, tracing
 from .ops import conv_gemm, depthwise, direct
 from .ops import crop as crop_ops
@@ -53,6 +53,12 @@ class Op:
         ):
             return self.traced(*args)
         return self.impl(*args)
+
+
+def _dense_bias(bias: Tensor | None) -> None:
+    """The kernels read the bias as a dense vector (the public functions pass one)."""
+    if bias is not None and bias.dim() == 1 and bias.shape[0] > 1 and bias.stride(0) != 1:
+        raise TritonConvError("tritonconv ops need a contiguous bias (pass bias.contiguous())")
 
 
 def _nothing(like: Tensor) -> Tensor:
@@ -118,6 +124,7 @@ def conv2d_gemm(
     groups: int,
     workspace_limit: int,
 ) -> Tensor:
+    _dense_bias(bias)
     geometry = _conv_geometry(input.shape, weight.shape, stride, pad_before, pad_after, dilation)
     return conv_gemm.conv2d_forward(input, weight, bias, geometry, groups, workspace_limit)
 
@@ -163,6 +170,7 @@ def conv2d_direct(
     groups: int,
     depthwise_kernels: bool,
 ) -> Tensor:
+    _dense_bias(bias)
     geometry = _conv_geometry(input.shape, weight.shape, stride, pad_before, pad_after, dilation)
     if depthwise_kernels:
         return depthwise.depthwise_forward(input, weight, bias, geometry)
