@@ -15,7 +15,7 @@
 # go to $OUT (the device tool's folder) or bench-out/.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-export PYTHONPATH=src PYTHONUNBUFFERED=1 COLUMNS=160
+export PYTHONPATH=src${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 COLUMNS=160
 OUT_DIR=${OUT:-bench-out}
 mkdir -p "$OUT_DIR"
 SUITES=${SUITES:-"conv im2col direct crop host more"}

@@ -242,6 +242,8 @@ def test_plans_do_not_keep_tensors_alive(device):
 def test_strided_bias(device):
     """A bias that is a strided view is read right (the kernels read a dense vector)."""
     base = torch.randn(12, dtype=torch.float64)
+    strided = base.to(device)[::2]  # made on the device: .to() would make it contiguous
+    assert not strided.is_contiguous()
     x = torch.randn(2, 6, 7, 7, dtype=torch.float64)
     for algo, w in (
         ("direct", torch.randn(6, 3, 3, 3, dtype=torch.float64)),
@@ -249,20 +251,18 @@ def test_strided_bias(device):
         ("depthwise", torch.randn(6, 1, 3, 3, dtype=torch.float64)),
     ):
         groups = 6 if algo == "depthwise" else 2
-        got = tc.conv2d(x.to(device), w.to(device), base[::2].to(device), groups=groups, algo=algo)
+        got = tc.conv2d(x.to(device), w.to(device), strided, groups=groups, algo=algo)
         assert_close(got, F.conv2d(x, w, base[::2], groups=groups))
     x1, w1 = torch.randn(2, 6, 9, dtype=torch.float64), torch.randn(6, 6, 3, dtype=torch.float64)
-    assert_close(tc.conv1d(x1.to(device), w1.to(device), base[::2].to(device)),
-                 F.conv1d(x1, w1, base[::2]))  # fmt: skip
+    assert_close(tc.conv1d(x1.to(device), w1.to(device), strided), F.conv1d(x1, w1, base[::2]))
     taps = torch.randn(6, 4, dtype=torch.float64)
-    got = tc.causal_conv1d(x1.to(device), taps.to(device), base[::2].to(device))
+    got = tc.causal_conv1d(x1.to(device), taps.to(device), strided)
     want = F.conv1d(x1, taps[:, None], base[::2], padding=3, groups=6)[..., :9]
     assert_close(got, want)
     with pytest.raises(tc.TritonConvError, match="contiguous bias"):
         torch.ops.tritonconv.conv2d_direct(
-            x.to(device), w.to(device), base[::2].to(device), [1, 1], [0, 0], [0, 0], [1, 1], 6,
-            True,
-        )  # fmt: skip
+            x.to(device), w.to(device), strided, [1, 1], [0, 0], [0, 0], [1, 1], 6, True
+        )
 
 
 def test_conv1d_output_is_contiguous_like_pytorch(device):
