@@ -17,6 +17,12 @@ settings.load_profile(
 )
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _private_choice_cache(tmp_path_factory):
+    """Measured algorithm choices (benchmark mode) go to a temporary folder, not ~/.cache."""
+    os.environ["TRITONCONV_CACHE_DIR"] = str(tmp_path_factory.mktemp("choices"))
+
+
 @pytest.fixture
 def device():
     return DEVICE

@@ -16,11 +16,13 @@ from .functional import (
     conv_transpose1d,
     conv_transpose2d,
     crop,
+    explain,
     fold,
     unfold,
 )
 from .geometry import TritonConvError
 from .caches import clear_caches
+from .choice import Choice, set_benchmark
 from .ops.conv_gemm import (
     DEFAULT_WORKSPACE_LIMIT,
     WorkspacePlan,
@@ -34,6 +36,7 @@ __all__ = [
     "CONV_ALGOS",
     "DEFAULT_WORKSPACE_LIMIT",
     "INTERPRETER",
+    "Choice",
     "TritonConvError",
     "WorkspacePlan",
     "causal_conv1d",
@@ -45,9 +48,11 @@ __all__ = [
     "conv_transpose1d",
     "conv_transpose2d",
     "crop",
+    "explain",
     "fold",
     "get_workspace_limit",
     "nn",
+    "set_benchmark",
     "set_workspace_limit",
     "unfold",
 ]

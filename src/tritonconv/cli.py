@@ -1,10 +1,12 @@
-"""The ``tritonconv`` command: ``demo | verify | bench | info``.
+"""The ``tritonconv`` command: ``demo | verify | bench | explain | info``.
 
 * ``demo``: the built-in example (DESIGN.md's reference case) through every op, compared with
   PyTorch, as a table. Works on CPU (Triton's interpreter) and on a GPU.
 * ``verify``: random geometries through every op against float64 / exact references; exits 1 on
   any mismatch.
 * ``bench``: tritonconv against cuDNN / PyTorch on named suites; writes JSON and Markdown.
+* ``explain``: which algorithm ``algo="auto"`` runs for one convolution, and why (measured and
+  cached on disk with ``--benchmark``).
 * ``info``: versions, device, where kernels run, algorithms, workspace limit.
 """
 
@@ -406,6 +408,43 @@ def cmd_info(args) -> int:
     return 0
 
 
+def _ints(text: str) -> tuple[int, ...]:
+    return tuple(int(v) for v in text.replace("x", ",").split(",") if v)
+
+
+def cmd_explain(args) -> int:
+    """Which algorithm ``algo="auto"`` picks for one convolution, and why."""
+    from .testing import DEVICE
+
+    dtype = getattr(torch, args.dtype)
+    fmt = torch.channels_last if args.channels_last else torch.contiguous_format
+    try:
+        x = torch.zeros(_ints(args.input), dtype=dtype, device=DEVICE)
+        if args.channels_last:
+            x = x.contiguous(memory_format=fmt)
+        w = torch.zeros(_ints(args.weight), dtype=dtype, device=DEVICE)
+        if args.benchmark:
+            tc.set_benchmark(True)
+        padding = args.padding if args.padding in ("same", "valid") else _ints(args.padding)
+        found = tc.explain(
+            x,
+            w,
+            None,
+            _ints(args.stride),
+            padding,
+            _ints(args.dilation),
+            args.groups,
+            transposed=args.transposed,
+            output_padding=_ints(args.output_padding),
+        )
+    except (ValueError, RuntimeError) as e:
+        console.print(f"[red]{escape(str(e))}[/]")
+        return 2
+    op = "conv_transpose" if args.transposed else "conv"
+    console.print(f"{op}{w.dim() - 2}d input {list(x.shape)} weight {list(w.shape)}: {found}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="tritonconv", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -432,6 +471,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help="toy shapes, few repetitions")
     p.add_argument("--out", default="bench-out", help="folder for bench.json and bench.md")
     p.set_defaults(fn=cmd_bench)
+    p = sub.add_parser("explain", help="which algorithm a convolution runs, and why")
+    p.add_argument("input", help="input shape, e.g. 8,64,56,56 (or 8x64x56x56)")
+    p.add_argument("weight", help="weight shape, e.g. 128,64,3,3")
+    p.add_argument("--stride", default="1")
+    p.add_argument("--padding", default="0", help="int(s), 'same' or 'valid'")
+    p.add_argument("--dilation", default="1")
+    p.add_argument("--groups", type=int, default=1)
+    p.add_argument("--dtype", default="float32")
+    p.add_argument("--channels-last", action="store_true")
+    p.add_argument("--transposed", action="store_true", help="a transposed convolution")
+    p.add_argument("--output-padding", default="0")
+    p.add_argument("--benchmark", action="store_true", help="measure (and cache) the choice")
+    p.set_defaults(fn=cmd_explain)
     p = sub.add_parser("info", help="versions, device, algorithms")
     p.set_defaults(fn=cmd_info)
     args = parser.parse_args(argv)

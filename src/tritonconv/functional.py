@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from . import autograd, library
+from . import autograd, choice, library
 from ._runtime import check_kernel_device
 from .geometry import (
     FLOAT_DTYPES,
@@ -27,6 +27,7 @@ from .geometry import (
     expand_param,
     shape_str,
 )
+from .launch import tracing
 from .ops import conv_gemm
 from .plans import BoundedCache, lookup, tensor_key, values_key
 
@@ -166,31 +167,19 @@ def _fold_plan(input, output_size, kernel_size, dilation, padding, stride) -> Pl
     return Plan(library.fold, params, args.batched, line)
 
 
-def _auto_algo(input: torch.Tensor, args) -> str:
-    """``algo="auto"``, by reasoning until GPU measurements say otherwise:
-
-    * integers: ``direct`` (the only exact integer path; cuBLAS/cuDNN have none);
-    * depthwise: ``depthwise`` (im2col+GEMM would write KH*KW copies of the input to feed
-      per-channel GEMMs of one row, while the depthwise kernels read the input once);
-    * at most 8 output channels per group: ``direct`` (columns cost more memory traffic than
-      the direct kernel's FMAs on so few filters, e.g. one 3x3 filter over an image);
-    * otherwise ``im2col_gemm`` (cuBLAS).
-    """
-    if input.dtype not in FLOAT_DTYPES:
-        return "direct"
-    if args.depthwise:
-        return "depthwise"
-    if args.out_per_group <= 8:
-        return "direct"
-    return "im2col_gemm"
+def _candidates(input: torch.Tensor, args) -> list[str]:
+    """Every algorithm that accepts the call."""
+    algos = ["im2col_gemm", "direct"] if input.dtype in FLOAT_DTYPES else ["direct"]
+    return [*algos, "depthwise"] if args.depthwise else algos
 
 
 def _choose_algo(algo: str, input: torch.Tensor, args, op: str = "conv2d") -> str:
-    """The algorithm that runs: ``algo`` itself, or for ``"auto"`` the best fit."""
+    """The algorithm that runs: ``algo`` itself, or for ``"auto"`` the heuristic's choice
+    (``_conv_plan`` measures instead when asked to)."""
     if algo not in CONV_ALGOS:
         raise TritonConvError(f"algo must be one of {list(CONV_ALGOS)}, got {algo!r}")
     if algo == "auto":
-        algo = _auto_algo(input, args)
+        return choice.heuristic(input.dtype, args, _candidates(input, args)).algo
     if algo == "depthwise" and not args.depthwise:
         raise TritonConvError(
             f"{op}: algo='depthwise' needs one channel per group on the convolution's input "
@@ -314,41 +303,104 @@ def _convolution(cache, ndim: int, input, weight, bias, options, *, transposed=F
 
 
 def _conv_plan(input, weight, bias, *options, ndim: int, transposed: bool) -> Plan:
+    args, algo, name, limit = _validated(input, weight, bias, options, ndim, transposed)
+    params = _params(args, ndim, transposed, limit)
+    if algo == "auto":
+        algo = _auto(input, weight, bias, args, params, name, ndim, transposed).algo
+    ops = TRANSPOSED_OPS if transposed else CONV_OPS
+    return Plan(ops[algo], params(algo), args.batched)
+
+
+def _validated(input, weight, bias, options, ndim: int, transposed: bool):
+    """(args, algo as asked, op name, workspace limit) of a validated convolution call."""
     name = f"conv{'_transpose' if transposed else ''}{ndim}d"
     if transposed:
         stride, padding, output_padding, groups, dilation, algo, workspace_limit = options
         args = check_conv_transpose(
-            input,
-            weight,
-            bias,
-            stride,
-            padding,
-            output_padding,
-            groups,
-            dilation,
-            ndim=ndim,
-            op=name,
-        )
+            input, weight, bias, stride, padding, output_padding, groups, dilation,
+            ndim=ndim, op=name,
+        )  # fmt: skip
     else:
         stride, padding, dilation, groups, algo, workspace_limit = options
         args = check_conv(
             input, weight, bias, stride, padding, dilation, groups, ndim=ndim, op=name
         )
     limit = _workspace(workspace_limit)
-    algo = _choose_algo(algo, input, args, name)
+    if algo != "auto":
+        _choose_algo(algo, input, args, name)  # rejects an unknown or unfit algorithm
     for arg, t in (("input", input), ("weight", weight), ("bias", bias)):
         if t is not None:
             check_kernel_device(t, arg)
+    return args, algo, name, limit
+
+
+def _params(args, ndim: int, transposed: bool, limit: int):
+    """``params(algo)``: the op's arguments after the tensors, for each algorithm."""
     g = args.geometry
     stride, before, after, dil = g.stride, g.pad_before, g.pad_after, g.dilation
     if ndim == 1:  # a height-1 plane: unit stride and dilation, no padding along the height
         stride, before, after, dil = (1, *stride), (0, *before), (0, *after), (1, *dil)
-    params = [list(stride), list(before), list(after), list(dil), groups]
+    common = [list(stride), list(before), list(after), list(dil), args.groups]
     if transposed:  # the transposed convolution's output size
-        params.append(([1] if ndim == 1 else []) + list(g.input))
-    params.append({"im2col_gemm": limit, "direct": False, "depthwise": True}[algo])
+        common.append(([1] if ndim == 1 else []) + list(g.input))
+
+    def params(algo: str) -> tuple:
+        return (*common, {"im2col_gemm": limit, "direct": False, "depthwise": True}[algo])
+
+    return params
+
+
+def _auto(input, weight, bias, args, params, name, ndim, transposed) -> choice.Choice:
+    """``algo="auto"``: measured when asked for (not while torch.compile traces: then a
+    measured choice already on record, else the heuristic), else the heuristic."""
+    candidates = _candidates(input, args)
+    rule = choice.heuristic(input.dtype, args, candidates)
+    if not choice.benchmark_enabled() or len(candidates) == 1:
+        return rule
+    x = input if args.batched else input.unsqueeze(0)
+    w = weight
+    if ndim == 1:
+        x, w = x.unsqueeze(2), weight.unsqueeze(2)
+    key = repr(
+        (name, tuple(x.shape), x.stride(), str(x.dtype), tuple(w.shape), w.stride(),
+         bias is not None, params("direct")[:-1])
+    )  # fmt: skip
+    if torch.compiler.is_compiling() or tracing(input, weight, bias):
+        return choice.recorded(key, candidates) or rule
     ops = TRANSPOSED_OPS if transposed else CONV_OPS
-    return Plan(ops[algo], tuple(params), args.batched)
+    xs, ws, bs = choice.measure_inputs(x, w, bias)
+    return choice.measured(key, candidates, lambda a: ops[a].impl(xs, ws, bs, *params(a)))
+
+
+def explain(
+    input,
+    weight,
+    bias=None,
+    stride=1,
+    padding=0,
+    dilation=1,
+    groups=1,
+    *,
+    transposed=False,
+    output_padding=0,
+    algo="auto",
+    workspace_limit=None,
+) -> choice.Choice:
+    """Which algorithm a convolution call runs, and why: the call is given as to
+    :func:`conv1d`/:func:`conv2d` (or, ``transposed=True``, :func:`conv_transpose1d`/``2d``);
+    its dimension comes from the weight's. With benchmark mode on (:func:`set_benchmark`,
+    ``TRITONCONV_BENCHMARK=1`` or ``torch.backends.cudnn.benchmark``) the answer is measured
+    (or read from the on-disk cache) exactly as the call itself would."""
+    ndim = weight.dim() - 2 if isinstance(weight, torch.Tensor) else 2
+    if transposed:
+        options = (stride, padding, output_padding, groups, dilation, algo, workspace_limit)
+    else:
+        options = (stride, padding, dilation, groups, algo, workspace_limit)
+    args, algo, name, limit = _validated(input, weight, bias, options, ndim, transposed)
+    if algo != "auto":
+        return choice.Choice(algo, "asked for (algo=...)")
+    params = _params(args, ndim, transposed, limit)
+    return _auto(input, weight, bias, args, params, name, ndim, transposed)
 
 
 def conv2d_workspace(

@@ -3,7 +3,7 @@
 A *plan* is everything the public functions decide before launching anything: validation,
 geometry, algorithm choice, the normalised arguments of the op. It depends only on the call's
 *signature*: every tensor's shape, strides, dtype and device, the values (and types) of the
-other arguments, and ``torch.backends.cudnn.allow_tf32``. :func:`lookup` returns the cached
+other arguments, ``torch.backends.cudnn.allow_tf32`` and the benchmark switch. :func:`lookup` returns the cached
 plan of a signature or builds it; a build that raises (bad input) caches nothing, so every bad call gets the same clear error as the
 first. Under ``torch.compile`` nothing is cached: shapes may be symbolic, and Dynamo runs the
 build once while tracing anyway.
@@ -18,6 +18,7 @@ from collections.abc import Callable
 import torch
 
 from .caches import BoundedCache, clear_caches
+from .choice import benchmark_enabled
 
 __all__ = ["BoundedCache", "clear_caches", "lookup", "tensor_key", "values_key"]
 
@@ -46,8 +47,9 @@ def lookup(cache: BoundedCache, make_key: Callable[[], tuple], build: Callable[[
     if torch.compiler.is_compiling():
         return build()
     try:
-        # allow_tf32 picks the fp32 dot precision of the kernels a plan may end up replaying
-        key = (make_key(), torch.backends.cudnn.allow_tf32)
+        # allow_tf32 picks the fp32 dot precision of the kernels a plan may end up replaying;
+        # the benchmark switch decides how "auto" chooses
+        key = (make_key(), torch.backends.cudnn.allow_tf32, benchmark_enabled())
         plan = cache.get(key)
     except (TypeError, AttributeError):
         return build()

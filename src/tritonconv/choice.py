@@ -1,0 +1,218 @@
+"""Which algorithm ``algo="auto"`` runs, and why (``tritonconv.explain``).
+
+Two ways to choose:
+
+* **Heuristic** (the default): rules from what each algorithm is good at, each with its reason.
+* **Measurement**, when asked for (``tritonconv.set_benchmark(True)``, the environment variable
+  ``TRITONCONV_BENCHMARK=1``, or ``torch.backends.cudnn.benchmark = True``, the switch PyTorch
+  users already set for cuDNN): every algorithm that accepts the call is timed on inputs of the
+  call's exact signature (shapes, strides, dtype, device; forward pass), and the fastest runs.
+  Measured choices are kept in memory and **on disk**, so a second process starts tuned: one
+  JSON file per GPU, Triton and PyTorch version in ``$TRITONCONV_CACHE_DIR`` (default
+  ``~/.cache/tritonconv``), updated under a file lock and replaced atomically, so several
+  processes (DDP ranks, parallel jobs) can share it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import statistics
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from .geometry import FLOAT_DTYPES
+
+_benchmark: bool | None = None  # None: follow the environment and cudnn.benchmark
+_BENCHMARK_ENV = os.environ.get("TRITONCONV_BENCHMARK", "") not in ("", "0")
+_lock = threading.Lock()
+_memory: dict[str, dict] = {}  # choices of this process, by key
+_loaded: set[Path] = set()
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The algorithm a call runs and why; ``timings`` (ms per algorithm) when measured."""
+
+    algo: str
+    reason: str
+    timings: dict = field(default_factory=dict)
+
+    def __str__(self) -> str:
+        text = f"{self.algo}: {self.reason}"
+        if self.timings:
+            text += " (" + ", ".join(f"{a} {t:.4g} ms" for a, t in self.timings.items()) + ")"
+        return text
+
+
+def set_benchmark(enabled: bool | None) -> None:
+    """Choose ``algo="auto"`` by measurement (True), by heuristic (False), or as the
+    environment and ``torch.backends.cudnn.benchmark`` say (None, the default)."""
+    global _benchmark
+    _benchmark = enabled
+
+
+def benchmark_enabled() -> bool:
+    if _benchmark is not None:
+        return _benchmark
+    return _BENCHMARK_ENV or bool(torch.backends.cudnn.benchmark)
+
+
+def heuristic(dtype: torch.dtype, args, candidates: list[str]) -> Choice:
+    """The rule-based choice (reasoned, until measurements say otherwise)."""
+    if dtype not in FLOAT_DTYPES:
+        return Choice("direct", "integer dtype: the only exact integer path (no cuBLAS/cuDNN)")
+    if args.depthwise and "depthwise" in candidates:
+        return Choice(
+            "depthwise",
+            "one input channel per group: the depthwise kernels read the input once, im2col "
+            "would write KH*KW copies to feed one-row GEMMs",
+        )
+    if args.out_per_group <= 8:
+        return Choice(
+            "direct",
+            f"{args.out_per_group} output channel(s) per group (<= 8): columns cost more "
+            "memory traffic than the direct kernel's FMAs on so few filters",
+        )
+    return Choice("im2col_gemm", f"{args.out_per_group} output channels per group: cuBLAS GEMM")
+
+
+# --------------------------------------------------------------------------------------------
+# measured choices and their on-disk cache
+# --------------------------------------------------------------------------------------------
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("TRITONCONV_CACHE_DIR", "~/.cache/tritonconv")).expanduser()
+
+
+def _machine() -> str:
+    import triton
+
+    device = torch.cuda.get_device_name() if torch.cuda.is_available() else "interpreter"
+    name = f"{device}-triton{triton.__version__}-torch{torch.__version__}"
+    return "".join(c if c.isalnum() or c in ".-" else "_" for c in name)
+
+
+def cache_file() -> Path:
+    return cache_dir() / f"choices-{_machine()}.json"
+
+
+@contextlib.contextmanager
+def _file_lock(path: Path):
+    """An exclusive lock on ``path`` + ``.lock`` across processes (POSIX; elsewhere none)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(str(path) + ".lock", "a+") as handle:
+        try:
+            import fcntl
+
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        except ImportError:  # pragma: no cover (not POSIX)
+            pass
+        yield
+
+
+def _read(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _load() -> None:
+    path = cache_file()
+    if path in _loaded:
+        return
+    with _lock:
+        for key, value in _read(path).items():
+            _memory.setdefault(key, value)
+        _loaded.add(path)
+
+
+def _store(key: str, entry: dict) -> None:
+    """Add one choice to the file: read, merge, write a temporary file, replace (atomic)."""
+    path = cache_file()
+    try:
+        with _file_lock(path):
+            data = _read(path)
+            data[key] = entry
+            temporary = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
+            temporary.write_text(json.dumps(data, indent=1, sort_keys=True))
+            os.replace(temporary, path)
+    except OSError:  # a read-only home: the choice still holds for this process
+        pass
+
+
+def forget_measurements() -> None:
+    """Forget this process's measured choices (the file stays; it is read again when needed)."""
+    with _lock:
+        _memory.clear()
+        _loaded.clear()
+
+
+def _make_like(t: torch.Tensor | None) -> torch.Tensor | None:
+    """A tensor of ``t``'s shape, strides, dtype and device with random values."""
+    if t is None:
+        return None
+    new = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device)
+    if t.dtype.is_floating_point:
+        return new.normal_()
+    return new.random_(-8, 8)
+
+
+def _time_ms(run, reps: int = 5) -> float:
+    run()  # compile and warm up
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+        times = []
+        for _ in range(reps):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            run()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end))
+        return statistics.median(times)
+    times = []
+    for _ in range(reps):
+        begin = time.perf_counter()
+        run()
+        times.append((time.perf_counter() - begin) * 1e3)
+    return statistics.median(times)
+
+
+def measured(key: str, candidates: list[str], run_algo) -> Choice:
+    """The fastest of ``candidates`` for the call ``key`` names; ``run_algo(algo)`` runs the
+    call once with that algorithm. Looked up in memory, then on disk, else measured and
+    stored."""
+    _load()
+    entry = _memory.get(key)
+    if entry is None or entry.get("algo") not in candidates:
+        with torch.no_grad():
+            timings = {algo: _time_ms(lambda a=algo: run_algo(a)) for algo in candidates}
+        best = min(timings, key=timings.get)
+        entry = {"algo": best, "timings": timings}
+        with _lock:
+            _memory[key] = entry
+        _store(key, entry)
+        return Choice(best, "fastest when measured", timings)
+    return Choice(entry["algo"], "fastest when measured (cached)", dict(entry["timings"]))
+
+
+def measure_inputs(*tensors):
+    """Fresh inputs with the signature of ``tensors`` (the caller's are never touched)."""
+    return [_make_like(t) for t in tensors]
+
+
+def recorded(key: str, candidates: list[str]) -> Choice | None:
+    """A measured choice on record (memory or disk) for ``key``, without measuring."""
+    _load()
+    entry = _memory.get(key)
+    if entry is None or entry.get("algo") not in candidates:
+        return None
+    return Choice(entry["algo"], "fastest when measured (cached)", dict(entry["timings"]))

@@ -1,0 +1,87 @@
+"""algo="auto": the heuristic's reasons, measured choices (benchmark mode) and their on-disk cache
+shared by processes, tritonconv.explain and the CLI."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import tritonconv as tc
+from tritonconv import choice
+from tritonconv.cli import main
+
+
+@pytest.fixture
+def cache_dir(tmp_path, monkeypatch):
+    """An empty on-disk cache, benchmark mode off afterwards, no choice left in memory."""
+    monkeypatch.setenv("TRITONCONV_CACHE_DIR", str(tmp_path))
+    choice.forget_measurements()
+    tc.clear_caches()
+    yield tmp_path
+    tc.set_benchmark(None)
+    choice.forget_measurements()
+    tc.clear_caches()
+
+
+def test_heuristic_reasons(device):
+    x = torch.randn(1, 8, 6, 6, device=device)
+    assert tc.explain(x, torch.randn(16, 8, 3, 3, device=device)).algo == "im2col_gemm"
+    assert tc.explain(x, torch.randn(4, 8, 3, 3, device=device)).algo == "direct"
+    dw = tc.explain(x, torch.randn(8, 1, 3, 3, device=device), groups=8)
+    assert dw.algo == "depthwise" and "read the input once" in dw.reason
+    xi, wi = x.long(), torch.zeros(16, 8, 3, 3, dtype=torch.long, device=device)
+    assert "integer" in tc.explain(xi, wi).reason
+    assert tc.explain(x, torch.randn(16, 8, 3, 3, device=device), algo="direct").algo == "direct"
+    t = tc.explain(x, torch.randn(8, 2, 3, 3, device=device), transposed=True, stride=2)
+    assert t.algo == "direct"
+
+
+def test_benchmark_mode_measures_once_and_a_new_process_reads_the_disk(
+    cache_dir, device, monkeypatch
+):
+    x = torch.randn(1, 8, 6, 6, device=device)
+    w = torch.randn(16, 8, 3, 3, device=device)
+    tc.set_benchmark(True)
+    first = tc.explain(x, w, padding=1)
+    assert set(first.timings) == {"im2col_gemm", "direct"}
+    assert first.algo == min(first.timings, key=first.timings.get)
+    stored = json.loads(choice.cache_file().read_text())
+    assert [v["algo"] for v in stored.values()] == [first.algo]
+    choice.forget_measurements()  # as a new process would start
+    monkeypatch.setattr(choice, "_time_ms", lambda run: pytest.fail("measured again"))
+    again = tc.explain(x, w, padding=1)
+    y = tc.conv2d(x, w, padding=1)  # the call itself uses the cached choice
+    assert again.algo == first.algo and "cached" in again.reason
+    assert y.shape == (1, 16, 6, 6)
+
+
+def test_processes_share_the_cache_file(cache_dir):
+    """Two processes adding choices at once: the file keeps both (lock + atomic replace)."""
+    code = (
+        "import sys; from tritonconv import choice\n"
+        "for i in range(20): choice._store(f'{sys.argv[1]}-{i}', {'algo': 'direct', 'timings': {}})\n"
+    )
+    procs = [subprocess.Popen([sys.executable, "-c", code, tag]) for tag in ("a", "b")]
+    assert all(p.wait(timeout=120) == 0 for p in procs)
+    keys = set(json.loads(choice.cache_file().read_text()))
+    assert keys == {f"{t}-{i}" for t in "ab" for i in range(20)}
+
+
+def test_plans_follow_the_benchmark_switch(cache_dir, device):
+    x = torch.randn(1, 8, 6, 6, device=device)
+    w = torch.randn(16, 8, 3, 3, device=device)
+    tc.conv2d(x, w)
+    tc.set_benchmark(True)
+    tc.conv2d(x, w)  # a new plan: measured
+    assert choice.cache_file().exists()
+
+
+def test_cli_explain(capsys):
+    assert main(["explain", "1,8,6,6", "8,1,3,3", "--groups", "8", "--padding", "1"]) == 0
+    assert "depthwise" in capsys.readouterr().out
+    assert main(["explain", "1,4,8", "8,2,3", "--groups", "2"]) == 0
+    assert "conv1d" in capsys.readouterr().out
+    assert main(["explain", "1,4,8,8", "4,3,3,3"]) == 2
+    assert "expected input" in capsys.readouterr().out
