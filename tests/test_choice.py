@@ -85,3 +85,21 @@ def test_cli_explain(capsys):
     assert "conv1d" in capsys.readouterr().out
     assert main(["explain", "1,4,8,8", "4,3,3,3"]) == 2
     assert "expected input" in capsys.readouterr().out
+
+
+def test_tune_measures_every_convolution_of_a_model(cache_dir, device):
+    model = torch.nn.Sequential(
+        tc.nn.Conv2d(4, 16, 3, padding=1), torch.nn.ReLU(), tc.nn.Conv2d(16, 16, 1)
+    ).to(device)
+    x = torch.randn(1, 4, 6, 6, device=device)
+    choices = tc.tune(model, x)
+    assert len(choices) == 2
+    assert all(set(c.timings) == {"im2col_gemm", "direct"} for c in choices.values())
+    assert not choice.benchmark_enabled()  # the switch is back where it was
+    assert len(json.loads(choice.cache_file().read_text())) == 2
+
+
+def test_cli_tune_without_torchvision(capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "torchvision", None)  # as if not installed
+    assert main(["tune", "resnet50"]) == 2
+    assert "pip install torchvision" in capsys.readouterr().out

@@ -22,7 +22,7 @@ from .functional import (
 )
 from .geometry import TritonConvError
 from .caches import clear_caches
-from .choice import Choice, set_benchmark
+from .choice import Choice, set_benchmark, tune
 from .ops.conv_gemm import (
     DEFAULT_WORKSPACE_LIMIT,
     WorkspacePlan,
@@ -54,6 +54,7 @@ __all__ = [
     "nn",
     "set_benchmark",
     "set_workspace_limit",
+    "tune",
     "unfold",
 ]
 __version__ = "0.1.0"

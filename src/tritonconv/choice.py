@@ -216,3 +216,27 @@ def recorded(key: str, candidates: list[str]) -> Choice | None:
     if entry is None or entry.get("algo") not in candidates:
         return None
     return Choice(entry["algo"], "fastest when measured (cached)", dict(entry["timings"]))
+
+
+def tune(model: torch.nn.Module, *example_inputs) -> dict[str, Choice]:
+    """Measure and record (in memory and on disk) the algorithm of every tritonconv
+    convolution ``model`` runs on ``example_inputs`` (one forward pass, no gradients), so later
+    calls, and later processes, start tuned. Returns the choices made, by call signature."""
+    global _benchmark
+    _load()
+    before = dict(_memory)
+    previous = _benchmark
+    _benchmark = True
+    try:
+        from .caches import clear_caches
+
+        clear_caches()  # plans made without measuring are re-planned
+        with torch.no_grad():
+            model(*example_inputs)
+    finally:
+        _benchmark = previous
+    return {
+        key: Choice(entry["algo"], "fastest when measured", dict(entry["timings"]))
+        for key, entry in _memory.items()
+        if before.get(key) is not entry
+    }

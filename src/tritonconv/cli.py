@@ -1,4 +1,4 @@
-"""The ``tritonconv`` command: ``demo | verify | bench | explain | info``.
+"""The ``tritonconv`` command: ``demo | verify | bench | explain | tune | info``.
 
 * ``demo``: the built-in example (DESIGN.md's reference case) through every op, compared with
   PyTorch, as a table. Works on CPU (Triton's interpreter) and on a GPU.
@@ -7,6 +7,7 @@
 * ``bench``: tritonconv against cuDNN / PyTorch on named suites; writes JSON and Markdown.
 * ``explain``: which algorithm ``algo="auto"`` runs for one convolution, and why (measured and
   cached on disk with ``--benchmark``).
+* ``tune``: measure and cache (on disk) the algorithms of a torchvision model's convolutions.
 * ``info``: versions, device, where kernels run, algorithms, workspace limit.
 """
 
@@ -445,6 +446,42 @@ def cmd_explain(args) -> int:
     return 0
 
 
+def cmd_tune(args) -> int:
+    """Pre-tune the convolutions of a torchvision model (``tritonconv.tune``)."""
+    from .testing import DEVICE
+
+    try:
+        import torchvision
+    except ImportError:
+        console.print("[red]tune needs torchvision: pip install torchvision (or .[bench])[/]")
+        return 2
+    factory = getattr(torchvision.models, args.model, None) or getattr(
+        torchvision.models.video, args.model, None
+    )
+    if factory is None:
+        console.print(f"[red]no torchvision model {args.model!r}[/]")
+        return 2
+    dtype = getattr(torch, args.dtype)
+    model = tc.nn.convert(factory()).to(DEVICE, dtype).eval()
+    x = torch.randn(_ints(args.input), device=DEVICE, dtype=dtype)
+    if args.channels_last and x.dim() == 4:
+        model, x = (
+            model.to(memory_format=torch.channels_last),
+            x.contiguous(memory_format=torch.channels_last),
+        )
+    choices = tc.tune(model, x)
+    for key, found in choices.items():
+        console.print(f"{escape(key)}: {found}")
+    console.print(f"{len(choices)} convolution(s) tuned; choices in {choice_file()}")
+    return 0
+
+
+def choice_file():
+    from .choice import cache_file
+
+    return cache_file()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="tritonconv", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -484,6 +521,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--output-padding", default="0")
     p.add_argument("--benchmark", action="store_true", help="measure (and cache) the choice")
     p.set_defaults(fn=cmd_explain)
+    p = sub.add_parser("tune", help="measure and cache the algorithms of a torchvision model")
+    p.add_argument("model", help="torchvision model name, e.g. resnet50")
+    p.add_argument("--input", default="8,3,224,224", help="input shape")
+    p.add_argument("--dtype", default="float32")
+    p.add_argument("--channels-last", action="store_true")
+    p.set_defaults(fn=cmd_tune)
     p = sub.add_parser("info", help="versions, device, algorithms")
     p.set_defaults(fn=cmd_info)
     args = parser.parse_args(argv)
