@@ -25,7 +25,7 @@ def cache_dir(tmp_path, monkeypatch):
     tc.clear_caches()
 
 
-def test_heuristic_reasons(device):
+def test_heuristic_reasons(cache_dir, device):
     x = torch.randn(1, 8, 6, 6, device=device)
     assert tc.explain(x, torch.randn(16, 8, 3, 3, device=device)).algo == "im2col_gemm"
     assert tc.explain(x, torch.randn(4, 8, 3, 3, device=device)).algo == "direct"
@@ -69,13 +69,16 @@ def test_processes_share_the_cache_file(cache_dir):
     assert keys == {f"{t}-{i}" for t in "ab" for i in range(20)}
 
 
-def test_plans_follow_the_benchmark_switch(cache_dir, device):
+def test_plans_follow_the_benchmark_switch_and_the_record(cache_dir, device):
     x = torch.randn(1, 8, 6, 6, device=device)
     w = torch.randn(16, 8, 3, 3, device=device)
+    assert tc.explain(x, w).reason.startswith("16 output channels")  # the heuristic
     tc.conv2d(x, w)
     tc.set_benchmark(True)
     tc.conv2d(x, w)  # a new plan: measured
     assert choice.cache_file().exists()
+    tc.set_benchmark(False)
+    assert "measured" in tc.explain(x, w).reason  # on record: used without benchmark mode
 
 
 def test_cli_explain(capsys):
@@ -97,6 +100,9 @@ def test_tune_measures_every_convolution_of_a_model(cache_dir, device):
     assert all(set(c.timings) == {"im2col_gemm", "direct"} for c in choices.values())
     assert not choice.benchmark_enabled()  # the switch is back where it was
     assert len(json.loads(choice.cache_file().read_text())) == 2
+    again = tc.tune(model, x)  # everything on record now: nothing measured again
+    assert again.keys() == choices.keys()
+    assert all("cached" in c.reason for c in again.values())
 
 
 def test_cli_tune_without_torchvision(capsys, monkeypatch):

@@ -7,7 +7,9 @@ Two ways to choose:
   ``TRITONCONV_BENCHMARK=1``, or ``torch.backends.cudnn.benchmark = True``, the switch PyTorch
   users already set for cuDNN): every algorithm that accepts the call is timed on inputs of the
   call's exact signature (shapes, strides, dtype, device; forward pass), and the fastest runs.
-  Measured choices are kept in memory and **on disk**, so a second process starts tuned: one
+  Measured choices are kept in memory and **on disk**, and a choice on record is used from then
+  on, benchmark mode or not, so a second process starts tuned (``tune`` fills the record for a
+  whole model): one
   JSON file per GPU, Triton and PyTorch version in ``$TRITONCONV_CACHE_DIR`` (default
   ``~/.cache/tritonconv``), updated under a file lock and replaced atomically, so several
   processes (DDP ranks, parallel jobs) can share it.
@@ -200,8 +202,9 @@ def measured(key: str, candidates: list[str], run_algo) -> Choice:
         with _lock:
             _memory[key] = entry
         _store(key, entry)
-        return Choice(best, "fastest when measured", timings)
-    return Choice(entry["algo"], "fastest when measured (cached)", dict(entry["timings"]))
+        return _report(key, Choice(best, "fastest when measured", timings))
+    cached = Choice(entry["algo"], "fastest when measured (cached)", dict(entry["timings"]))
+    return _report(key, cached)
 
 
 def measure_inputs(*tensors):
@@ -221,12 +224,12 @@ def recorded(key: str, candidates: list[str]) -> Choice | None:
 def tune(model: torch.nn.Module, *example_inputs) -> dict[str, Choice]:
     """Measure and record (in memory and on disk) the algorithm of every tritonconv
     convolution ``model`` runs on ``example_inputs`` (one forward pass, no gradients), so later
-    calls, and later processes, start tuned. Returns the choices made, by call signature."""
+    calls, and later processes, start tuned. Returns every such convolution's choice by call
+    signature (measured now, or found in the cache: the reason says which)."""
     global _benchmark
-    _load()
-    before = dict(_memory)
     previous = _benchmark
     _benchmark = True
+    _seen.choices = choices = {}
     try:
         from .caches import clear_caches
 
@@ -235,8 +238,15 @@ def tune(model: torch.nn.Module, *example_inputs) -> dict[str, Choice]:
             model(*example_inputs)
     finally:
         _benchmark = previous
-    return {
-        key: Choice(entry["algo"], "fastest when measured", dict(entry["timings"]))
-        for key, entry in _memory.items()
-        if before.get(key) is not entry
-    }
+        _seen.choices = None
+    return choices
+
+
+_seen = threading.local()  # what tune() is collecting, in this thread
+
+
+def _report(key: str, found: Choice) -> Choice:
+    collecting = getattr(_seen, "choices", None)
+    if collecting is not None:
+        collecting[key] = found
+    return found

@@ -351,11 +351,12 @@ def _params(args, ndim: int, transposed: bool, limit: int):
 
 
 def _auto(input, weight, bias, args, params, name, ndim, transposed) -> choice.Choice:
-    """``algo="auto"``: measured when asked for (not while torch.compile traces: then a
-    measured choice already on record, else the heuristic), else the heuristic."""
+    """``algo="auto"``: a measured choice on record for this signature (this process, or the
+    disk cache ``tune`` and benchmark mode fill) if there is one; else measured now when asked
+    for (never while torch.compile traces); else the heuristic."""
     candidates = _candidates(input, args)
     rule = choice.heuristic(input.dtype, args, candidates)
-    if not choice.benchmark_enabled() or len(candidates) == 1:
+    if len(candidates) == 1:
         return rule
     x = input if args.batched else input.unsqueeze(0)
     w = weight
@@ -365,7 +366,11 @@ def _auto(input, weight, bias, args, params, name, ndim, transposed) -> choice.C
         (name, tuple(x.shape), x.stride(), str(x.dtype), tuple(w.shape), w.stride(),
          bias is not None, params("direct")[:-1])
     )  # fmt: skip
-    if torch.compiler.is_compiling() or tracing(input, weight, bias):
+    if (
+        not choice.benchmark_enabled()
+        or torch.compiler.is_compiling()
+        or tracing(input, weight, bias)
+    ):
         return choice.recorded(key, candidates) or rule
     ops = TRANSPOSED_OPS if transposed else CONV_OPS
     xs, ws, bs = choice.measure_inputs(x, w, bias)
