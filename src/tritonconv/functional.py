@@ -366,11 +366,9 @@ def _auto(input, weight, bias, args, params, name, ndim, transposed) -> choice.C
         (name, tuple(x.shape), x.stride(), str(x.dtype), tuple(w.shape), w.stride(),
          bias is not None, params("direct")[:-1])
     )  # fmt: skip
-    if (
-        not choice.benchmark_enabled()
-        or torch.compiler.is_compiling()
-        or tracing(input, weight, bias)
-    ):
+    if torch.compiler.is_compiling():
+        return choice.recorded(key, candidates, disk=False) or rule
+    if not choice.benchmark_enabled() or tracing(input, weight, bias):
         return choice.recorded(key, candidates) or rule
     ops = TRANSPOSED_OPS if transposed else CONV_OPS
     xs, ws, bs = choice.measure_inputs(x, w, bias)
