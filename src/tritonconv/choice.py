@@ -28,6 +28,7 @@ from pathlib import Path
 
 import torch
 
+from .caches import clear_caches
 from .geometry import FLOAT_DTYPES
 
 _benchmark: bool | None = None  # None: follow the environment and cudnn.benchmark
@@ -192,9 +193,8 @@ def measured(key: str, candidates: list[str], run_algo) -> Choice:
     """The fastest of ``candidates`` for the call ``key`` names; ``run_algo(algo)`` runs the
     call once with that algorithm. Looked up in memory, then on disk, else measured and
     stored."""
-    _load()
-    entry = _memory.get(key)
-    if entry is None or entry.get("algo") not in candidates:
+    found = recorded(key, candidates)
+    if found is None:
         with torch.no_grad():
             timings = {algo: _time_ms(lambda a=algo: run_algo(a)) for algo in candidates}
         best = min(timings, key=timings.get)
@@ -202,9 +202,8 @@ def measured(key: str, candidates: list[str], run_algo) -> Choice:
         with _lock:
             _memory[key] = entry
         _store(key, entry)
-        return _report(key, Choice(best, "fastest when measured", timings))
-    cached = Choice(entry["algo"], "fastest when measured (cached)", dict(entry["timings"]))
-    return _report(key, cached)
+        found = Choice(best, "fastest when measured", timings)
+    return _report(key, found)
 
 
 def measure_inputs(*tensors):
@@ -234,8 +233,6 @@ def tune(model: torch.nn.Module, *example_inputs) -> dict[str, Choice]:
     _benchmark = True
     _seen.choices = choices = {}
     try:
-        from .caches import clear_caches
-
         clear_caches()  # plans made without measuring are re-planned
         with torch.no_grad():
             model(*example_inputs)

@@ -215,6 +215,12 @@ def conv2d_direct_backward(
 # --------------------------------------------------------------------------------------------
 
 
+def _transposed(input: Tensor, weight: Tensor, groups: int, output_size, window):
+    """(geometry of the convolution whose input gradient this is, the output's shape)."""
+    geometry = make_geometry(output_size, weight.shape[2:], *window)
+    return geometry, (input.shape[0], weight.shape[1] * groups, *output_size)
+
+
 def _add_bias(out: Tensor, bias: Tensor | None) -> Tensor:
     if bias is not None:
         out.add_(bias.view(1, -1, *([1] * (out.dim() - 2))))
@@ -234,8 +240,8 @@ def conv_transpose2d_gemm(
     output_size: list[int],
     workspace_limit: int,
 ) -> Tensor:
-    geometry = make_geometry(output_size, weight.shape[2:], stride, pad_before, pad_after, dilation)
-    shape = (input.shape[0], weight.shape[1] * groups, *output_size)
+    window = (stride, pad_before, pad_after, dilation)
+    geometry, shape = _transposed(input, weight, groups, output_size, window)
     out, _ = conv_gemm.conv2d_backward(
         input, input, weight, geometry, groups, workspace_limit, True, False, shape
     )
@@ -255,8 +261,8 @@ def conv_transpose2d_direct(
     output_size: list[int],
     depthwise_kernels: bool,
 ) -> Tensor:
-    geometry = make_geometry(output_size, weight.shape[2:], stride, pad_before, pad_after, dilation)
-    shape = (input.shape[0], weight.shape[1] * groups, *output_size)
+    window = (stride, pad_before, pad_after, dilation)
+    geometry, shape = _transposed(input, weight, groups, output_size, window)
     if depthwise_kernels:
         out = depthwise.depthwise_grad_input(input, weight, input, geometry, shape)
     else:
