@@ -86,3 +86,13 @@ def test_causal_errors(device):
 def test_causal_rank_error_is_clear(device):
     with pytest.raises(tc.TritonConvError, match="x must be"):
         tc.causal_conv1d(torch.randn(4, device=device), torch.randn(4, 3, device=device))
+
+
+def test_more_causal_errors(device):
+    x, w = torch.randn(1, 3, 5, device=device), torch.randn(3, 4, device=device)
+    with pytest.raises(tc.TritonConvError, match="weight must be \\(dim, width\\)"):
+        tc.causal_conv1d(x, w[..., None])
+    with pytest.raises(tc.TritonConvError, match="bias must have 3 elements"):
+        tc.causal_conv1d(x, w, torch.randn(2, device=device))
+    with pytest.raises(tc.TritonConvError, match="conv_state must be \\(1, 3, state_len\\)"):
+        tc.causal_conv1d_update(x[..., 0], torch.zeros(2, 3, 4, device=device), w)

@@ -109,3 +109,12 @@ def test_cli_tune_without_torchvision(capsys, monkeypatch):
     monkeypatch.setitem(sys.modules, "torchvision", None)  # as if not installed
     assert main(["tune", "resnet50"]) == 2
     assert "pip install torchvision" in capsys.readouterr().out
+
+
+def test_cli_tune_unknown_model(capsys, monkeypatch):
+    fake = type(sys)("torchvision")
+    fake.models = type(sys)("torchvision.models")
+    fake.models.video = type(sys)("torchvision.models.video")
+    monkeypatch.setitem(sys.modules, "torchvision", fake)
+    assert main(["tune", "no_such_net"]) == 2
+    assert "no torchvision model 'no_such_net'" in capsys.readouterr().out

@@ -171,3 +171,13 @@ def test_conv1d_and_causal_compile_to_one_graph(device):
     xc, wc, tc_ = x.cpu(), w.cpu(), taps.cpu()
     causal = F.silu(F.conv1d(xc, tc_[:, None], padding=2, groups=4)[..., :9])
     assert_close(out, F.conv1d(xc, wc, padding=1, groups=2) + causal)
+
+
+def test_more_transposed_errors(device):
+    x, w = torch.randn(1, 4, 5, 5, device=device), torch.randn(4, 2, 3, 3, device=device)
+    with pytest.raises(tc.TritonConvError, match="expected bias to be 1-dimensional with 2"):
+        tc.conv_transpose2d(x, w, torch.randn(3, device=device))
+    with pytest.raises(tc.TritonConvError, match=r"calculated output size .* too small"):
+        tc.conv_transpose2d(x[..., :1, :1], w[..., :1, :1], padding=1)
+    with pytest.raises(tc.TritonConvError, match="conv_transpose2d takes a 4-dimensional"):
+        tc.conv_transpose2d(x, w[..., 0])
