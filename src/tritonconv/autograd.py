@@ -144,6 +144,13 @@ Conv2dDirect = _differentiable(
     _conv_backward(ops.conv2d_direct_backward),
 )
 
+Conv2dImplicitGemm = _differentiable(
+    "Conv2dImplicitGemm",
+    ops.conv2d_implicit_gemm,
+    _conv_setup,
+    _conv_backward(ops.conv2d_implicit_gemm_backward),
+)
+
 
 # --------------------------------------------------------------------------------------------
 # transposed convolution: (input, weight, bias, stride, pad_before, pad_after, dilation, groups,
@@ -182,6 +189,13 @@ ConvTranspose2dDirect = _differentiable(
     ops.conv_transpose2d_direct,
     _conv_setup,
     _conv_transpose_backward(ops.conv2d_direct, ops.conv2d_direct_backward),
+)
+
+ConvTranspose2dImplicitGemm = _differentiable(
+    "ConvTranspose2dImplicitGemm",
+    ops.conv_transpose2d_implicit_gemm,
+    _conv_setup,
+    _conv_transpose_backward(ops.conv2d_implicit_gemm, ops.conv2d_implicit_gemm_backward),
 )
 
 

@@ -28,14 +28,16 @@ from .geometry import (
     shape_str,
 )
 from .launch import tracing
-from .ops import conv_gemm
+from .ops import conv_gemm, implicit_gemm
 from .plans import BoundedCache, lookup, tensor_key, values_key
 
 #: Convolution algorithms ``conv2d(..., algo=...)`` accepts: the forward op of each, applied as
 #: ``autograd.run(op, input, weight, bias, stride, pad_before, pad_after, dilation, groups,
 #: option)`` on a batched input and normalised int lists (the option: im2col+GEMM's workspace
-#: limit, or whether the direct op runs its depthwise kernels).
+#: limit, whether the direct op runs its depthwise kernels, or the implicit GEMM's tile
+#: configuration, ``[]`` for its heuristic's).
 CONV_OPS = {
+    "implicit_gemm": library.conv2d_implicit_gemm,
     "im2col_gemm": library.conv2d_gemm,
     "direct": library.conv2d_direct,
     "depthwise": library.conv2d_direct,
@@ -43,6 +45,7 @@ CONV_OPS = {
 CONV_ALGOS = ("auto", *CONV_OPS)
 #: The same for transposed convolution: the ops run the convolution's input-gradient kernels.
 TRANSPOSED_OPS = {
+    "implicit_gemm": library.conv_transpose2d_implicit_gemm,
     "im2col_gemm": library.conv_transpose2d_gemm,
     "direct": library.conv_transpose2d_direct,
     "depthwise": library.conv_transpose2d_direct,
@@ -170,6 +173,8 @@ def _fold_plan(input, output_size, kernel_size, dilation, padding, stride) -> Pl
 def _candidates(input: torch.Tensor, args) -> list[str]:
     """Every algorithm that accepts the call."""
     algos = ["im2col_gemm", "direct"] if input.dtype in FLOAT_DTYPES else ["direct"]
+    if input.dtype in implicit_gemm.DTYPES:
+        algos.insert(0, "implicit_gemm")
     return [*algos, "depthwise"] if args.depthwise else algos
 
 
@@ -185,10 +190,11 @@ def _choose_algo(algo: str, input: torch.Tensor, args, op: str = "conv2d") -> st
             f"{op}: algo='depthwise' needs one channel per group on the convolution's input "
             f"side (groups == {args.in_channels}), got groups={args.groups}"
         )
-    if algo == "im2col_gemm" and input.dtype not in FLOAT_DTYPES:
+    supported = {"im2col_gemm": FLOAT_DTYPES, "implicit_gemm": implicit_gemm.DTYPES}
+    if algo in supported and input.dtype not in supported[algo]:
         raise TritonConvError(
-            f"{op}: algo='im2col_gemm' has no kernel for dtype {dtype_name(input.dtype)} "
-            f"(it computes in {', '.join(dtype_name(d) for d in FLOAT_DTYPES)})"
+            f"{op}: algo={algo!r} has no kernel for dtype {dtype_name(input.dtype)} "
+            f"(it computes in {', '.join(dtype_name(d) for d in supported[algo])})"
         )
     return algo
 
@@ -345,7 +351,8 @@ def _params(args, ndim: int, transposed: bool, limit: int):
         common.append(([1] if ndim == 1 else []) + list(g.input))
 
     def params(algo: str) -> tuple:
-        return (*common, {"im2col_gemm": limit, "direct": False, "depthwise": True}[algo])
+        option = {"im2col_gemm": limit, "direct": False, "depthwise": True, "implicit_gemm": []}
+        return (*common, option[algo])
 
     return params
 

@@ -46,6 +46,7 @@ import torch.nn.functional as F
 from . import functional, library
 from .geometry import FLOAT_DTYPES, TritonConvError, check_conv, dtype_name
 from .ops.common import is_channels_last
+from .ops.implicit_gemm import DTYPES as IMPLICIT_GEMM_DTYPES
 from .testing import DEVICE, exact_fp32
 
 # How often each dtype is drawn (fp32 and the 16-bit floats are what networks run).
@@ -162,6 +163,8 @@ class Case:
         algos = ["direct"]
         if self.torch_dtype in FLOAT_DTYPES:
             algos.insert(0, "im2col_gemm")
+        if self.torch_dtype in IMPLICIT_GEMM_DTYPES:
+            algos.insert(0, "implicit_gemm")
         if self.depthwise:
             algos.append("depthwise")
         return algos

@@ -23,7 +23,7 @@ from torch import Tensor
 from ._runtime import INTERPRETER
 from .geometry import TritonConvError, make_geometry, window_geometry
 from .launch import allocate, launch_plan, tracing
-from .ops import conv_gemm, depthwise, direct
+from .ops import conv_gemm, depthwise, direct, implicit_gemm
 from .ops import crop as crop_ops
 from .ops import im2col as im2col_ops
 
@@ -210,6 +210,58 @@ def conv2d_direct_backward(
 
 
 # --------------------------------------------------------------------------------------------
+# implicit GEMM on tensor cores (the option: a tile configuration, ``[]`` for the heuristic's)
+# --------------------------------------------------------------------------------------------
+
+
+def _config(config: list[int]) -> implicit_gemm.Config | None:
+    return implicit_gemm.Config(*config) if config else None
+
+
+@custom_op("conv2d_implicit_gemm")
+def conv2d_implicit_gemm(
+    input: Tensor,
+    weight: Tensor,
+    bias: Tensor | None,
+    stride: list[int],
+    pad_before: list[int],
+    pad_after: list[int],
+    dilation: list[int],
+    groups: int,
+    config: list[int],
+) -> Tensor:
+    _dense_bias(bias)
+    geometry = _conv_geometry(input.shape, weight.shape, stride, pad_before, pad_after, dilation)
+    return implicit_gemm.conv_forward(input, weight, bias, geometry, groups, _config(config))
+
+
+@custom_op("conv2d_implicit_gemm_backward")
+def conv2d_implicit_gemm_backward(
+    grad_output: Tensor,
+    input: Tensor,
+    weight: Tensor,
+    stride: list[int],
+    pad_before: list[int],
+    pad_after: list[int],
+    dilation: list[int],
+    groups: int,
+    config: list[int],
+    output_mask: list[bool],
+) -> tuple[Tensor, Tensor]:
+    """(grad_input, grad_weight); an output left out by ``output_mask`` is an empty tensor.
+    ``config`` is the forward's: the gradients use their own heuristic tiles."""
+    geometry = _conv_geometry(input.shape, weight.shape, stride, pad_before, pad_after, dilation)
+    grad_input, grad_weight = _nothing(input), _nothing(input)
+    if output_mask[0]:
+        grad_input = implicit_gemm.conv_grad_input(grad_output, weight, input, geometry, groups)
+    if output_mask[1]:
+        grad_weight = implicit_gemm.conv_grad_weight(
+            grad_output, input, list(weight.shape), geometry, groups
+        )
+    return grad_input, grad_weight
+
+
+# --------------------------------------------------------------------------------------------
 # transposed convolution: the input gradient of the convolution with the same weight, whose
 # input has ``output_size`` (so it reuses that convolution's dX kernels; Caffe's deconvolution)
 # --------------------------------------------------------------------------------------------
@@ -268,6 +320,27 @@ def conv_transpose2d_direct(
     else:
         out = direct.conv2d_grad_input(input, weight, input, geometry, groups, shape)
     return _add_bias(out, bias)
+
+
+@custom_op("conv_transpose2d_implicit_gemm")
+def conv_transpose2d_implicit_gemm(
+    input: Tensor,
+    weight: Tensor,
+    bias: Tensor | None,
+    stride: list[int],
+    pad_before: list[int],
+    pad_after: list[int],
+    dilation: list[int],
+    groups: int,
+    output_size: list[int],
+    config: list[int],
+) -> Tensor:
+    _dense_bias(bias)
+    window = (stride, pad_before, pad_after, dilation)
+    geometry, shape = _transposed(input, weight, groups, output_size, window)
+    return implicit_gemm.conv_grad_input(
+        input, weight, input, geometry, groups, shape, bias, _config(config)
+    )
 
 
 # --------------------------------------------------------------------------------------------

@@ -1,0 +1,131 @@
+"""Suite ``dense``: the implicit-GEMM convolution against cuDNN on dense layers (issue 11).
+
+The ResNet-50 layers and stem, dilation 2 and 32 groups of ``anchors-h100.md``, and the layers
+of UNet, VGG, ConvNeXt/MobileNet pointwise and DeepLab's ASPP that the im2col path is slowest
+on. Channels-last input and weight (the layout networks run in under AMP), forward and backward
+(dX + dW), ``cudnn.benchmark`` on. Per dtype:
+
+* ``bfloat16`` / ``float16``: ours vs cuDNN in that dtype;
+* ``float32``: two rows each, ``tf32`` (TF32 allowed in both, PyTorch's default for
+  convolutions) and ``fp32`` (TF32 off in both), the latter with each side's relative error
+  against a float64 convolution of the same data in ``extra``.
+
+``Options.quick`` shrinks every case to a toy size (the CPU path).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import torch
+import torch.nn.functional as F
+
+from .. import functional
+from ..testing import DEVICE
+from . import Options, Row, input_sets, suite, time_ms
+from .conv import BY_NAME, ConvCase
+
+CASES = [
+    *(BY_NAME[name] for name in ("r50_3x3_56", "r50_1x1_56", "r50_3x3_28", "r50_3x3_14")),
+    *(BY_NAME[name] for name in ("r50_3x3_7", "r50_stem_7x7s2", "dil2_3x3_64", "grp32_3x3_28")),
+    ConvCase("unet_3x3_128", (8, 128, 128, 128), (64, 128, 3, 3), padding=1),
+    ConvCase("unet_3x3_256", (8, 64, 256, 256), (64, 64, 3, 3), padding=1),
+    ConvCase("vgg_first", (16, 3, 224, 224), (64, 3, 3, 3), padding=1),
+    ConvCase("pw_96_384_56", (32, 96, 56, 56), (384, 96, 1, 1)),
+    ConvCase("pw_40_120_28", (32, 40, 28, 28), (120, 40, 1, 1)),
+    ConvCase("aspp_dil12", (8, 512, 64, 64), (256, 512, 3, 3), padding=12, dilation=12),
+]
+CHANNELS_LAST = torch.channels_last
+
+
+@contextmanager
+def precision(tf32: bool):
+    """TF32 allowed (or not) in cuDNN and cuBLAS, cudnn.benchmark on; restored after."""
+    flags = torch.backends.cudnn, torch.backends.cuda.matmul
+    old = (flags[0].allow_tf32, flags[1].allow_tf32, flags[0].benchmark)
+    flags[0].allow_tf32 = flags[1].allow_tf32 = tf32
+    flags[0].benchmark = True
+    try:
+        yield
+    finally:
+        flags[0].allow_tf32, flags[1].allow_tf32, flags[0].benchmark = old
+
+
+def _inputs(case: ConvCase, dtype):
+    def make():
+        x = torch.randn(case.input, device=DEVICE, dtype=dtype).to(memory_format=CHANNELS_LAST)
+        fan_in = case.weight[1] * case.weight[2] * case.weight[3]
+        w = torch.randn(case.weight, device=DEVICE, dtype=dtype) / fan_in**0.5
+        w = w.to(memory_format=CHANNELS_LAST)
+        return x.requires_grad_(), w.requires_grad_()
+
+    nbytes = (torch.Size(case.input).numel() + torch.Size(case.weight).numel()) * 4
+    return input_sets(make, nbytes)
+
+
+def _ours(x, w, **kwargs):
+    return functional.conv2d(x, w, algo="implicit_gemm", **kwargs)
+
+
+def _times(case: ConvCase, dtype, opts: Options):
+    """{side: (fwd ms, bwd ms)} for ours and cuDNN on the same inputs."""
+    sets = _inputs(case, dtype)
+    times = {}
+    for side, fn in (("ours", _ours), ("ref", F.conv2d)):
+
+        def forward(i, fn=fn):
+            with torch.no_grad():
+                fn(*sets[i], **case.kwargs)
+
+        fwd = time_ms(forward, len(sets), opts)
+        outs = [fn(x, w, **case.kwargs) for x, w in sets]
+        grads = [torch.randn_like(y) for y in outs]
+
+        def backward(i, outs=outs, grads=grads):
+            torch.autograd.grad(outs[i], sets[i], grads[i], retain_graph=True)
+
+        times[side] = (fwd, time_ms(backward, len(sets), opts))
+        del outs, grads
+    return times
+
+
+def _errors(case: ConvCase) -> dict:
+    """Relative max error of ours and of cuDNN (fp32, current TF32 setting) against float64."""
+    x, w = (t.detach() for t in _inputs(case, torch.float32)[0])
+    exact = F.conv2d(x.double(), w.double(), **case.kwargs)
+    scale = exact.abs().max().item()
+    return {
+        f"{side}_err": (fn(x, w, **case.kwargs).double() - exact).abs().max().item() / scale
+        for side, fn in (("ours", _ours), ("ref", F.conv2d))
+    }
+
+
+@suite("dense")
+def dense_suite(opts: Options) -> Iterator[Row]:
+    """Implicit GEMM vs cuDNN, channels-last, forward and backward, every dense case."""
+    for name in opts.dtypes:
+        dtype = getattr(torch, name)
+        modes = [("tf32", True), ("fp32", False)] if dtype == torch.float32 else [(name, True)]
+        for label, tf32 in modes:
+            for case in CASES:
+                if not opts.wants(case.name):
+                    continue
+                case = case.quick() if opts.quick else case
+                with precision(tf32):
+                    times = _times(case, dtype, opts)
+                    extra = _errors(case) if label == "fp32" else {}
+                flops = case.flops()
+                common = dict(
+                    suite="dense", case=case.name, shape=case.shape(), dtype=label,
+                    ref_name="cuDNN NHWC", unit="TFLOP/s", extra=extra,
+                )  # fmt: skip
+                note = ", ".join(f"{k} {v:.1e}" for k, v in extra.items())
+                yield Row(
+                    **common, op="fwd", ours_ms=times["ours"][0], ref_ms=times["ref"][0],
+                    work=flops, note=note,
+                )  # fmt: skip
+                yield Row(
+                    **common, op="bwd (dX+dW)", ours_ms=times["ours"][1], ref_ms=times["ref"][1],
+                    work=2 * flops,
+                )  # fmt: skip

@@ -1,0 +1,322 @@
+"""Implicit-GEMM convolution on tensor cores: no column buffer, written over 3 spatial axes.
+
+1-D and 2-D convolutions are the 3-D case with size-1 axes (unit kernel, stride, dilation; no
+padding), so every dimension runs the same two kernels.
+
+``conv_igemm_kernel`` computes the forward convolution and, with ``TRANSPOSED``, its input
+gradient (hence also the transposed convolution) as one GEMM per group:
+
+* rows ``M``: destination positions (flattened ``n, d, h, w``), ``BLOCK_M`` per program;
+* columns: destination channels of the group, ``BLOCK_N`` per program;
+* reduction: taps x source channels, one tap and ``BLOCK_K`` channels per step, the source tile
+  loaded straight from the image (taps in the padding masked, never loaded).
+
+Vocabulary as in ``direct.py``: ``src`` is what the window slides over (forward: x; input
+gradient: dy), ``dst`` what is written; in group ``g`` the weight element of source channel
+``s``, destination channel ``d`` and tap ``(kd, kh, kw)`` sits at
+``w + g*w_sg + s*w_ss + d*w_sd + kd*w_skd + kh*w_skh + kw*w_skw``. The launcher lays the weight
+out with ``w_ss == 1`` so the ``[BLOCK_K, BLOCK_N]`` weight tile is read along channels.
+
+**Input gradient without zero taps.** ``dx[i] = sum over o, k with o*stride - pad + k*dil == i
+of dy[o] * w[k]``: for a stride above 1 most taps of a given ``i`` have no ``o``. The positions
+``i`` split into ``stride`` *phases* per axis (``i = r + stride*q``); within a phase the taps that
+have an ``o`` are the same for every position: ``k = k0 + j*kstep`` with
+``kstep = stride / gcd(stride, dil)`` and ``k0`` the first tap whose ``r + pad - k*dil`` is a
+multiple of the stride, and then ``o = (i + pad - k0*dil) / stride - j*(kstep*dil/stride)``,
+exact. The grid's third axis is the phase; each program multiplies only its phase's taps.
+The forward is the one-phase case with ``k0 = 0``, ``kstep = 1``, ``o -> i = o*stride - pad +
+k*dil``: both walk ``source = base + j*step`` per axis.
+
+``conv_igemm_wgrad_kernel``: ``dW[g, co, ci, tap] = sum over positions p of dy[p, co] *
+x[p shifted by the tap, ci]``, a GEMM per (group, tap) reducing over ``N * output positions``.
+The positions are cut into fixed *splits*, each program writes its split's fp32 partial tile,
+and ``sum_partials`` adds the splits in order: deterministic, bitwise reproducible.
+
+Accumulation is fp32; ``DOT_PRECISION`` decides whether fp32 operands use TF32 or stay
+fp32-accurate (``tf32x3``). ``INDEX_64`` switches index arithmetic to int64.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _first_tap(r, pad, dil, stride, kstep, K):
+    """The first tap ``k`` in ``[0, kstep)`` with ``(r + pad - k*dil) % stride == 0``, or ``K``
+    (no tap) when there is none."""
+    k0 = K
+    for j in range(0, kstep):
+        k0 = tl.where(((r + pad - j * dil) % stride == 0) & (k0 == K), j, k0)
+    return k0
+
+
+@triton.jit
+def conv_igemm_kernel(
+    # pointers
+    src_ptr,
+    w_ptr,
+    bias_ptr,
+    dst_ptr,
+    # sizes
+    M,
+    QD,
+    QH,
+    QW,
+    SD,
+    SH,
+    SW,
+    DD,
+    DH,
+    DW,
+    src_per_group,
+    dst_per_group,
+    KD,
+    KH,
+    KW,
+    # geometry (of the forward convolution)
+    stride_d,
+    stride_h,
+    stride_w,
+    pad_d,
+    pad_h,
+    pad_w,
+    dil_d,
+    dil_h,
+    dil_w,
+    kstep_d,
+    kstep_h,
+    kstep_w,
+    # strides
+    src_sn,
+    src_sc,
+    src_sd,
+    src_sh,
+    src_sw,
+    dst_sn,
+    dst_sc,
+    dst_sd,
+    dst_sh,
+    dst_sw,
+    w_sg,
+    w_sd,
+    w_skd,
+    w_skh,
+    w_skw,
+    # meta-parameters
+    TRANSPOSED: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    EVEN_K: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+    DOT_DTYPE: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
+    INDEX_64: tl.constexpr,
+):
+    """dst[n, g*Dg + d, pos] = sum over taps, s of src[n, g*Sg + s, source(pos, tap)] * w(s, d, tap)
+    (+ bias); ``M = N*QD*QH*QW`` rows per phase (forward: ``Q = D``, the output size)."""
+    pid = tl.program_id(0)
+    g = tl.program_id(1)
+    phase = tl.program_id(2)
+    # Grouped ordering: GROUP_M row blocks share each column block while it is in L2.
+    m_blocks = tl.cdiv(M, BLOCK_M)
+    n_blocks = tl.cdiv(dst_per_group, BLOCK_N)
+    width = GROUP_M * n_blocks
+    first_m = (pid // width) * GROUP_M
+    rows_here = tl.minimum(m_blocks - first_m, GROUP_M)
+    pid_m = first_m + (pid % width) % rows_here
+    pid_n = (pid % width) // rows_here
+
+    p = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    if INDEX_64:
+        p = p.to(tl.int64)
+        g = g.to(tl.int64)
+    qw = p % QW
+    t = p // QW
+    qh = t % QH
+    t = t // QH
+    qd = t % QD
+    n = t // QD
+    row_ok = p < M
+    if TRANSPOSED:
+        rw = phase % stride_w
+        rh = (phase // stride_w) % stride_h
+        rd = phase // (stride_w * stride_h)
+        dd = rd + qd * stride_d
+        dh = rh + qh * stride_h
+        dw = rw + qw * stride_w
+        row_ok = row_ok & (dd < DD) & (dh < DH) & (dw < DW)
+        k0_d = _first_tap(rd, pad_d, dil_d, stride_d, kstep_d, KD)
+        k0_h = _first_tap(rh, pad_h, dil_h, stride_h, kstep_h, KH)
+        k0_w = _first_tap(rw, pad_w, dil_w, stride_w, kstep_w, KW)
+        nk_d = (KD - k0_d + kstep_d - 1) // kstep_d
+        nk_h = (KH - k0_h + kstep_h - 1) // kstep_h
+        nk_w = (KW - k0_w + kstep_w - 1) // kstep_w
+        base_d = (dd + pad_d - k0_d * dil_d) // stride_d
+        base_h = (dh + pad_h - k0_h * dil_h) // stride_h
+        base_w = (dw + pad_w - k0_w * dil_w) // stride_w
+        step_d = -((kstep_d * dil_d) // stride_d)
+        step_h = -((kstep_h * dil_h) // stride_h)
+        step_w = -((kstep_w * dil_w) // stride_w)
+    else:
+        dd, dh, dw = qd, qh, qw
+        k0_d, k0_h, k0_w = 0, 0, 0
+        nk_d, nk_h, nk_w = KD, KH, KW
+        base_d = dd * stride_d - pad_d
+        base_h = dh * stride_h - pad_h
+        base_w = dw * stride_w - pad_w
+        step_d, step_h, step_w = dil_d, dil_h, dil_w
+
+    d = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    d_ok = d < dst_per_group
+    src_rows = src_ptr + n * src_sn + (g * src_per_group) * src_sc
+    w_cols = w_ptr + g * w_sg + d * w_sd
+    k = tl.arange(0, BLOCK_K)
+
+    c_blocks = tl.cdiv(src_per_group, BLOCK_K)
+    iterations = nk_d * nk_h * nk_w * c_blocks
+    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    for it in range(0, iterations):
+        tap = it // c_blocks
+        c = (it - tap * c_blocks) * BLOCK_K + k
+        jw = tap % nk_w
+        t2 = tap // nk_w
+        jh = t2 % nk_h
+        jd = t2 // nk_h
+        sd = base_d + jd * step_d
+        sh = base_h + jh * step_h
+        sw = base_w + jw * step_w
+        ok = row_ok & (sd >= 0) & (sd < SD) & (sh >= 0) & (sh < SH) & (sw >= 0) & (sw < SW)
+        a_ptrs = src_rows + sd * src_sd + sh * src_sh + sw * src_sw
+        a_ptrs = a_ptrs[:, None] + (c * src_sc)[None, :]
+        w_tap = (k0_d + jd * kstep_d) * w_skd + (k0_h + jh * kstep_h) * w_skh
+        w_tap += (k0_w + jw * kstep_w) * w_skw
+        b_ptrs = w_cols[None, :] + w_tap + c[:, None]
+        if EVEN_K:
+            a = tl.load(a_ptrs, mask=ok[:, None], other=0)
+            b = tl.load(b_ptrs, mask=d_ok[None, :], other=0)
+        else:
+            c_ok = c < src_per_group
+            a = tl.load(a_ptrs, mask=ok[:, None] & c_ok[None, :], other=0)
+            b = tl.load(b_ptrs, mask=c_ok[:, None] & d_ok[None, :], other=0)
+        acc = tl.dot(a.to(DOT_DTYPE), b.to(DOT_DTYPE), acc, input_precision=DOT_PRECISION)
+
+    if HAS_BIAS:
+        bias = tl.load(bias_ptr + g * dst_per_group + d, mask=d_ok, other=0)
+        acc += bias.to(tl.float32)[None, :]
+    dst = dst_ptr + (n * dst_sn + dd * dst_sd + dh * dst_sh + dw * dst_sw)[:, None]
+    dst += ((g * dst_per_group + d) * dst_sc)[None, :]
+    tl.store(dst, acc.to(dst_ptr.dtype.element_ty), mask=row_ok[:, None] & d_ok[None, :])
+
+
+@triton.jit
+def conv_igemm_wgrad_kernel(
+    # pointers
+    dy_ptr,
+    x_ptr,
+    partial_ptr,
+    # sizes
+    M,
+    positions_per_split,
+    ID,
+    IH,
+    IW,
+    OD,
+    OH,
+    OW,
+    in_per_group,
+    out_per_group,
+    KD,
+    KH,
+    KW,
+    # geometry
+    stride_d,
+    stride_h,
+    stride_w,
+    pad_d,
+    pad_h,
+    pad_w,
+    dil_d,
+    dil_h,
+    dil_w,
+    # strides
+    dy_sn,
+    dy_sc,
+    dy_sd,
+    dy_sh,
+    dy_sw,
+    x_sn,
+    x_sc,
+    x_sd,
+    x_sh,
+    x_sw,
+    partial_split_stride,
+    # meta-parameters
+    DOT_PRECISION: tl.constexpr,
+    DOT_DTYPE: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    INDEX_64: tl.constexpr,
+):
+    """partial[split, g*Cout_g + co, ci, tap] = sum over the split's positions p of
+    dy[p, g*Cout_g + co] * x[p shifted by tap, g*Cin_g + ci]; ``partial`` is contiguous
+    ``(splits, C_out, Cin_g * KD*KH*KW)`` (the weight's own layout per split)."""
+    pid_tile = tl.program_id(0)
+    pid_tap = tl.program_id(1)
+    split = tl.program_id(2)
+    taps = KD * KH * KW
+    g = pid_tap // taps
+    tap = pid_tap % taps
+    kw = tap % KW
+    kh = (tap // KW) % KH
+    kd = tap // (KW * KH)
+    n_blocks = tl.cdiv(in_per_group, BLOCK_N)
+    co = (pid_tile // n_blocks) * BLOCK_M + tl.arange(0, BLOCK_M)
+    ci = (pid_tile % n_blocks) * BLOCK_N + tl.arange(0, BLOCK_N)
+    if INDEX_64:
+        g = g.to(tl.int64)
+        split = split.to(tl.int64)
+    co_ok = co < out_per_group
+    ci_ok = ci < in_per_group
+    dy_cols = dy_ptr + (g * out_per_group + co) * dy_sc
+    x_cols = x_ptr + (g * in_per_group + ci) * x_sc
+    shift_d = kd * dil_d - pad_d
+    shift_h = kh * dil_h - pad_h
+    shift_w = kw * dil_w - pad_w
+
+    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    start = split * positions_per_split
+    end = tl.minimum(start + positions_per_split, M)
+    for p0 in range(start, end, BLOCK_K):
+        p = p0 + tl.arange(0, BLOCK_K)
+        p_ok = p < end
+        ow = p % OW
+        t = p // OW
+        oh = t % OH
+        t = t // OH
+        od = t % OD
+        n = t // OD
+        dy = tl.load(
+            dy_cols[:, None] + (n * dy_sn + od * dy_sd + oh * dy_sh + ow * dy_sw)[None, :],
+            mask=co_ok[:, None] & p_ok[None, :],
+            other=0,
+        )
+        i_d = od * stride_d + shift_d
+        i_h = oh * stride_h + shift_h
+        i_w = ow * stride_w + shift_w
+        inside = p_ok & (i_d >= 0) & (i_d < ID) & (i_h >= 0) & (i_h < IH)
+        inside = inside & (i_w >= 0) & (i_w < IW)
+        xs = tl.load(
+            x_cols[None, :] + (n * x_sn + i_d * x_sd + i_h * x_sh + i_w * x_sw)[:, None],
+            mask=inside[:, None] & ci_ok[None, :],
+            other=0,
+        )
+        acc = tl.dot(dy.to(DOT_DTYPE), xs.to(DOT_DTYPE), acc, input_precision=DOT_PRECISION)
+
+    dst = partial_ptr + split * partial_split_stride + tap
+    dst += ((g * out_per_group + co) * (in_per_group * taps))[:, None] + (ci * taps)[None, :]
+    tl.store(dst, acc, mask=co_ok[:, None] & ci_ok[None, :])

@@ -1,0 +1,294 @@
+"""Implicit-GEMM launchers: forward, input gradient and weight gradient, any spatial rank 1-3.
+
+The kernels (``kernels/implicit_gemm.py``) are written over three spatial axes; a 2-D (or 1-D)
+problem is passed as a 3-D one with leading size-1 axes (unit kernel, stride and dilation, no
+padding). Floating dtypes only (float16, bfloat16, float32): the tensor-core path. fp32 obeys
+``torch.backends.cudnn.allow_tf32`` (TF32, or fp32-accurate ``tf32x3`` when False).
+
+The weight is read along its reduction channels (input channels forward, output channels for
+the input gradient): when its strides are not already so, it is first copied into that layout
+(``crop_into``, a few microseconds for real layers; a channels-last weight needs no copy for
+the forward).
+
+Tile configurations are a :class:`Config`; :func:`forward_config`, :func:`wgrad_config` choose
+one per shape class (the heuristic, from the sweep recorded in ``benchmarks/NOTES.md``); any
+launcher also takes an explicit one. The interpreter gets small pipelines and large tiles.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import torch
+
+from .._runtime import INTERPRETER, check_kernel_device
+from ..geometry import Geometry
+from ..kernels.implicit_gemm import conv_igemm_kernel, conv_igemm_wgrad_kernel
+from ..launch import allocate, launch, launch_plan
+from .common import (
+    cdiv,
+    clamped_power_of_2,
+    empty_like_format,
+    multiprocessor_count,
+    needs_int64,
+    sum_partials,
+)
+from .crop import crop_into, empty_in_order
+from .direct import dot_dtype, dot_precision
+
+#: dtypes this algorithm computes in (tensor cores, fp32 accumulation).
+DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+
+# Programs per SM the weight gradient aims for when choosing its split count.
+WGRAD_PROGRAMS_PER_SM = 4
+# Cap on the weight gradient's fp32 partial sums, in elements (splits x weight numel).
+WGRAD_PARTIAL_LIMIT = 1 << 24
+
+
+class Config(NamedTuple):
+    """One tile configuration of an implicit-GEMM kernel."""
+
+    block_m: int
+    block_n: int
+    block_k: int
+    num_warps: int
+    num_stages: int
+
+    def __str__(self) -> str:
+        m, n, k, w, s = self
+        return f"{m}x{n}x{k} w{w} s{s}"
+
+
+def _k_block(dtype: torch.dtype, channels: int) -> int:
+    """Reduction step: 64 channels of 16-bit data (128 bytes), 32 of fp32, fewer when the
+    group has fewer channels (at least 16, ``tl.dot``'s minimum)."""
+    high = 32 if dtype == torch.float32 else 64
+    return clamped_power_of_2(channels, 16, high)
+
+
+def forward_config(dtype, rows, src_per_group, dst_per_group, groups, device) -> Config:
+    """The heuristic tile configuration of ``conv_igemm_kernel`` for a GEMM of ``rows`` rows
+    per group, reducing ``src_per_group`` channels per tap into ``dst_per_group`` columns."""
+    block_k = _k_block(dtype, src_per_group)
+    block_n = clamped_power_of_2(dst_per_group, 16, 128)
+    if INTERPRETER:
+        return Config(64, block_n, block_k, 4, 1)
+    block_m = 128
+    programs = cdiv(rows, block_m) * cdiv(dst_per_group, block_n) * groups
+    if programs < multiprocessor_count(device):
+        block_m = 64
+    warps = 8 if block_m * block_n >= 128 * 128 else 4
+    stages = 3 if dtype == torch.float32 else 4
+    return Config(block_m, block_n, block_k, warps, stages)
+
+
+def wgrad_config(dtype, out_per_group: int, in_per_group: int) -> Config:
+    """The heuristic tile configuration of ``conv_igemm_wgrad_kernel``: a ``[C_out, C_in]``
+    tile per (group, tap), reducing over positions ``block_k`` at a time."""
+    block_m = clamped_power_of_2(out_per_group, 16, 128)
+    block_n = clamped_power_of_2(in_per_group, 16, 128)
+    if INTERPRETER:
+        return Config(block_m, block_n, 64, 4, 1)
+    block_k = 32 if dtype == torch.float32 else 64
+    warps = 8 if block_m * block_n >= 128 * 128 else 4
+    return Config(block_m, block_n, block_k, warps, 3)
+
+
+def _spatial3(values, fill: int) -> tuple:
+    """A per-axis tuple of a 1-3-D problem as three axes, the missing leading ones ``fill``."""
+    values = tuple(values)
+    return (fill,) * (3 - len(values)) + values
+
+
+def _strides3(t: torch.Tensor) -> tuple:
+    """(n, c, d, h, w) element strides of a 3-5-D tensor (missing spatial axes: stride 0)."""
+    n, c, *spatial = t.stride()
+    return (n, c, *_spatial3(spatial, 0))
+
+
+def _window3(geometry: Geometry):
+    """The geometry's kernel, stride, pad_before and dilation as 3-axis tuples."""
+    return (
+        _spatial3(geometry.kernel, 1),
+        _spatial3(geometry.stride, 1),
+        _spatial3(geometry.pad_before, 0),
+        _spatial3(geometry.dilation, 1),
+    )
+
+
+def _reduction_major(weight: torch.Tensor, dim: int) -> torch.Tensor:
+    """``weight`` itself when its dimension ``dim`` (1: input channels, 0: output channels)
+    has stride 1 (or size 1), else a copy laid out with ``dim`` innermost."""
+    if weight.stride(dim) == 1 or weight.shape[dim] == 1:
+        return weight
+    order = [d for d in range(weight.dim()) if d != dim] + [dim]
+    copy = empty_in_order(weight, weight.shape, order)
+    crop_into(weight, copy, [0] * weight.dim())
+    return copy
+
+
+@launch_plan
+def _launch_conv(src, weight, bias, dst, geometry: Geometry, groups: int, transposed, config):
+    """dst = implicit-GEMM conv of src (or, ``transposed``, its input gradient); see the kernel."""
+    N, C_src = src.shape[:2]
+    C_dst = dst.shape[1]
+    src_per_group, dst_per_group = C_src // groups, C_dst // groups
+    kernel, stride, pad, dil = _window3(geometry)
+    dst_spatial = _spatial3(dst.shape[2:], 1)
+    if transposed:
+        kstep = tuple(s // math.gcd(s, d) for s, d in zip(stride, dil, strict=True))
+        phases = math.prod(stride)
+        grid_q = tuple(cdiv(size, s) for size, s in zip(dst_spatial, stride, strict=True))
+    else:
+        kstep, phases, grid_q = (1, 1, 1), 1, dst_spatial
+    rows = N * math.prod(grid_q)
+    if config is None:
+        config = forward_config(src.dtype, rows, src_per_group, dst_per_group, groups, src.device)
+    block_m, block_n, block_k, num_warps, num_stages = config
+    # The reduction runs over the weight's source-side channels: make them its innermost.
+    w = _reduction_major(weight, 0 if transposed else 1)
+    w_so, w_si, *w_taps = w.stride()
+    out_per_group = weight.shape[0] // groups
+    w_sd = w_si if transposed else w_so
+    grid = (cdiv(rows, block_m) * cdiv(dst_per_group, block_n), groups, phases)
+    launch(
+        conv_igemm_kernel,
+        grid,
+        src,
+        w,
+        bias if bias is not None else w,
+        dst,
+        rows,
+        *grid_q,
+        *_spatial3(src.shape[2:], 1),
+        *dst_spatial,
+        src_per_group,
+        dst_per_group,
+        *kernel,
+        *stride,
+        *pad,
+        *dil,
+        *kstep,
+        *_strides3(src),
+        *_strides3(dst),
+        out_per_group * w_so,
+        w_sd,
+        *_spatial3(w_taps, 0),
+        TRANSPOSED=transposed,
+        HAS_BIAS=bias is not None,
+        EVEN_K=src_per_group % block_k == 0,
+        DOT_PRECISION=dot_precision(src.dtype),
+        DOT_DTYPE=dot_dtype(src.dtype),
+        BLOCK_M=block_m,
+        BLOCK_N=block_n,
+        BLOCK_K=block_k,
+        GROUP_M=8,
+        INDEX_64=needs_int64(src, dst, w),
+        num_warps=num_warps,
+        num_stages=num_stages,
+    )
+
+
+def conv_forward(x, weight, bias, geometry: Geometry, groups: int, config=None) -> torch.Tensor:
+    """y = conv(x, weight, bias) for a batched (N, C, *spatial) input, in x's memory format."""
+    check_kernel_device(x, "input")
+    out = empty_like_format((x.shape[0], weight.shape[0], *geometry.output), x)
+    if out.numel() == 0:
+        return out
+    _launch_conv(x, weight, bias, out, geometry, groups, False, config)
+    return out
+
+
+def conv_grad_input(
+    grad_out, weight, like, geometry: Geometry, groups: int, shape=None, bias=None, config=None
+) -> torch.Tensor:
+    """dx of the convolution (``like`` gives dtype and memory format, and the shape unless
+    ``shape`` does: a transposed convolution's output, whose ``bias`` is then added in the
+    same pass). Phases without taps are written too (zeros, or the bias)."""
+    check_kernel_device(grad_out, "grad_output")
+    shape = tuple(like.shape) if shape is None else tuple(shape)
+    grad_in = empty_like_format(shape, like)
+    if grad_in.numel() == 0:
+        return grad_in
+    _launch_conv(grad_out, weight, bias, grad_in, geometry, groups, True, config)
+    return grad_in
+
+
+@launch_plan
+def _launch_grad_weight(grad_out, x, partial, geometry: Geometry, groups: int, config):
+    N, C = x.shape[:2]
+    C_out = grad_out.shape[1]
+    in_per_group, out_per_group = C // groups, C_out // groups
+    kernel, stride, pad, dil = _window3(geometry)
+    taps = math.prod(kernel)
+    rows = N * geometry.output_numel
+    splits = partial.shape[0]
+    block_m, block_n, block_k, num_warps, num_stages = config
+    per_split = cdiv(cdiv(rows, block_k), splits) * block_k
+    tiles = cdiv(out_per_group, block_m) * cdiv(in_per_group, block_n)
+    launch(
+        conv_igemm_wgrad_kernel,
+        (tiles, groups * taps, splits),
+        grad_out,
+        x,
+        partial,
+        rows,
+        per_split,
+        *_spatial3(x.shape[2:], 1),
+        *_spatial3(grad_out.shape[2:], 1),
+        in_per_group,
+        out_per_group,
+        *kernel,
+        *stride,
+        *pad,
+        *dil,
+        *_strides3(grad_out),
+        *_strides3(x),
+        partial.stride(0),
+        DOT_PRECISION=dot_precision(x.dtype),
+        DOT_DTYPE=dot_dtype(x.dtype),
+        BLOCK_M=block_m,
+        BLOCK_N=block_n,
+        BLOCK_K=block_k,
+        INDEX_64=needs_int64(grad_out, x, partial),
+        num_warps=num_warps,
+        num_stages=num_stages,
+    )
+
+
+def _splits(rows: int, programs: int, weight_numel: int, block_k: int, device) -> int:
+    """Split count of the weight gradient: enough programs to fill the GPU, each split at
+    least one ``block_k`` of positions, partials bounded. Depends on shapes only."""
+    if INTERPRETER:  # two splits, so the split reduction is tested on CPU too
+        wanted = 2
+    else:
+        wanted = cdiv(WGRAD_PROGRAMS_PER_SM * multiprocessor_count(device), programs)
+    splits = max(1, min(wanted, cdiv(rows, block_k), WGRAD_PARTIAL_LIMIT // weight_numel))
+    # The same count the kernel's launcher derives from positions per split.
+    return cdiv(rows, cdiv(cdiv(rows, block_k), splits) * block_k)
+
+
+def conv_grad_weight(
+    grad_out, x, weight_shape, geometry: Geometry, groups: int, config=None
+) -> torch.Tensor:
+    """dW of the convolution: a GEMM per (group, tap) over all positions, split into fixed
+    parts whose fp32 partials are summed in order (deterministic)."""
+    check_kernel_device(x, "input")
+    N, C = x.shape[:2]
+    C_out = weight_shape[0]
+    rows = N * geometry.output_numel
+    if rows == 0:
+        return allocate(weight_shape, x.dtype, x.device, zero=True)
+    in_per_group, out_per_group = C // groups, C_out // groups
+    if config is None:
+        config = wgrad_config(x.dtype, out_per_group, in_per_group)
+    tiles = cdiv(out_per_group, config.block_m) * cdiv(in_per_group, config.block_n)
+    weight_numel = math.prod(weight_shape)
+    programs = tiles * groups * geometry.kernel_numel
+    splits = _splits(rows, programs, weight_numel, config.block_k, x.device)
+    partial = allocate((splits, *weight_shape), torch.float32, x.device)
+    _launch_grad_weight(grad_out, x, partial, geometry, groups, config)
+    grad_weight = allocate(weight_shape, x.dtype, x.device)
+    sum_partials(partial, grad_weight)
+    return grad_weight

@@ -1,0 +1,165 @@
+"""Implicit-GEMM convolution (algo="implicit_gemm") against float64 PyTorch.
+
+Forward and every gradient in one call, over geometries that exercise what is particular to this
+kernel: the per-phase tap walk of the input gradient (strides 2-3 with dilations that share or
+do not share a factor with them, so some phases have no taps), channel counts that are not a
+multiple of the reduction block, groups, channels-last and strided views, weights in either
+layout (the reduction-major copy and its skip), and the deterministic split-K weight gradient.
+"""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import tritonconv
+from tritonconv import TritonConvError
+from tritonconv.ops import implicit_gemm
+from tritonconv.testing import assert_close, exact_fp32, poison_, random_tensor
+
+# (N, C, H, W, K, kernel, stride, padding, dilation, groups)
+GEOMETRIES = [
+    (2, 16, 9, 7, 16, (3, 3), 1, 1, 1, 1),
+    (2, 16, 9, 8, 32, (3, 3), 2, 1, 1, 1),
+    (1, 32, 11, 10, 16, (3, 2), (2, 3), (2, 1), (2, 1), 2),
+    (3, 5, 8, 8, 7, (3, 3), 3, 0, 1, 1),
+    (2, 18, 10, 9, 20, (5, 4), 2, 2, (3, 2), 2),
+    (1, 24, 7, 7, 40, (1, 1), 1, 0, 1, 1),
+    (2, 3, 12, 12, 16, (7, 7), 2, 3, 1, 1),
+    (1, 4, 6, 6, 4, (1, 1), 1, 0, 1, 4),
+]
+
+
+def _check(x, w, b, *, transposed=False, output_padding=0, **kw):
+    """Output and dx, dW, db against float64 PyTorch (fp32 at fp32 accuracy)."""
+    leaves = [t.detach().requires_grad_() if t is not None else None for t in (x, w, b)]
+    refs = [t.detach().double().requires_grad_() if t is not None else None for t in (x, w, b)]
+    if transposed:
+        y = tritonconv.conv_transpose2d(
+            *leaves, output_padding=output_padding, algo="implicit_gemm", **kw
+        )
+        ref = F.conv_transpose2d(*refs, output_padding=output_padding, **kw)
+    else:
+        y = tritonconv.conv2d(*leaves, algo="implicit_gemm", **kw)
+        ref = F.conv2d(*refs, **kw)
+    assert y.dtype == x.dtype
+    reduction = w.shape[0] * w.shape[2] * w.shape[3]
+    assert_close(y, ref, reduction=reduction, name="output")
+    if x.is_contiguous(memory_format=torch.channels_last) and not x.is_contiguous():
+        assert y.is_contiguous(memory_format=torch.channels_last), "output lost channels-last"
+    dy = random_tensor(y.shape, x.dtype, x.device)
+    wanted = [t for t in refs if t is not None]
+    got = torch.autograd.grad(y, [t for t in leaves if t is not None], dy)
+    want = torch.autograd.grad(ref, wanted, dy.double())
+    positions = y.numel() // y.shape[1] if y.numel() else 1
+    for name, g, r in zip(("dx", "dW", "db"), got, want):
+        assert_close(g, r, reduction=max(reduction, positions), name=name)
+
+
+@pytest.mark.parametrize("geometry", GEOMETRIES, ids=str)
+def test_forward_and_gradients_match_float64(geometry, device):
+    N, C, H, W, K, kernel, stride, padding, dilation, groups = geometry
+    with exact_fp32():
+        x = random_tensor((N, C, H, W), torch.float32, device)
+        w = random_tensor((K, C // groups, *kernel), torch.float32, device)
+        b = random_tensor((K,), torch.float32, device)
+        kw = dict(stride=stride, padding=padding, dilation=dilation, groups=groups)
+        _check(x, w, b, **kw)
+        _check(x.to(memory_format=torch.channels_last), w.to(memory_format=torch.channels_last),
+               None, **kw)  # fmt: skip
+
+
+@pytest.mark.parametrize("geometry", GEOMETRIES[:5], ids=str)
+def test_transposed_matches_float64(geometry, device):
+    """conv_transpose2d is the input-gradient kernel (phases), bias fused; its gradients are
+    the forward and weight-gradient kernels."""
+    N, C, H, W, K, kernel, stride, padding, dilation, groups = geometry
+    with exact_fp32():
+        x = random_tensor((N, K, H, W), torch.float32, device)
+        w = random_tensor((K, C // groups, *kernel), torch.float32, device)
+        b = random_tensor((C,), torch.float32, device)
+        output_padding = tuple(s - 1 for s in torch.nn.modules.utils._pair(stride))
+        _check(
+            x, w, b, transposed=True, output_padding=output_padding, stride=stride,
+            padding=padding, dilation=dilation, groups=groups,
+        )  # fmt: skip
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_channels_last(dtype, device):
+    x = random_tensor((2, 32, 9, 9), dtype, device).to(memory_format=torch.channels_last)
+    w = random_tensor((48, 32, 3, 3), dtype, device).to(memory_format=torch.channels_last)
+    b = random_tensor((48,), dtype, device)
+    _check(x, w, b, stride=2, padding=1)
+
+
+def test_strided_views_and_empty_batch(device):
+    base = random_tensor((2, 16, 10, 22), torch.float32, device)
+    x = base[..., ::2]  # a strided width
+    w = random_tensor((32, 16, 3, 3), torch.float32, device)[:, :, :, :]
+    with exact_fp32():
+        _check(x, w.transpose(2, 3), None, padding=1)  # a weight in neither layout
+        empty = random_tensor((0, 16, 5, 5), torch.float32, device)
+        y = tritonconv.conv2d(empty, w, algo="implicit_gemm", padding=1)
+        assert y.shape == (0, 32, 5, 5)
+
+
+def test_every_output_element_is_written(device):
+    """Outputs come from torch.empty: poisoning the allocator's blocks first would show any
+    position the kernel skipped (phases without taps included) as NaN."""
+    for _ in range(3):
+        poison_(torch.empty(1 << 16, device=device))
+    x = random_tensor((1, 16, 5, 5), torch.float32, device)
+    w = random_tensor((16, 16, 2, 2), torch.float32, device)
+    y = tritonconv.conv_transpose2d(x, w, stride=3, dilation=2, algo="implicit_gemm")
+    assert not y.isnan().any()
+    assert_close(y, F.conv_transpose2d(x.double(), w.double(), stride=3, dilation=2),
+                 reduction=64)  # fmt: skip
+
+
+def test_weight_gradient_is_bitwise_reproducible(device):
+    x = random_tensor((3, 16, 12, 12), torch.float32, device).requires_grad_()
+    w = random_tensor((16, 16, 3, 3), torch.float32, device).requires_grad_()
+    y = tritonconv.conv2d(x, w, padding=1, algo="implicit_gemm")
+    dy = random_tensor(y.shape, torch.float32, device)
+    first = torch.autograd.grad(y, (x, w), dy, retain_graph=True)
+    second = torch.autograd.grad(y, (x, w), dy)
+    for a, b in zip(first, second):
+        assert torch.equal(a, b)
+
+
+def test_explicit_config(device):
+    """A launcher takes any tile configuration (what tuning sweeps)."""
+    x = random_tensor((2, 20, 7, 7), torch.float32, device)
+    w = random_tensor((24, 20, 3, 3), torch.float32, device)
+    geometry = tritonconv.geometry.make_geometry((7, 7), (3, 3), (1, 1), (1, 1), (1, 1), (1, 1))
+    with exact_fp32():
+        for config in (
+            implicit_gemm.Config(32, 16, 16, 4, 1),
+            implicit_gemm.Config(16, 32, 32, 4, 1),
+        ):
+            y = implicit_gemm.conv_forward(x, w, None, geometry, 1, config)
+            assert_close(y, F.conv2d(x.double(), w.double(), padding=1), reduction=180)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.int32])
+def test_unsupported_dtypes_are_refused_and_never_chosen(dtype, device):
+    x = random_tensor((1, 16, 5, 5), dtype, device)
+    w = random_tensor((16, 16, 3, 3), dtype, device)
+    with pytest.raises(TritonConvError, match="algo='implicit_gemm' has no kernel for dtype"):
+        tritonconv.conv2d(x, w, algo="implicit_gemm")
+    assert tritonconv.explain(x, w).algo != "implicit_gemm"
+
+
+def test_custom_ops_pass_opcheck(device):
+    x = torch.randn(2, 4, 6, 5, device=device)
+    w = torch.randn(6, 2, 3, 3, device=device)
+    geometry = ([1, 2], [1, 0], [1, 0], [1, 1], 2)
+    ops = torch.ops.tritonconv
+    y = ops.conv2d_implicit_gemm(x, w, None, *geometry, [])
+    dy = torch.randn_like(y)
+    for op, args in (
+        (ops.conv2d_implicit_gemm, (x, w, torch.randn(6, device=device), *geometry, [])),
+        (ops.conv2d_implicit_gemm_backward, (dy, x, w, *geometry, [], [True, True])),
+        (ops.conv_transpose2d_implicit_gemm, (y, w, None, *geometry, [6, 5], [])),
+    ):
+        torch.library.opcheck(op, args)
