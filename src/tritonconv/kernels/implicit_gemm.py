@@ -172,8 +172,10 @@ def conv_igemm_kernel(
 
     d = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     d_ok = d < dst_per_group
+    # Every address of a row is its base plus a per-tap scalar: computed once here.
     src_rows = src_ptr + n * src_sn + (g * src_per_group) * src_sc
-    w_cols = w_ptr + g * w_sg + d * w_sd
+    src_rows += base_d * src_sd + base_h * src_sh + base_w * src_sw
+    w_cols = w_ptr + g * w_sg + d * w_sd + k0_d * w_skd + k0_h * w_skh + k0_w * w_skw
     k = tl.arange(0, BLOCK_K)
 
     c_blocks = tl.cdiv(src_per_group, BLOCK_K)
@@ -186,15 +188,16 @@ def conv_igemm_kernel(
         t2 = tap // nk_w
         jh = t2 % nk_h
         jd = t2 // nk_h
+        if INDEX_64:
+            jd, jh, jw = jd.to(tl.int64), jh.to(tl.int64), jw.to(tl.int64)
         sd = base_d + jd * step_d
         sh = base_h + jh * step_h
         sw = base_w + jw * step_w
         ok = row_ok & (sd >= 0) & (sd < SD) & (sh >= 0) & (sh < SH) & (sw >= 0) & (sw < SW)
-        a_ptrs = src_rows + sd * src_sd + sh * src_sh + sw * src_sw
-        a_ptrs = a_ptrs[:, None] + (c * src_sc)[None, :]
-        w_tap = (k0_d + jd * kstep_d) * w_skd + (k0_h + jh * kstep_h) * w_skh
-        w_tap += (k0_w + jw * kstep_w) * w_skw
-        b_ptrs = w_cols[None, :] + w_tap + c[:, None]
+        src_tap = (jd * step_d) * src_sd + (jh * step_h) * src_sh + (jw * step_w) * src_sw
+        a_ptrs = src_rows[:, None] + (src_tap + c * src_sc)[None, :]
+        w_tap = (jd * kstep_d) * w_skd + (jh * kstep_h) * w_skh + (jw * kstep_w) * w_skw
+        b_ptrs = w_cols[None, :] + (w_tap + c)[:, None]
         if EVEN_K:
             a = tl.load(a_ptrs, mask=ok[:, None], other=0)
             b = tl.load(b_ptrs, mask=d_ok[None, :], other=0)
