@@ -29,6 +29,9 @@ def test_heuristic_reasons(cache_dir, device):
     x = torch.randn(1, 8, 6, 6, device=device)
     assert tc.explain(x, torch.randn(16, 8, 3, 3, device=device)).algo == "im2col_gemm"
     assert tc.explain(x, torch.randn(4, 8, 3, 3, device=device)).algo == "direct"
+    dense = tc.explain(torch.randn(1, 16, 6, 6, device=device), torch.randn(16, 16, 3, 3))
+    assert dense.algo == "implicit_gemm" and "implicit GEMM" in dense.reason
+    assert tc.explain(x.double(), torch.randn(16, 8, 3, 3).double()).algo == "im2col_gemm"
     dw = tc.explain(x, torch.randn(8, 1, 3, 3, device=device), groups=8)
     assert dw.algo == "depthwise" and "read the input once" in dw.reason
     xi, wi = x.long(), torch.zeros(16, 8, 3, 3, dtype=torch.long, device=device)
@@ -45,7 +48,7 @@ def test_benchmark_mode_measures_once_and_a_new_process_reads_the_disk(
     w = torch.randn(16, 8, 3, 3, device=device)
     tc.set_benchmark(True)
     first = tc.explain(x, w, padding=1)
-    assert set(first.timings) == {"im2col_gemm", "direct"}
+    assert set(first.timings) == {"implicit_gemm", "im2col_gemm", "direct"}
     assert first.algo == min(first.timings, key=first.timings.get)
     stored = json.loads(choice.cache_file().read_text())
     assert [v["algo"] for v in stored.values()] == [first.algo]
@@ -97,7 +100,8 @@ def test_tune_measures_every_convolution_of_a_model(cache_dir, device):
     x = torch.randn(1, 4, 6, 6, device=device)
     choices = tc.tune(model, x)
     assert len(choices) == 2
-    assert all(set(c.timings) == {"im2col_gemm", "direct"} for c in choices.values())
+    algos = {"implicit_gemm", "im2col_gemm", "direct"}
+    assert all(set(c.timings) == algos for c in choices.values())
     assert not choice.benchmark_enabled()  # the switch is back where it was
     assert len(json.loads(choice.cache_file().read_text())) == 2
     again = tc.tune(model, x)  # everything on record now: nothing measured again

@@ -10,6 +10,7 @@ layout (the reduction-major copy and its skip), and the deterministic split-K we
 import pytest
 import torch
 import torch.nn.functional as F
+from torch._dynamo.testing import CompileCounterWithBackend
 
 import tritonconv
 from tritonconv import TritonConvError
@@ -163,3 +164,49 @@ def test_custom_ops_pass_opcheck(device):
         (ops.conv_transpose2d_implicit_gemm, (y, w, None, *geometry, [6, 5], [])),
     ):
         torch.library.opcheck(op, args)
+
+
+def test_conv1d_and_conv_transpose1d(device):
+    """1-D convolutions run as height-1 planes through the same kernels."""
+    x = random_tensor((2, 16, 23), torch.float32, device).requires_grad_()
+    cases = (
+        (tritonconv.conv1d, F.conv1d, (24, 16, 5), dict(stride=2, padding=3, dilation=2)),
+        (tritonconv.conv_transpose1d, F.conv_transpose1d, (16, 8, 5),
+         dict(stride=3, output_padding=1)),
+    )  # fmt: skip
+    with exact_fp32():
+        for ours, theirs, weight_shape, kw in cases:
+            w = random_tensor(weight_shape, torch.float32, device).requires_grad_()
+            y = ours(x, w, algo="implicit_gemm", **kw)
+            ref = theirs(x.double(), w.double(), **kw)
+            assert_close(y, ref, reduction=120)
+            dy = random_tensor(y.shape, torch.float32, device)
+            got = torch.autograd.grad(y, (x, w), dy)
+            want = torch.autograd.grad(ref, (x, w), dy.double())
+            for g, r in zip(got, want):
+                assert_close(g, r, reduction=400)
+
+
+def test_torch_compile_one_graph(device):
+    """The ops trace without a graph break (Inductor on CUDA, aot_eager on CPU), forward and
+    backward."""
+    torch._dynamo.reset()
+    backend = "aot_eager" if tritonconv.INTERPRETER else "inductor"
+    counter = CompileCounterWithBackend(backend)
+
+    def f(x, w, b):
+        return torch.relu(tritonconv.conv2d(x, w, b, padding=1, algo="implicit_gemm")) * 2
+
+    x = random_tensor((2, 16, 6, 5), torch.float32, device).requires_grad_()
+    w = random_tensor((16, 16, 3, 3), torch.float32, device).requires_grad_()
+    b = random_tensor((16,), torch.float32, device).requires_grad_()
+    with exact_fp32():
+        out = torch.compile(f, backend=counter, fullgraph=True)(x, w, b)
+        assert counter.frame_count == 1
+        ref_inputs = [t.detach().double().requires_grad_() for t in (x, w, b)]
+        ref = torch.relu(F.conv2d(*ref_inputs, padding=1)) * 2
+        assert_close(out, ref, reduction=144)
+        dy = torch.randn_like(out)
+        for g, r in zip(torch.autograd.grad(out, (x, w, b), dy),
+                        torch.autograd.grad(ref, ref_inputs, dy.double())):  # fmt: skip
+            assert_close(g, r, reduction=144)

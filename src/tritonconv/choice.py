@@ -76,6 +76,12 @@ def heuristic(dtype: torch.dtype, args, candidates: list[str]) -> Choice:
             "one input channel per group: the depthwise kernels read the input once, im2col "
             "would write KH*KW copies to feed one-row GEMMs",
         )
+    if "implicit_gemm" in candidates and min(args.in_per_group, args.out_per_group) >= 16:
+        return Choice(
+            "implicit_gemm",
+            f"{args.in_per_group} -> {args.out_per_group} channels per group: tensor-core "
+            "implicit GEMM, reading the image in place (no column buffer)",
+        )
     if args.out_per_group <= 8:
         return Choice(
             "direct",

@@ -61,38 +61,44 @@ class Config(NamedTuple):
 
 
 def _k_block(dtype: torch.dtype, channels: int) -> int:
-    """Reduction step: 64 channels of 16-bit data (128 bytes), 32 of fp32, fewer when the
-    group has fewer channels (at least 16, ``tl.dot``'s minimum)."""
-    high = 32 if dtype == torch.float32 else 64
-    return clamped_power_of_2(channels, 16, high)
+    """Reduction step over ``channels`` per tap: the block of 16, 32 or 64 (fp32: 16 or 32)
+    channels that pads them least, the largest of equals (fewer, longer steps)."""
+    blocks = (16, 32) if dtype == torch.float32 else (16, 32, 64)
+    return min(reversed(blocks), key=lambda b: cdiv(channels, b) * b)
 
 
 def forward_config(dtype, rows, src_per_group, dst_per_group, groups, device) -> Config:
     """The heuristic tile configuration of ``conv_igemm_kernel`` for a GEMM of ``rows`` rows
-    per group, reducing ``src_per_group`` channels per tap into ``dst_per_group`` columns."""
+    per group, reducing ``src_per_group`` channels per tap into ``dst_per_group`` columns.
+    Fitted to the H100 sweep of ``benchmarks/sweep_igemm.py`` (benchmarks/NOTES.md)."""
     block_k = _k_block(dtype, src_per_group)
     block_n = clamped_power_of_2(dst_per_group, 16, 128)
     if INTERPRETER:
         return Config(64, block_n, block_k, 4, 1)
-    block_m = 128
-    programs = cdiv(rows, block_m) * cdiv(dst_per_group, block_n) * groups
-    if programs < multiprocessor_count(device):
-        block_m = 64
-    warps = 8 if block_m * block_n >= 128 * 128 else 4
-    stages = 3 if dtype == torch.float32 else 4
-    return Config(block_m, block_n, block_k, warps, stages)
+    fp32 = dtype == torch.float32
+    if cdiv(rows, 128) * cdiv(dst_per_group, block_n) * groups < multiprocessor_count(device):
+        # Under one wave of 128-row tiles: small tiles, long reduction steps (more programs).
+        if src_per_group >= 128:
+            return Config(64, 64, 64 if fp32 else 128, 4, 3)
+        return Config(64, min(block_n, 64), block_k, 4, 4)
+    if block_n < 128:
+        return Config(128, block_n, block_k, 4, 4)
+    if not fp32 and block_k == 64 and rows >= 16384:
+        return Config(256, 128, 64, 8, 3)
+    return Config(128, 128, block_k, 8, 3 if block_k * (2 if fp32 else 1) >= 64 else 4)
 
 
-def wgrad_config(dtype, out_per_group: int, in_per_group: int) -> Config:
+def wgrad_config(dtype, out_per_group: int, in_per_group: int, rows: int) -> Config:
     """The heuristic tile configuration of ``conv_igemm_wgrad_kernel``: a ``[C_out, C_in]``
-    tile per (group, tap), reducing over positions ``block_k`` at a time."""
-    block_m = clamped_power_of_2(out_per_group, 16, 128)
-    block_n = clamped_power_of_2(in_per_group, 16, 128)
+    tile per (group, tap), reducing over ``rows`` positions ``block_k`` at a time."""
+    block_m = clamped_power_of_2(out_per_group, 16, 64)
+    block_n = clamped_power_of_2(in_per_group, 16, 64)
     if INTERPRETER:
         return Config(block_m, block_n, 64, 4, 1)
-    block_k = 32 if dtype == torch.float32 else 64
-    warps = 8 if block_m * block_n >= 128 * 128 else 4
-    return Config(block_m, block_n, block_k, warps, 3)
+    fp32 = dtype == torch.float32
+    if min(out_per_group, in_per_group) >= 256 and rows >= 32768:
+        return Config(128, 128, 32 if fp32 else 64, 8, 3)
+    return Config(block_m, block_n, 32 if fp32 else 128, 4, 4 if fp32 else 3)
 
 
 def _spatial3(values, fill: int) -> tuple:
@@ -282,7 +288,7 @@ def conv_grad_weight(
         return allocate(weight_shape, x.dtype, x.device, zero=True)
     in_per_group, out_per_group = C // groups, C_out // groups
     if config is None:
-        config = wgrad_config(x.dtype, out_per_group, in_per_group)
+        config = wgrad_config(x.dtype, out_per_group, in_per_group, rows)
     tiles = cdiv(out_per_group, config.block_m) * cdiv(in_per_group, config.block_n)
     weight_numel = math.prod(weight_shape)
     programs = tiles * groups * geometry.kernel_numel
