@@ -29,9 +29,11 @@ def test_heuristic_reasons(cache_dir, device):
     x = torch.randn(1, 8, 6, 6, device=device)
     assert tc.explain(x, torch.randn(16, 8, 3, 3, device=device)).algo == "im2col_gemm"
     assert tc.explain(x, torch.randn(4, 8, 3, 3, device=device)).algo == "direct"
-    dense = tc.explain(torch.randn(1, 16, 6, 6, device=device), torch.randn(16, 16, 3, 3))
+    x16, w16 = torch.randn(1, 16, 6, 6, device=device), torch.randn(16, 16, 3, 3, device=device)
+    dense = tc.explain(x16, w16)
     assert dense.algo == "implicit_gemm" and "implicit GEMM" in dense.reason
-    assert tc.explain(x.double(), torch.randn(16, 8, 3, 3).double()).algo == "im2col_gemm"
+    w64 = torch.randn(16, 8, 3, 3, dtype=torch.float64, device=device)
+    assert tc.explain(x.double(), w64).algo == "im2col_gemm"  # no float64 implicit GEMM
     dw = tc.explain(x, torch.randn(8, 1, 3, 3, device=device), groups=8)
     assert dw.algo == "depthwise" and "read the input once" in dw.reason
     xi, wi = x.long(), torch.zeros(16, 8, 3, 3, dtype=torch.long, device=device)
