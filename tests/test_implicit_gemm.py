@@ -13,7 +13,6 @@ import torch.nn.functional as F
 from torch._dynamo.testing import CompileCounterWithBackend
 
 import tritonconv
-from tritonconv import TritonConvError
 from tritonconv.ops import implicit_gemm
 from tritonconv.testing import assert_close, exact_fp32, poison_, random_tensor
 
@@ -142,13 +141,20 @@ def test_explicit_config(device):
             assert_close(y, F.conv2d(x.double(), w.double(), padding=1), reduction=180)
 
 
-@pytest.mark.parametrize("dtype", [torch.float64, torch.int32])
-def test_unsupported_dtypes_are_refused_and_never_chosen(dtype, device):
-    x = random_tensor((1, 16, 5, 5), dtype, device)
-    w = random_tensor((16, 16, 3, 3), dtype, device)
-    with pytest.raises(TritonConvError, match="algo='implicit_gemm' has no kernel for dtype"):
-        tritonconv.conv2d(x, w, algo="implicit_gemm")
-    assert tritonconv.explain(x, w).algo != "implicit_gemm"
+@pytest.mark.parametrize("dtype", [torch.float64, torch.int32, torch.int8])
+def test_exact_dtypes_take_the_outer_product_path(dtype, device):
+    """float64 and integers run the same kernels one channel per step (no tensor cores):
+    float64 to rounding, integers bitwise, int8 wrapping like PyTorch's int64-then-cast."""
+    x = random_tensor((2, 16, 6, 7), dtype, device, low=-20, high=20)
+    w = random_tensor((24, 8, 3, 3), dtype, device, low=-20, high=20)
+    kw = dict(stride=2, padding=1, groups=2)
+    y = tritonconv.conv2d(x, w, algo="implicit_gemm", **kw)
+    expected = F.conv2d(x.cpu().double(), w.cpu().double(), **kw)
+    if dtype.is_floating_point:
+        assert_close(y, expected, reduction=72)
+    else:
+        assert torch.equal(y.cpu(), expected.long().to(dtype))
+    assert tritonconv.explain(x, w, **kw).algo != "implicit_gemm"  # auto keeps its own paths
 
 
 def test_custom_ops_pass_opcheck(device):
@@ -156,12 +162,12 @@ def test_custom_ops_pass_opcheck(device):
     w = torch.randn(6, 2, 3, 3, device=device)
     geometry = ([1, 2], [1, 0], [1, 0], [1, 1], 2)
     ops = torch.ops.tritonconv
-    y = ops.conv2d_implicit_gemm(x, w, None, *geometry, [])
+    y = ops.conv_implicit_gemm(x, w, None, *geometry, [])
     dy = torch.randn_like(y)
     for op, args in (
-        (ops.conv2d_implicit_gemm, (x, w, torch.randn(6, device=device), *geometry, [])),
-        (ops.conv2d_implicit_gemm_backward, (dy, x, w, *geometry, [], [True, True])),
-        (ops.conv_transpose2d_implicit_gemm, (y, w, None, *geometry, [6, 5], [])),
+        (ops.conv_implicit_gemm, (x, w, torch.randn(6, device=device), *geometry, [])),
+        (ops.conv_implicit_gemm_backward, (dy, x, w, *geometry, [], [True, True])),
+        (ops.conv_transpose_implicit_gemm, (y, w, None, *geometry, [6, 5], [])),
     ):
         torch.library.opcheck(op, args)
 

@@ -24,11 +24,17 @@ torch.backends.flags_frozen.__globals__["__allow_nonbracketed_mutation_flag"] = 
 OURS = {
     "nn.functional.conv1d": tc.conv1d,
     "nn.functional.conv2d": tc.conv2d,
+    "nn.functional.conv3d": tc.conv3d,
     "nn.functional.conv_transpose1d": tc.conv_transpose1d,
     "nn.functional.conv_transpose2d": tc.conv_transpose2d,
+    "nn.functional.conv_transpose3d": tc.conv_transpose3d,
 }
 # PyTorch defines no error inputs for these (its own OpInfo entries have none).
-NO_ERROR_INPUTS = {"nn.functional.conv_transpose1d", "nn.functional.conv_transpose2d"}
+NO_ERROR_INPUTS = {
+    "nn.functional.conv_transpose1d",
+    "nn.functional.conv_transpose2d",
+    "nn.functional.conv_transpose3d",
+}
 OPS = [op for op in op_db if op.name in OURS and op.variant_test_name == ""]
 
 

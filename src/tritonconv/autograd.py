@@ -107,6 +107,11 @@ Fold = _differentiable("Fold", ops.fold, _fold_setup, _fold_backward)
 # --------------------------------------------------------------------------------------------
 
 
+def _bias_grad(grad_output):
+    """The bias gradient: the output gradient summed over every dimension but the channels."""
+    return grad_output.sum(dim=(0, *range(2, grad_output.dim())))
+
+
 def _conv_setup(ctx, inputs, output):
     input, weight, bias, *params = inputs
     ctx.params = params
@@ -124,7 +129,7 @@ def _conv_backward(backward_op: ops.Op):
             grad_input = grad_input if mask[0] else None
             grad_weight = grad_weight if mask[1] else None
         if ctx.has_bias and ctx.needs_input_grad[2]:
-            grad_bias = grad_output.sum(dim=(0, 2, 3))
+            grad_bias = _bias_grad(grad_output)
         return grad_input, grad_weight, grad_bias, None, None, None, None, None, None
 
     return backward
@@ -144,11 +149,11 @@ Conv2dDirect = _differentiable(
     _conv_backward(ops.conv2d_direct_backward),
 )
 
-Conv2dImplicitGemm = _differentiable(
-    "Conv2dImplicitGemm",
-    ops.conv2d_implicit_gemm,
+ConvImplicitGemm = _differentiable(
+    "ConvImplicitGemm",
+    ops.conv_implicit_gemm,
     _conv_setup,
-    _conv_backward(ops.conv2d_implicit_gemm_backward),
+    _conv_backward(ops.conv_implicit_gemm_backward),
 )
 
 
@@ -172,7 +177,7 @@ def _conv_transpose_backward(forward_op: ops.Op, backward_op: ops.Op):
         if ctx.needs_input_grad[1]:
             _, grad_weight = backward_op(input, grad_output, weight, *geometry, [False, True])
         if ctx.has_bias and ctx.needs_input_grad[2]:
-            grad_bias = grad_output.sum(dim=(0, 2, 3))
+            grad_bias = _bias_grad(grad_output)
         return grad_input, grad_weight, grad_bias, *([None] * 7)
 
     return backward
@@ -191,11 +196,11 @@ ConvTranspose2dDirect = _differentiable(
     _conv_transpose_backward(ops.conv2d_direct, ops.conv2d_direct_backward),
 )
 
-ConvTranspose2dImplicitGemm = _differentiable(
-    "ConvTranspose2dImplicitGemm",
-    ops.conv_transpose2d_implicit_gemm,
+ConvTransposeImplicitGemm = _differentiable(
+    "ConvTransposeImplicitGemm",
+    ops.conv_transpose_implicit_gemm,
     _conv_setup,
-    _conv_transpose_backward(ops.conv2d_implicit_gemm, ops.conv2d_implicit_gemm_backward),
+    _conv_transpose_backward(ops.conv_implicit_gemm, ops.conv_implicit_gemm_backward),
 )
 
 

@@ -30,6 +30,7 @@ import torch
 
 from .caches import clear_caches
 from .geometry import FLOAT_DTYPES
+from .ops import implicit_gemm
 
 _benchmark: bool | None = None  # None: follow the environment and cudnn.benchmark
 _BENCHMARK_ENV = os.environ.get("TRITONCONV_BENCHMARK", "") not in ("", "0")
@@ -68,6 +69,8 @@ def benchmark_enabled() -> bool:
 
 def heuristic(dtype: torch.dtype, args, candidates: list[str]) -> Choice:
     """The rule-based choice (reasoned, until measurements say otherwise)."""
+    if candidates == ["implicit_gemm"]:
+        return Choice("implicit_gemm", "3-D: the algorithm written over three spatial axes")
     if dtype not in FLOAT_DTYPES:
         return Choice("direct", "integer dtype: the only exact integer path (no cuBLAS/cuDNN)")
     if args.depthwise and "depthwise" in candidates:
@@ -76,7 +79,8 @@ def heuristic(dtype: torch.dtype, args, candidates: list[str]) -> Choice:
             "one input channel per group: the depthwise kernels read the input once, im2col "
             "would write KH*KW copies to feed one-row GEMMs",
         )
-    if "implicit_gemm" in candidates and min(args.in_per_group, args.out_per_group) >= 16:
+    dense = min(args.in_per_group, args.out_per_group) >= 16
+    if "implicit_gemm" in candidates and dtype in implicit_gemm.DOT_DTYPES and dense:
         return Choice(
             "implicit_gemm",
             f"{args.in_per_group} -> {args.out_per_group} channels per group: tensor-core "

@@ -37,7 +37,7 @@ from .plans import BoundedCache, lookup, tensor_key, values_key
 #: limit, whether the direct op runs its depthwise kernels, or the implicit GEMM's tile
 #: configuration, ``[]`` for its heuristic's).
 CONV_OPS = {
-    "implicit_gemm": library.conv2d_implicit_gemm,
+    "implicit_gemm": library.conv_implicit_gemm,
     "im2col_gemm": library.conv2d_gemm,
     "direct": library.conv2d_direct,
     "depthwise": library.conv2d_direct,
@@ -45,7 +45,7 @@ CONV_OPS = {
 CONV_ALGOS = ("auto", *CONV_OPS)
 #: The same for transposed convolution: the ops run the convolution's input-gradient kernels.
 TRANSPOSED_OPS = {
-    "implicit_gemm": library.conv_transpose2d_implicit_gemm,
+    "implicit_gemm": library.conv_transpose_implicit_gemm,
     "im2col_gemm": library.conv_transpose2d_gemm,
     "direct": library.conv_transpose2d_direct,
     "depthwise": library.conv_transpose2d_direct,
@@ -71,6 +71,8 @@ _CONV_PLANS = BoundedCache("conv2d")
 _CONV1D_PLANS = BoundedCache("conv1d")
 _TRANSPOSED_PLANS = BoundedCache("conv_transpose2d")
 _TRANSPOSED1D_PLANS = BoundedCache("conv_transpose1d")
+_CONV3D_PLANS = BoundedCache("conv3d")
+_TRANSPOSED3D_PLANS = BoundedCache("conv_transpose3d")
 _CROP_PLANS = BoundedCache("crop")
 
 
@@ -171,7 +173,10 @@ def _fold_plan(input, output_size, kernel_size, dilation, padding, stride) -> Pl
 
 
 def _candidates(input: torch.Tensor, args) -> list[str]:
-    """Every algorithm that accepts the call."""
+    """Every algorithm that accepts the call (3-D: the implicit GEMM, the one kernel written
+    over three spatial axes)."""
+    if args.geometry.ndim == 3:
+        return ["implicit_gemm"]
     algos = ["im2col_gemm", "direct"] if input.dtype in FLOAT_DTYPES else ["direct"]
     if input.dtype in implicit_gemm.DTYPES:
         algos.insert(0, "implicit_gemm")
@@ -185,6 +190,11 @@ def _choose_algo(algo: str, input: torch.Tensor, args, op: str = "conv2d") -> st
         raise TritonConvError(f"algo must be one of {list(CONV_ALGOS)}, got {algo!r}")
     if algo == "auto":
         return choice.heuristic(input.dtype, args, _candidates(input, args)).algo
+    if args.geometry.ndim == 3 and algo != "implicit_gemm":
+        raise TritonConvError(
+            f"{op}: algo={algo!r} has no 3-D kernel; 3-D convolutions run "
+            "algo='implicit_gemm' (what 'auto' picks)"
+        )
     if algo == "depthwise" and not args.depthwise:
         raise TritonConvError(
             f"{op}: algo='depthwise' needs one channel per group on the convolution's input "
@@ -282,6 +292,44 @@ def conv_transpose1d(
     :func:`conv_transpose2d`; a height-1 plane)."""
     options = (stride, padding, output_padding, groups, dilation, algo, workspace_limit)
     return _convolution(_TRANSPOSED1D_PLANS, 1, input, weight, bias, options, transposed=True)
+
+
+def conv3d(
+    input,
+    weight,
+    bias=None,
+    stride=1,
+    padding=0,
+    dilation=1,
+    groups=1,
+    *,
+    algo="auto",
+    workspace_limit=None,
+):
+    """3-D convolution, as ``torch.nn.functional.conv3d`` (``algo``: ``"auto"`` or
+    ``"implicit_gemm"``, the kernel written over three spatial axes; every real dtype,
+    integers exact). The output keeps the input's memory format (``channels_last_3d``)."""
+    options = (stride, padding, dilation, groups, algo, workspace_limit)
+    return _convolution(_CONV3D_PLANS, 3, input, weight, bias, options)
+
+
+def conv_transpose3d(
+    input,
+    weight,
+    bias=None,
+    stride=1,
+    padding=0,
+    output_padding=0,
+    groups=1,
+    dilation=1,
+    *,
+    algo="auto",
+    workspace_limit=None,
+):
+    """Transposed 3-D convolution, as ``torch.nn.functional.conv_transpose3d``: the 3-D
+    convolution's input gradient, by the same implicit-GEMM kernel (see :func:`conv3d`)."""
+    options = (stride, padding, output_padding, groups, dilation, algo, workspace_limit)
+    return _convolution(_TRANSPOSED3D_PLANS, 3, input, weight, bias, options, transposed=True)
 
 
 def _convolution(cache, ndim: int, input, weight, bias, options, *, transposed=False):

@@ -210,7 +210,8 @@ def conv2d_direct_backward(
 
 
 # --------------------------------------------------------------------------------------------
-# implicit GEMM on tensor cores (the option: a tile configuration, ``[]`` for the heuristic's)
+# implicit GEMM, any spatial rank (1-D/2-D/3-D: 3-5-D tensors); the option is a tile
+# configuration, ``[]`` for the heuristic's
 # --------------------------------------------------------------------------------------------
 
 
@@ -218,8 +219,8 @@ def _config(config: list[int]) -> implicit_gemm.Config | None:
     return implicit_gemm.Config(*config) if config else None
 
 
-@custom_op("conv2d_implicit_gemm")
-def conv2d_implicit_gemm(
+@custom_op("conv_implicit_gemm")
+def conv_implicit_gemm(
     input: Tensor,
     weight: Tensor,
     bias: Tensor | None,
@@ -235,8 +236,8 @@ def conv2d_implicit_gemm(
     return implicit_gemm.conv_forward(input, weight, bias, geometry, groups, _config(config))
 
 
-@custom_op("conv2d_implicit_gemm_backward")
-def conv2d_implicit_gemm_backward(
+@custom_op("conv_implicit_gemm_backward")
+def conv_implicit_gemm_backward(
     grad_output: Tensor,
     input: Tensor,
     weight: Tensor,
@@ -322,8 +323,8 @@ def conv_transpose2d_direct(
     return _add_bias(out, bias)
 
 
-@custom_op("conv_transpose2d_implicit_gemm")
-def conv_transpose2d_implicit_gemm(
+@custom_op("conv_transpose_implicit_gemm")
+def conv_transpose_implicit_gemm(
     input: Tensor,
     weight: Tensor,
     bias: Tensor | None,

@@ -72,6 +72,12 @@ class Conv2d(_Convolution, nn.Conv2d):
     _function = staticmethod(functional.conv2d)
 
 
+class Conv3d(_Convolution, nn.Conv3d):
+    """``torch.nn.Conv3d`` computed by tritonconv (``algo`` as in :func:`tritonconv.conv3d`)."""
+
+    _function = staticmethod(functional.conv3d)
+
+
 class _Transposed(_Converted):
     """``forward(input, output_size=None)`` of the torch module through a tritonconv function."""
 
@@ -121,18 +127,27 @@ class ConvTranspose2d(_Transposed, nn.ConvTranspose2d):
     _spatial = 2
 
 
+class ConvTranspose3d(_Transposed, nn.ConvTranspose3d):
+    """``torch.nn.ConvTranspose3d`` computed by tritonconv (:func:`tritonconv.conv_transpose3d`)."""
+
+    _function = staticmethod(functional.conv_transpose3d)
+    _spatial = 3
+
+
 #: torch module type -> the tritonconv module that replaces it.
 CONVERTED = {
     nn.Conv1d: Conv1d,
     nn.Conv2d: Conv2d,
     nn.ConvTranspose1d: ConvTranspose1d,
     nn.ConvTranspose2d: ConvTranspose2d,
+    nn.Conv3d: Conv3d,
+    nn.ConvTranspose3d: ConvTranspose3d,
 }
 
 
 def convert(model: nn.Module, algo: str = "auto") -> nn.Module:
-    """Swap every ``torch.nn`` convolution tritonconv has (``CONVERTED``: Conv1d, Conv2d,
-    ConvTranspose1d, ConvTranspose2d) inside ``model`` for its tritonconv module, in place;
+    """Swap every ``torch.nn`` convolution (``CONVERTED``: Conv1d/2d/3d and
+    ConvTranspose1d/2d/3d) inside ``model`` for its tritonconv module, in place;
     parameters are shared, so state dicts and optimisers are unaffected."""
     for name, child in model.named_children():
         replacement = CONVERTED.get(type(child))
@@ -160,4 +175,14 @@ class Crop(nn.Module):
         return f"axis={self.axis}, offset={self.offset!r}"
 
 
-__all__ = ["CONVERTED", "Conv1d", "Conv2d", "ConvTranspose1d", "ConvTranspose2d", "Crop", "convert"]
+__all__ = [
+    "CONVERTED",
+    "Conv1d",
+    "Conv2d",
+    "Conv3d",
+    "ConvTranspose1d",
+    "ConvTranspose2d",
+    "ConvTranspose3d",
+    "Crop",
+    "convert",
+]

@@ -32,8 +32,15 @@ x[p shifted by the tap, ci]``, a GEMM per (group, tap) reducing over ``N * outpu
 The positions are cut into fixed *splits*, each program writes its split's fp32 partial tile,
 and ``sum_partials`` adds the splits in order: deterministic, bitwise reproducible.
 
-Accumulation is fp32; ``DOT_PRECISION`` decides whether fp32 operands use TF32 or stay
-fp32-accurate (``tf32x3``). ``INDEX_64`` switches index arithmetic to int64.
+Floats of 16 and 32 bits multiply on tensor cores (``USE_DOT``) and accumulate in fp32;
+``DOT_PRECISION`` decides whether fp32 operands use TF32 or stay fp32-accurate (``tf32x3``).
+Integers and float64 take the same loops without tensor cores, accumulating in ``ACC_DTYPE``
+(int64: exact, wrapping like PyTorch; float64): the forward with ``BLOCK_K == 1``, each step an
+outer product ``[BLOCK_M, 1] * [1, BLOCK_N]`` (no reduction across lanes, the pitfall
+``direct.py`` describes); the weight gradient sums ``[M, K, N]`` products over ``BLOCK_K >= 16``
+positions, as ``direct_grad_weight_kernel`` does (one position per step would cost the
+interpreter minutes).
+``INDEX_64`` switches index arithmetic to int64.
 """
 
 from __future__ import annotations
@@ -108,8 +115,10 @@ def conv_igemm_kernel(
     TRANSPOSED: tl.constexpr,
     HAS_BIAS: tl.constexpr,
     EVEN_K: tl.constexpr,
+    USE_DOT: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
     DOT_DTYPE: tl.constexpr,
+    ACC_DTYPE: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
@@ -180,7 +189,7 @@ def conv_igemm_kernel(
 
     c_blocks = tl.cdiv(src_per_group, BLOCK_K)
     iterations = nk_d * nk_h * nk_w * c_blocks
-    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=ACC_DTYPE)
     for it in range(0, iterations):
         tap = it // c_blocks
         c = (it - tap * c_blocks) * BLOCK_K + k
@@ -205,11 +214,14 @@ def conv_igemm_kernel(
             c_ok = c < src_per_group
             a = tl.load(a_ptrs, mask=ok[:, None] & c_ok[None, :], other=0)
             b = tl.load(b_ptrs, mask=c_ok[:, None] & d_ok[None, :], other=0)
-        acc = tl.dot(a.to(DOT_DTYPE), b.to(DOT_DTYPE), acc, input_precision=DOT_PRECISION)
+        if USE_DOT:
+            acc = tl.dot(a.to(DOT_DTYPE), b.to(DOT_DTYPE), acc, input_precision=DOT_PRECISION)
+        else:  # BLOCK_K == 1: an outer product, exact in ACC_DTYPE (no cross-lane reduction)
+            acc += a.to(ACC_DTYPE) * b.to(ACC_DTYPE)
 
     if HAS_BIAS:
         bias = tl.load(bias_ptr + g * dst_per_group + d, mask=d_ok, other=0)
-        acc += bias.to(tl.float32)[None, :]
+        acc += bias.to(ACC_DTYPE)[None, :]
     dst = dst_ptr + (n * dst_sn + dd * dst_sd + dh * dst_sh + dw * dst_sw)[:, None]
     dst += ((g * dst_per_group + d) * dst_sc)[None, :]
     tl.store(dst, acc.to(dst_ptr.dtype.element_ty), mask=row_ok[:, None] & d_ok[None, :])
@@ -258,8 +270,10 @@ def conv_igemm_wgrad_kernel(
     x_sw,
     partial_split_stride,
     # meta-parameters
+    USE_DOT: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
     DOT_DTYPE: tl.constexpr,
+    ACC_DTYPE: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
@@ -291,7 +305,7 @@ def conv_igemm_wgrad_kernel(
     shift_h = kh * dil_h - pad_h
     shift_w = kw * dil_w - pad_w
 
-    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=ACC_DTYPE)
     start = split * positions_per_split
     end = tl.minimum(start + positions_per_split, M)
     for p0 in range(start, end, BLOCK_K):
@@ -318,7 +332,10 @@ def conv_igemm_wgrad_kernel(
             mask=inside[:, None] & ci_ok[None, :],
             other=0,
         )
-        acc = tl.dot(dy.to(DOT_DTYPE), xs.to(DOT_DTYPE), acc, input_precision=DOT_PRECISION)
+        if USE_DOT:
+            acc = tl.dot(dy.to(DOT_DTYPE), xs.to(DOT_DTYPE), acc, input_precision=DOT_PRECISION)
+        else:  # [M, K, N] products summed over K (at least 16 positions wide: see below)
+            acc += tl.sum(dy.to(ACC_DTYPE)[:, :, None] * xs.to(ACC_DTYPE)[None, :, :], 1)
 
     dst = partial_ptr + split * partial_split_stride + tap
     dst += ((g * out_per_group + co) * (in_per_group * taps))[:, None] + (ci * taps)[None, :]

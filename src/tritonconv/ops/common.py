@@ -34,12 +34,13 @@ def clamped_power_of_2(value: int, low: int, high: int) -> int:
 
 
 def is_channels_last(t: torch.Tensor) -> bool:
-    """Whether PyTorch treats ``t`` (4-D) as channels-last: channels-last contiguous and not laid
-    out with NCHW's own strides, which settles the ties one channel or a 1x1 plane create."""
-    if t.dim() != 4 or not t.is_contiguous(memory_format=torch.channels_last):
+    """Whether PyTorch treats ``t`` (4-D or 5-D) as channels-last (``channels_last_3d`` for
+    5-D): channels-last contiguous and not laid out with the default format's own strides,
+    which settles the ties one channel or a 1x1 plane create."""
+    fmt = {4: torch.channels_last, 5: torch.channels_last_3d}.get(t.dim())
+    if fmt is None or not t.is_contiguous(memory_format=fmt):
         return False
-    _, C, H, W = t.shape
-    return not t.is_contiguous() or t.stride() != (C * H * W, H * W, W, 1)
+    return not t.is_contiguous() or t.stride() != dense_strides(t.shape, range(t.dim()))
 
 
 def dense_strides(shape, order) -> tuple:
@@ -56,7 +57,8 @@ def dense_strides(shape, order) -> tuple:
 def empty_like_format(shape, like: torch.Tensor, *, zero: bool = False) -> torch.Tensor:
     """An output of ``shape`` in ``like``'s dtype and device, channels-last when ``like`` is
     (as PyTorch's convolutions do), contiguous otherwise; zero-filled if ``zero``."""
-    order = (0, 2, 3, 1) if is_channels_last(like) else range(len(shape))
+    rank = len(shape)
+    order = (0, *range(2, rank), 1) if is_channels_last(like) else range(rank)
     return allocate(shape, like.dtype, like.device, dense_strides(shape, order), zero=zero)
 
 

@@ -2,8 +2,10 @@
 
 The kernels (``kernels/implicit_gemm.py``) are written over three spatial axes; a 2-D (or 1-D)
 problem is passed as a 3-D one with leading size-1 axes (unit kernel, stride and dilation, no
-padding). Floating dtypes only (float16, bfloat16, float32): the tensor-core path. fp32 obeys
-``torch.backends.cudnn.allow_tf32`` (TF32, or fp32-accurate ``tf32x3`` when False).
+padding). float16, bfloat16 and float32 run on tensor cores (:data:`DOT_DTYPES`); fp32 obeys
+``torch.backends.cudnn.allow_tf32`` (TF32, or fp32-accurate ``tf32x3`` when False). float64 and
+the integer dtypes take the kernels' exact outer-product path (int64 accumulation, wrapping like
+PyTorch), so every real dtype has a convolution of any rank.
 
 The weight is read along its reduction channels (input channels forward, output channels for
 the input gradient): when its strides are not already so, it is first copied into that layout
@@ -23,22 +25,26 @@ from typing import NamedTuple
 import torch
 
 from .._runtime import INTERPRETER, check_kernel_device
-from ..geometry import Geometry
+from ..geometry import FLOAT_DTYPES, INT_DTYPES, Geometry
 from ..kernels.implicit_gemm import conv_igemm_kernel, conv_igemm_wgrad_kernel
 from ..launch import allocate, launch, launch_plan
 from .common import (
+    accumulator_dtype,
     cdiv,
     clamped_power_of_2,
     empty_like_format,
     multiprocessor_count,
     needs_int64,
+    partial_dtype,
     sum_partials,
 )
 from .crop import crop_into, empty_in_order
 from .direct import dot_dtype, dot_precision
 
-#: dtypes this algorithm computes in (tensor cores, fp32 accumulation).
-DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+#: dtypes computed on tensor cores (fp32 accumulation).
+DOT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+#: Every dtype this algorithm takes.
+DTYPES = FLOAT_DTYPES + INT_DTYPES
 
 # Programs per SM the weight gradient aims for when choosing its split count.
 WGRAD_PROGRAMS_PER_SM = 4
@@ -71,10 +77,13 @@ def forward_config(dtype, rows, src_per_group, dst_per_group, groups, device) ->
     """The heuristic tile configuration of ``conv_igemm_kernel`` for a GEMM of ``rows`` rows
     per group, reducing ``src_per_group`` channels per tap into ``dst_per_group`` columns.
     Fitted to the H100 sweep of ``benchmarks/sweep_igemm.py`` (benchmarks/NOTES.md)."""
+    if dtype not in DOT_DTYPES:  # outer products, one channel per step
+        rows_per_program = 256 if INTERPRETER else 64  # the interpreter: fewer Python steps
+        return Config(rows_per_program, clamped_power_of_2(dst_per_group, 1, 32), 1, 4, 1)
     block_k = _k_block(dtype, src_per_group)
     block_n = clamped_power_of_2(dst_per_group, 16, 128)
     if INTERPRETER:
-        return Config(64, block_n, block_k, 4, 1)
+        return Config(128, block_n, block_k, 4, 1)
     fp32 = dtype == torch.float32
     if cdiv(rows, 128) * cdiv(dst_per_group, block_n) * groups < multiprocessor_count(device):
         # Under one wave of 128-row tiles: small tiles, long reduction steps (more programs).
@@ -91,6 +100,11 @@ def forward_config(dtype, rows, src_per_group, dst_per_group, groups, device) ->
 def wgrad_config(dtype, out_per_group: int, in_per_group: int, rows: int) -> Config:
     """The heuristic tile configuration of ``conv_igemm_wgrad_kernel``: a ``[C_out, C_in]``
     tile per (group, tap), reducing over ``rows`` positions ``block_k`` at a time."""
+    if dtype not in DOT_DTYPES:  # [M, K, N] products summed over K, as the direct kernel's
+        block_m = clamped_power_of_2(out_per_group, 1, 8)
+        block_n = clamped_power_of_2(in_per_group, 1, 16)
+        budget = 16384 if INTERPRETER else 2048
+        return Config(block_m, block_n, max(16, budget // (block_m * block_n)), 4, 1)
     block_m = clamped_power_of_2(out_per_group, 16, 64)
     block_n = clamped_power_of_2(in_per_group, 16, 64)
     if INTERPRETER:
@@ -184,8 +198,10 @@ def _launch_conv(src, weight, bias, dst, geometry: Geometry, groups: int, transp
         TRANSPOSED=transposed,
         HAS_BIAS=bias is not None,
         EVEN_K=src_per_group % block_k == 0,
+        USE_DOT=src.dtype in DOT_DTYPES,
         DOT_PRECISION=dot_precision(src.dtype),
         DOT_DTYPE=dot_dtype(src.dtype),
+        ACC_DTYPE=accumulator_dtype(src.dtype),
         BLOCK_M=block_m,
         BLOCK_N=block_n,
         BLOCK_K=block_k,
@@ -252,8 +268,10 @@ def _launch_grad_weight(grad_out, x, partial, geometry: Geometry, groups: int, c
         *_strides3(grad_out),
         *_strides3(x),
         partial.stride(0),
+        USE_DOT=x.dtype in DOT_DTYPES,
         DOT_PRECISION=dot_precision(x.dtype),
         DOT_DTYPE=dot_dtype(x.dtype),
+        ACC_DTYPE=accumulator_dtype(x.dtype),
         BLOCK_M=block_m,
         BLOCK_N=block_n,
         BLOCK_K=block_k,
@@ -279,7 +297,8 @@ def conv_grad_weight(
     grad_out, x, weight_shape, geometry: Geometry, groups: int, config=None
 ) -> torch.Tensor:
     """dW of the convolution: a GEMM per (group, tap) over all positions, split into fixed
-    parts whose fp32 partials are summed in order (deterministic)."""
+    parts whose partials (fp32; int64 or float64 for those dtypes) are summed in order
+    (deterministic)."""
     check_kernel_device(x, "input")
     N, C = x.shape[:2]
     C_out = weight_shape[0]
@@ -293,7 +312,7 @@ def conv_grad_weight(
     weight_numel = math.prod(weight_shape)
     programs = tiles * groups * geometry.kernel_numel
     splits = _splits(rows, programs, weight_numel, config.block_k, x.device)
-    partial = allocate((splits, *weight_shape), torch.float32, x.device)
+    partial = allocate((splits, *weight_shape), partial_dtype(x.dtype), x.device)
     _launch_grad_weight(grad_out, x, partial, geometry, groups, config)
     grad_weight = allocate(weight_shape, x.dtype, x.device)
     sum_partials(partial, grad_weight)
