@@ -1,12 +1,14 @@
-"""Suite ``more``: conv1d, conv_transpose2d and causal_conv1d against PyTorch (issue 12).
+"""Suite ``more``: conv1d, conv_transpose2d, conv3d, conv_transpose3d and causal_conv1d
+against PyTorch (issues 11 and 12).
 
-Cases from the networks these ops serve: a wav2vec2-style feature-encoder conv1d, a UNet decoder's
-2x2/stride-2 transposed convolution and a GAN generator's 4x4/stride-2 one, and a Mamba block's
-causal depthwise conv1d (width 4, SiLU). Forward and backward (every input's gradient), ours
-(``algo="auto"``) against PyTorch on the same inputs (``cudnn.benchmark`` on, TF32 off for fp32);
-the causal reference is the causal-conv1d package's formula in PyTorch
-(``F.conv1d(padding=width - 1)[..., :seqlen]``, then SiLU). ``Options.quick`` shrinks every case
-to a toy size (the CPU path).
+Cases from the networks these ops serve: a wav2vec2-style feature-encoder conv1d, a UNet
+decoder's 2x2/stride-2 transposed convolution and a GAN generator's 4x4/stride-2 one, a Mamba
+block's causal depthwise conv1d (width 4, SiLU), and the 3-D layers of issue 12's targets (video
+3×3×3, (2+1)D's 1×3×3, a 3-D UNet's 2×2×2 up-convolution) in channels_last_3d. Forward and
+backward (every input's gradient), ours (``algo="auto"``) against PyTorch on the same inputs
+(``cudnn.benchmark`` on, TF32 off for fp32); the causal reference is the causal-conv1d package's
+formula in PyTorch (``F.conv1d(padding=width - 1)[..., :seqlen]``, then SiLU). ``Options.quick``
+shrinks every case to a toy size (the CPU path).
 """
 
 from __future__ import annotations
@@ -34,6 +36,12 @@ class Case:
 
 def _t(shape, dtype, scale=1.0):
     return (torch.randn(shape, device=DEVICE) * scale).to(dtype).requires_grad_()
+
+
+def _t3(shape, dtype, scale=1.0):
+    """A 5-D tensor in channels_last_3d (the layout video/medical nets run in under AMP)."""
+    t = (torch.randn(shape, device=DEVICE) * scale).to(dtype)
+    return t.to(memory_format=torch.channels_last_3d).requires_grad_()
 
 
 def _causal_ref(x, w, b):
@@ -86,6 +94,39 @@ CASES = [
         ),
         lambda x, w, b: functional.causal_conv1d(x, w, b, activation="silu"),
         _causal_ref,
+    ),
+    Case(
+        "conv3d_3x3x3",
+        "N8 C64 16×56² → K64 3×3×3 p1 NDHWC",
+        lambda q, dt: (
+            _t3((1, 16, 4, 6, 6) if q else (8, 64, 16, 56, 56), dt),
+            _t3((16, 16, 3, 3, 3) if q else (64, 64, 3, 3, 3), dt, 0.02),
+            None,
+        ),
+        lambda x, w, b: functional.conv3d(x, w, b, padding=1),
+        lambda x, w, b: F.conv3d(x, w, b, padding=1),
+    ),
+    Case(
+        "conv3d_1x3x3",
+        "N8 C64 16×56² → K144 1×3×3 p(0,1,1) NDHWC",
+        lambda q, dt: (
+            _t3((1, 16, 4, 6, 6) if q else (8, 64, 16, 56, 56), dt),
+            _t3((16, 16, 1, 3, 3) if q else (144, 64, 1, 3, 3), dt, 0.04),
+            None,
+        ),
+        lambda x, w, b: functional.conv3d(x, w, b, padding=(0, 1, 1)),
+        lambda x, w, b: F.conv3d(x, w, b, padding=(0, 1, 1)),
+    ),
+    Case(
+        "conv_transpose3d_2x2x2",
+        "N2 C128 16×32² → C64 2×2×2 s2 NDHWC",
+        lambda q, dt: (
+            _t3((1, 16, 3, 4, 4) if q else (2, 128, 16, 32, 32), dt),
+            _t3((16, 16, 2, 2, 2) if q else (128, 64, 2, 2, 2), dt, 0.05),
+            None,
+        ),
+        lambda x, w, b: functional.conv_transpose3d(x, w, b, stride=2),
+        lambda x, w, b: F.conv_transpose3d(x, w, b, stride=2),
     ),
 ]
 
