@@ -35,3 +35,24 @@ def test_issue_9_every_algorithm(geometry, dtype, layout):
     case = _case(geometry, dtype, layout)
     failures = [r for r in fuzz.check_case(case, [*case.algos(), "auto"]) if r[1] is not None]
     assert not failures, "\n".join(f.line() for f in failures)
+
+
+def test_triton_imported_before_tritonconv_on_a_cpu_machine():
+    """``import torchvision`` (or anything importing Triton) before tritonconv on a machine
+    without CUDA left Triton's own helpers (tl.cdiv, tl.sum) built for compilation, and every
+    interpreted kernel calling one failed. A fresh process, Triton first, no GPU visible."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["CUDA_VISIBLE_DEVICES"] = ""
+    script = (
+        "import triton.language, torch, tritonconv as tc\n"
+        "x = torch.randn(1, 16, 5, 5); w = torch.randn(16, 16, 3, 3)\n"
+        "y = tc.conv2d(x, w, padding=1, algo='implicit_gemm')\n"
+        "assert (y - torch.nn.functional.conv2d(x, w, padding=1)).abs().max() < 1e-3\n"
+        "assert tc.crop(torch.ones(2, 3, 4), [1, 2, 2], axis=0).shape == (1, 2, 2)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]

@@ -26,9 +26,40 @@ def _decide_interpreter() -> bool:
     return not torch.cuda.is_available()
 
 
+def _reinterpret_triton_language() -> None:
+    """Make Triton's own ``@triton.jit`` helpers (``tl.cdiv``, ``tl.sum``...) interpretable.
+
+    They are built when ``triton.language`` is imported, as compiled or interpreted functions
+    by ``TRITON_INTERPRET`` at that moment. When Triton was imported before this module set it
+    (``import torchvision`` or ``torch._inductor`` first, say), they were built for compilation,
+    and an interpreted kernel calling one fails ("Cannot call @triton.jit'd outside of the
+    scope of a kernel"). Re-executing the modules that define them rebuilds them interpreted;
+    ``triton.language``'s own names are pointed at the new functions."""
+    import importlib
+    import sys
+
+    language = sys.modules.get("triton.language")
+    if language is None:
+        return
+    from triton.runtime.jit import JITFunction
+
+    if type(language.cdiv) is not JITFunction:  # already interpreted
+        return
+    for name in ("triton.language.standard", "triton.language.random"):
+        module = sys.modules.get(name)
+        if module is None:
+            continue
+        before = dict(vars(module))
+        importlib.reload(module)
+        for attr, value in list(vars(language).items()):
+            if attr in before and value is before[attr]:
+                setattr(language, attr, getattr(module, attr))
+
+
 INTERPRETER: bool = _decide_interpreter()
 if INTERPRETER:
     os.environ["TRITON_INTERPRET"] = "1"
+    _reinterpret_triton_language()
 
 
 def kernel_device_type() -> str:
