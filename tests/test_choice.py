@@ -124,3 +124,48 @@ def test_cli_tune_unknown_model(capsys, monkeypatch):
     monkeypatch.setitem(sys.modules, "torchvision", fake)
     assert main(["tune", "no_such_net"]) == 2
     assert "no torchvision model 'no_such_net'" in capsys.readouterr().out
+
+
+class _Net(torch.nn.Module):
+    """Every kind of convolution module, one transposed with an explicit output_size."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = torch.nn.Conv2d(3, 16, 3, padding=1, padding_mode="reflect")
+        self.body = torch.nn.Conv2d(16, 16, 3, padding=1)
+        self.dw = tc.nn.Conv2d(16, 16, 3, padding=1, groups=16, algo="direct")
+        self.up = torch.nn.ConvTranspose2d(16, 4, 3, stride=2, padding=1)
+        self.line = torch.nn.Conv1d(4, 4, 3)
+        self.video = torch.nn.Conv3d(1, 2, 1)
+
+    def forward(self, x):
+        y = self.up(self.dw(self.body(self.stem(x))), output_size=(12, 12))
+        z = self.line(y.flatten(2))
+        return self.video(z.unsqueeze(1).unsqueeze(1))
+
+
+def test_explain_model_reports_every_convolution_in_call_order(cache_dir, device):
+    model = _Net().to(device)
+    layers = tc.explain_model(model, torch.randn(2, 3, 6, 6, device=device))
+    assert [layer.name for layer in layers] == ["stem", "body", "dw", "up", "line", "video"]
+    algos = [layer.choice.algo for layer in layers]
+    assert algos == ["im2col_gemm", "implicit_gemm", "direct", "im2col_gemm", "direct",
+                     "implicit_gemm"]  # fmt: skip
+    assert "input [2, 3, 8, 8]" in layers[0].call  # reflect-padded first, as the module does
+    assert "asked for" in layers[2].choice.reason  # the module's own algo
+    assert "forward tiles" in layers[1].choice.reason
+    assert layers[3].call.startswith("conv_transpose2d input [2, 16, 6, 6]")
+
+
+def test_cli_explain_model(capsys, monkeypatch):
+    fake = type(sys)("torchvision")
+    fake.models = type(sys)("torchvision.models")
+    fake.models.video = type(sys)("torchvision.models.video")
+    fake.models.tiny = _Net
+    monkeypatch.setitem(sys.modules, "torchvision", fake)
+    assert main(["explain", "tiny", "--input", "1,3,6,6"]) == 0
+    out = capsys.readouterr().out
+    assert "body: conv2d input [1, 16, 6, 6]" in out and "6 convolutions:" in out
+    monkeypatch.setitem(sys.modules, "torchvision", None)  # as if not installed
+    assert main(["explain", "resnet50"]) == 2
+    assert "pip install torchvision" in capsys.readouterr().out

@@ -24,6 +24,7 @@ from .functional import (
 )
 from .geometry import TritonConvError
 from .caches import clear_caches
+from .nn import explain_model
 from .choice import Choice, set_benchmark, tune
 from .ops.conv_gemm import (
     DEFAULT_WORKSPACE_LIMIT,
@@ -53,6 +54,7 @@ __all__ = [
     "conv_transpose3d",
     "crop",
     "explain",
+    "explain_model",
     "fold",
     "get_workspace_limit",
     "nn",

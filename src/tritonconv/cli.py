@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -414,15 +415,15 @@ def _ints(text: str) -> tuple[int, ...]:
 
 
 def cmd_explain(args) -> int:
-    """Which algorithm ``algo="auto"`` picks for one convolution, and why."""
-    from .testing import DEVICE
-
+    """Which algorithm ``algo="auto"`` picks for one convolution (two shapes), or for every
+    convolution of a torchvision model (a name), and why."""
+    if args.weight is None:
+        return _explain_model(args)
     dtype = getattr(torch, args.dtype)
-    fmt = torch.channels_last if args.channels_last else torch.contiguous_format
     try:
-        x = torch.zeros(_ints(args.input), dtype=dtype, device=DEVICE)
+        x = torch.zeros(_ints(args.target), dtype=dtype, device=DEVICE)
         if args.channels_last:
-            x = x.contiguous(memory_format=fmt)
+            x = x.contiguous(memory_format=_channels_last_format(x))
         w = torch.zeros(_ints(args.weight), dtype=dtype, device=DEVICE)
         if args.benchmark:
             tc.set_benchmark(True)
@@ -446,30 +447,59 @@ def cmd_explain(args) -> int:
     return 0
 
 
-def cmd_tune(args) -> int:
-    """Pre-tune the convolutions of a torchvision model (``tritonconv.tune``)."""
-    from .testing import DEVICE
+def _channels_last_format(t: torch.Tensor):
+    return torch.channels_last_3d if t.dim() == 5 else torch.channels_last
 
+
+def _torchvision_model(name: str, args):
+    """(model, example input) for a torchvision model name, on the kernels' device in
+    ``args.dtype`` (channels-last with ``args.channels_last``); None (after saying why) when
+    torchvision or the model is missing."""
     try:
         import torchvision
     except ImportError:
-        console.print("[red]tune needs torchvision: pip install torchvision (or .[bench])[/]")
-        return 2
-    factory = getattr(torchvision.models, args.model, None) or getattr(
-        torchvision.models.video, args.model, None
-    )
-    if factory is None:
-        console.print(f"[red]no torchvision model {args.model!r}[/]")
-        return 2
-    dtype = getattr(torch, args.dtype)
-    model = tc.nn.convert(factory()).to(DEVICE, dtype).eval()
-    x = torch.randn(_ints(args.input), device=DEVICE, dtype=dtype)
-    if args.channels_last and x.dim() == 4:
-        model, x = (
-            model.to(memory_format=torch.channels_last),
-            x.contiguous(memory_format=torch.channels_last),
+        console.print(
+            "[red]"
+            + escape("this needs torchvision: pip install torchvision (or .[bench])")
+            + "[/]"
         )
-    choices = tc.tune(model, x)
+        return None
+    video = getattr(torchvision.models.video, name, None)
+    factory = getattr(torchvision.models, name, None) or video
+    if factory is None or not callable(factory):
+        console.print(f"[red]no torchvision model {name!r}[/]")
+        return None
+    dtype = getattr(torch, args.dtype)
+    default = "2,3,16,112,112" if video is not None else "8,3,224,224"
+    x = torch.randn(_ints(args.input or default), device=DEVICE, dtype=dtype)
+    model = factory().to(DEVICE, dtype).eval()
+    if args.channels_last:
+        fmt = _channels_last_format(x)
+        model, x = model.to(memory_format=fmt), x.contiguous(memory_format=fmt)
+    return model, x
+
+
+def _explain_model(args) -> int:
+    loaded = _torchvision_model(args.target, args)
+    if loaded is None:
+        return 2
+    if args.benchmark:
+        tc.set_benchmark(True)
+    layers = tc.explain_model(*loaded)
+    for layer in layers:
+        console.print(escape(str(layer)))
+    algos = Counter(layer.choice.algo for layer in layers)
+    console.print(f"{len(layers)} convolutions: " + ", ".join(f"{a} {n}" for a, n in algos.items()))
+    return 0
+
+
+def cmd_tune(args) -> int:
+    """Pre-tune the convolutions of a torchvision model (``tritonconv.tune``)."""
+    loaded = _torchvision_model(args.model, args)
+    if loaded is None:
+        return 2
+    model, x = loaded
+    choices = tc.tune(tc.nn.convert(model), x)
     for key, found in choices.items():
         console.print(f"{escape(key)}: {found}")
     console.print(f"{len(choices)} convolution(s) tuned; choices in {choice_file()}")
@@ -508,9 +538,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help="toy shapes, few repetitions")
     p.add_argument("--out", default="bench-out", help="folder for bench.json and bench.md")
     p.set_defaults(fn=cmd_bench)
-    p = sub.add_parser("explain", help="which algorithm a convolution runs, and why")
-    p.add_argument("input", help="input shape, e.g. 8,64,56,56 (or 8x64x56x56)")
-    p.add_argument("weight", help="weight shape, e.g. 128,64,3,3")
+    p = sub.add_parser(
+        "explain", help="which algorithm a convolution (or each of a model's) runs, and why"
+    )
+    p.add_argument(
+        "target", help="input shape, e.g. 8,64,56,56 (or 8x64x56x56); or a torchvision model"
+    )
+    p.add_argument("weight", nargs="?", help="weight shape, e.g. 128,64,3,3 (with a shape)")
+    p.add_argument("--input", default=None, help="a model's input shape (default 8,3,224,224)")
     p.add_argument("--stride", default="1")
     p.add_argument("--padding", default="0", help="int(s), 'same' or 'valid'")
     p.add_argument("--dilation", default="1")
@@ -523,7 +558,7 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(fn=cmd_explain)
     p = sub.add_parser("tune", help="measure and cache the algorithms of a torchvision model")
     p.add_argument("model", help="torchvision model name, e.g. resnet50")
-    p.add_argument("--input", default="8,3,224,224", help="input shape")
+    p.add_argument("--input", default=None, help="input shape (default 8,3,224,224)")
     p.add_argument("--dtype", default="float32")
     p.add_argument("--channels-last", action="store_true")
     p.set_defaults(fn=cmd_tune)

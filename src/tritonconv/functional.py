@@ -8,6 +8,8 @@ input into a batch of one and applies the op (``autograd.run``).
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
 from . import autograd, choice, library
@@ -456,9 +458,21 @@ def explain(
         options = (stride, padding, dilation, groups, algo, workspace_limit)
     args, algo, name, limit = _validated(input, weight, bias, options, ndim, transposed)
     if algo != "auto":
-        return choice.Choice(algo, "asked for (algo=...)")
-    params = _params(args, ndim, transposed, limit)
-    return _auto(input, weight, bias, args, params, name, ndim, transposed)
+        found = choice.Choice(algo, "asked for (algo=...)")
+    else:
+        params = _params(args, ndim, transposed, limit)
+        found = _auto(input, weight, bias, args, params, name, ndim, transposed)
+    if found.algo != "implicit_gemm":
+        return found
+    g = args.geometry  # of the convolution; a transposed call is that convolution's dX
+    if transposed:
+        sides, spatial = (args.out_per_group, args.in_per_group), g.input
+    else:
+        sides, spatial = (args.in_per_group, args.out_per_group), g.output
+    config = implicit_gemm.launch_config(
+        input.dtype, args.batch, *sides, spatial, g.stride, args.groups, transposed, input.device
+    )
+    return dataclasses.replace(found, reason=f"{found.reason}; forward tiles {config}")
 
 
 def conv2d_workspace(

@@ -6,9 +6,14 @@ subclass, so a torch checkpoint loads unchanged; the only addition is ``algo``.
 
 from __future__ import annotations
 
+import functools
+from dataclasses import dataclass
+
+import torch
 from torch import nn
 
 from . import functional
+from .choice import Choice
 
 
 class _Converted:
@@ -158,6 +163,74 @@ def convert(model: nn.Module, algo: str = "auto") -> nn.Module:
     return model
 
 
+@dataclass(frozen=True)
+class LayerChoice:
+    """What ``algo="auto"`` runs for one convolution layer of a model, and why."""
+
+    name: str  # the module's name in the model
+    call: str  # the call: op, input shape, dtype and layout, weight shape
+    choice: Choice
+
+    def __str__(self) -> str:
+        return f"{self.name}: {self.call}: {self.choice}"
+
+
+def explain_model(model: nn.Module, *example_inputs) -> list[LayerChoice]:
+    """For every convolution module of ``model`` (``torch.nn`` or tritonconv, any dimension),
+    in call order: the algorithm and tile configuration tritonconv's ``algo="auto"`` picks for
+    the call it receives on ``example_inputs``, and why (:func:`tritonconv.explain`, benchmark
+    mode and the on-disk choices included). One forward pass without gradients; the model
+    runs its own convolutions (a torch model: torch's), so only the choices are tritonconv's."""
+    layers: list[LayerChoice] = []
+    hooks = [
+        module.register_forward_pre_hook(functools.partial(_explain_layer, name, layers))
+        for name, module in model.named_modules()
+        if isinstance(module, (nn.modules.conv._ConvNd))
+    ]
+    try:
+        with torch.no_grad():
+            model(*example_inputs)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return layers
+
+
+def _explain_layer(name: str, layers: list, module, args) -> None:
+    input = args[0]
+    dims = module.weight.dim() - 2
+    transposed = isinstance(module, nn.modules.conv._ConvTransposeNd)
+    padding, output_padding = module.padding, 0
+    if transposed:
+        output_size = args[1] if len(args) > 1 else None
+        output_padding = module._output_padding(
+            input, output_size, module.stride, module.padding, module.kernel_size, dims,
+            module.dilation,
+        )  # fmt: skip
+    elif module.padding_mode != "zeros":  # padded first, as the module's forward does
+        input = nn.functional.pad(
+            input, module._reversed_padding_repeated_twice, mode=module.padding_mode
+        )
+        padding = 0
+    found = functional.explain(
+        input, module.weight, module.bias, module.stride, padding, module.dilation,
+        module.groups, transposed=transposed, output_padding=output_padding,
+        algo=getattr(module, "algo", "auto"),
+    )  # fmt: skip
+    op = f"conv{'_transpose' if transposed else ''}{dims}d"
+    layout = "channels-last" if input.dim() > 3 and _channels_last(input) else "contiguous"
+    call = (
+        f"{op} input {list(input.shape)} {str(input.dtype).replace('torch.', '')} {layout}, "
+        f"weight {list(module.weight.shape)}"
+    )
+    layers.append(LayerChoice(name, call, found))
+
+
+def _channels_last(t: torch.Tensor) -> bool:
+    fmt = torch.channels_last if t.dim() == 4 else torch.channels_last_3d
+    return t.is_contiguous(memory_format=fmt) and not t.is_contiguous()
+
+
 class Crop(nn.Module):
     """Caffe's Crop layer: ``forward(input, reference)`` crops ``input`` to ``reference``'s size
     from dimension ``axis`` on, starting at ``offset`` (see :func:`tritonconv.crop`). Used in
@@ -184,5 +257,7 @@ __all__ = [
     "ConvTranspose2d",
     "ConvTranspose3d",
     "Crop",
+    "LayerChoice",
     "convert",
+    "explain_model",
 ]

@@ -148,6 +148,23 @@ def _reduction_major(weight: torch.Tensor, dim: int) -> torch.Tensor:
     return copy
 
 
+def _row_grid(dst_spatial, stride, transposed: bool) -> tuple:
+    """Positions per sample the kernel's rows walk: the output (forward), or one stride phase
+    of it (input gradient: ``ceil(size / stride)`` per axis)."""
+    if not transposed:
+        return tuple(dst_spatial)
+    return tuple(cdiv(size, s) for size, s in zip(dst_spatial, stride, strict=True))
+
+
+def launch_config(dtype, batch, src_per_group, dst_per_group, dst_spatial, stride, groups,
+                  transposed, device) -> Config:  # fmt: skip
+    """The tile configuration the forward/input-gradient launcher picks for these shapes (what
+    ``tritonconv.explain`` reports): ``dst_spatial`` and ``stride`` per spatial axis."""
+    grid_q = _row_grid(_spatial3(dst_spatial, 1), _spatial3(stride, 1), transposed)
+    rows = batch * math.prod(grid_q)
+    return forward_config(dtype, rows, src_per_group, dst_per_group, groups, device)
+
+
 @launch_plan
 def _launch_conv(src, weight, bias, dst, geometry: Geometry, groups: int, transposed, config):
     """dst = implicit-GEMM conv of src (or, ``transposed``, its input gradient); see the kernel."""
@@ -156,15 +173,18 @@ def _launch_conv(src, weight, bias, dst, geometry: Geometry, groups: int, transp
     src_per_group, dst_per_group = C_src // groups, C_dst // groups
     kernel, stride, pad, dil = _window3(geometry)
     dst_spatial = _spatial3(dst.shape[2:], 1)
+    grid_q = _row_grid(dst_spatial, stride, transposed)
     if transposed:
         kstep = tuple(s // math.gcd(s, d) for s, d in zip(stride, dil, strict=True))
         phases = math.prod(stride)
-        grid_q = tuple(cdiv(size, s) for size, s in zip(dst_spatial, stride, strict=True))
     else:
-        kstep, phases, grid_q = (1, 1, 1), 1, dst_spatial
+        kstep, phases = (1, 1, 1), 1
     rows = N * math.prod(grid_q)
     if config is None:
-        config = forward_config(src.dtype, rows, src_per_group, dst_per_group, groups, src.device)
+        config = launch_config(
+            src.dtype, N, src_per_group, dst_per_group, dst_spatial, stride, groups, transposed,
+            src.device,
+        )  # fmt: skip
     block_m, block_n, block_k, num_warps, num_stages = config
     # The reduction runs over the weight's source-side channels: make them its innermost.
     w = _reduction_major(weight, 0 if transposed else 1)
