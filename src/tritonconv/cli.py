@@ -29,7 +29,7 @@ from rich.table import Table
 
 import tritonconv as tc
 
-from .testing import DEVICE, assert_close, random_tensor
+from .testing import DEVICE, assert_close, exact_fp32, random_tensor
 
 console = Console(width=None if sys.stdout.isatty() else 140)
 
@@ -160,6 +160,43 @@ def demo_checks() -> list[Check]:
             reduction=4,
         )
     )
+    # A short clip (4 channels, 8 frames of 14x14): a 3x3x3 convolution and a 2x transposed
+    # 3-D convolution (a 3-D UNet's up-sampling); exact in int64 too.
+    gen = torch.Generator().manual_seed(0)
+    clip64 = torch.rand(1, 4, 8, 14, 14, generator=gen, dtype=torch.float64)
+    w3 = torch.randn(16, 4, 3, 3, 3, generator=gen, dtype=torch.float64) / 10
+    wt3 = torch.randn(16, 8, 2, 2, 2, generator=gen, dtype=torch.float64) / 4
+    clip, w3_dev, wt3_dev = (t.float().to(DEVICE) for t in (clip64, w3, wt3))
+    checks.append(
+        _check(
+            "conv3d",
+            "1×4×8×14×14 → 16, 3×3×3, p1",
+            lambda: tc.conv3d(clip, w3_dev, padding=1),
+            F.conv3d(clip64, w3, padding=1),
+            reduction=108,
+        )
+    )
+    up_in64 = F.conv3d(clip64, w3, padding=1)
+    up_in = up_in64.float().to(DEVICE)
+    checks.append(
+        _check(
+            "conv_transpose3d (2x up)",
+            "1×16×8×14×14 → 8×16×28×28, 2×2×2 s2",
+            lambda: tc.conv_transpose3d(up_in, wt3_dev, stride=2),
+            F.conv_transpose3d(up_in64, wt3, stride=2),
+            reduction=16,
+        )
+    )
+    clip_i = xi[:, :, :48].reshape(1, 3, 3, 32, 32)
+    w3_i = wi.unsqueeze(2).expand(4, 3, 2, 3, 3).contiguous()
+    checks.append(
+        _check(
+            "conv3d int64 (exact)",
+            "1×3×3×32×32 → 4, 2×3×3",
+            lambda: tc.conv3d(clip_i.to(DEVICE), w3_i.to(DEVICE), padding=(0, 1, 1)),
+            F.conv3d(clip_i, w3_i, padding=(0, 1, 1)),
+        )
+    )
     return checks
 
 
@@ -231,9 +268,9 @@ def _where() -> str:
 def cmd_demo(args) -> int:
     console.print(f"tritonconv {tc.__version__}: {_where()}")
     torch.manual_seed(args.seed)
-    ok = _print_checks(
-        "tritonconv demo: ours vs PyTorch (float64 / exact reference)", demo_checks()
-    )
+    with exact_fp32():  # float32 compared at float32 accuracy: no TF32 on the GPU
+        checks = demo_checks()
+    ok = _print_checks("tritonconv demo: ours vs PyTorch (float64 / exact reference)", checks)
     return 0 if ok else 1
 
 
@@ -242,7 +279,9 @@ def cmd_verify(args) -> int:
         return _verify_repro(args.repro, args.algo)
     if args.fuzz:
         return _verify_fuzz(args)
-    ok = _print_checks(f"tritonconv verify (seed {args.seed})", verify_checks(args.seed))
+    with exact_fp32():
+        checks = verify_checks(args.seed)
+    ok = _print_checks(f"tritonconv verify (seed {args.seed})", checks)
     return 0 if ok else 1
 
 
