@@ -403,6 +403,13 @@ def _poison_allocator(nbytes: int, device) -> None:
         torch.empty(max(nbytes, 1 << 20), dtype=torch.uint8, device=device).fill_(0xFF)
 
 
+# Integer cases call an algorithm's gradient ops directly (no autograd for integers): the
+# (forward op, backward op, option) of each algorithm other than direct/depthwise.
+INTEGER_OPS = {
+    "implicit_gemm": (library.conv_implicit_gemm, library.conv_implicit_gemm_backward, []),
+}
+
+
 def run_case(case: Case, algo: str, ref: dict, data: Data, device=DEVICE) -> list[str]:
     """Problems of ``algo`` on ``case`` (empty when forward and gradients all match)."""
     dtype = case.torch_dtype
@@ -426,19 +433,22 @@ def run_case(case: Case, algo: str, ref: dict, data: Data, device=DEVICE) -> lis
         image = dy if case.transposed else x  # the convolution's input
         args = check_conv(image, w, None, case.stride, case.padding, case.dilation, case.groups)
         g = args.geometry
+        forward_op, backward_op, option = INTEGER_OPS.get(
+            algo, (library.conv2d_direct, library.conv2d_direct_backward, algo == "depthwise")
+        )
         geometry = (
             list(g.stride),
             list(g.pad_before),
             list(g.pad_after),
             list(g.dilation),
             case.groups,
-            algo == "depthwise",
+            option,
         )
         if case.transposed:  # dx = conv(dy); dw = the convolution's dw with x as its dy
-            dx = library.conv2d_direct(dy, w, None, *geometry)
-            _, dw = library.conv2d_direct_backward(x, dy, w, *geometry, [False, True])
+            dx = forward_op(dy, w, None, *geometry)
+            _, dw = backward_op(x, dy, w, *geometry, [False, True])
         else:
-            dx, dw = library.conv2d_direct_backward(dy, x, w, *geometry, [True, True])
+            dx, dw = backward_op(dy, x, w, *geometry, [True, True])
         results = {"y": y, "dx": dx, "dw": dw}
     fmt = torch.channels_last if is_channels_last(x) else torch.contiguous_format
     if not results["y"].is_contiguous(memory_format=fmt):
