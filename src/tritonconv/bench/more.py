@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from .. import functional
+from ..ops.common import is_channels_last
 from ..testing import DEVICE
 from . import Options, Row, suite, time_ms
 from .conv import CONV_REF, exact_fp32
@@ -158,6 +159,17 @@ def more_suite(opts: Options) -> Iterator[Row]:
             with exact_fp32(dtype):
                 ours_f, ours_b = _timed(case.ours, inputs, opts)
                 ref_f, ref_b = _timed(case.ref, inputs, opts)
-            common = dict(suite="more", case=case.name, shape=case.shape, dtype=name)
-            yield Row(**common, op="fwd", ours_ms=ours_f, ref_ms=ref_f, ref_name=CONV_REF)
-            yield Row(**common, op="bwd", ours_ms=ours_b, ref_ms=ref_b, ref_name=CONV_REF)
+            common = dict(
+                suite="more", case=case.name, shape=case.shape, dtype=name,
+                ref_name=_reference_name(inputs[0]),
+            )  # fmt: skip
+            yield Row(**common, op="fwd", ours_ms=ours_f, ref_ms=ref_f)
+            yield Row(**common, op="bwd", ours_ms=ours_b, ref_ms=ref_b)
+
+
+def _reference_name(x: torch.Tensor) -> str:
+    """What PyTorch ran the reference with: cuDNN (and the input's layout), or the CPU."""
+    if DEVICE != "cuda":
+        return CONV_REF
+    names = {4: ("NCHW", "NHWC"), 5: ("NCDHW", "NDHWC")}.get(x.dim(), ("NCL", "NCL"))
+    return f"cuDNN {names[is_channels_last(x)]}"
