@@ -34,6 +34,11 @@ def test_draws_cover_dtypes_layouts_and_algorithms():
     assert any(c.depthwise and c.k > c.c for c in cases)  # channel multiplier
     assert any(1 < c.groups < c.c for c in cases)
     assert any(c.c // c.groups >= 16 and c.k // c.groups < 16 for c in cases)  # issue 9's tiles
+    three = [c for c in cases if c.d]  # conv3d / conv_transpose3d, through the implicit GEMM
+    assert any(c.transposed for c in three) and any(not c.transposed for c in three)
+    assert any(c.kd > 1 and c.stride_d > 1 for c in three)
+    assert {c.x_layout for c in three} == set(fuzz.LAYOUTS_3D)
+    assert all(c.algos() == ["implicit_gemm"] for c in three)
 
 
 def test_spec_round_trips():

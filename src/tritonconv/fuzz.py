@@ -1,5 +1,6 @@
-"""Random-geometry fuzz of ``conv2d`` and ``conv_transpose2d``: every algorithm that accepts a
-case, forward and all three gradients, against float64 on the CPU (integers exactly).
+"""Random-geometry fuzz of ``conv2d`` and ``conv_transpose2d`` (and, for about one case in eight,
+``conv3d`` and ``conv_transpose3d``): every algorithm that accepts a case, forward and all three
+gradients, against float64 on the CPU (integers exactly).
 
 A *case* is one convolution call: shapes, stride, padding (asymmetric, ``'same'``, ``'valid'``),
 dilation, groups (dense, grouped, depthwise with a channel multiplier), bias, dtype, and the
@@ -33,6 +34,7 @@ to the dtype.
 from __future__ import annotations
 
 import dataclasses
+import math
 import random
 import time
 import traceback
@@ -71,6 +73,8 @@ LAYOUTS = {
     "expanded_n": 1,  # one sample broadcast over the batch (stride 0)
     "expanded_w": 1,  # one column broadcast over the width (stride 0)
 }
+# The layouts 3-D cases draw from (5-D tensors: channels-last is channels_last_3d).
+LAYOUTS_3D = ("contiguous", "contiguous", "channels_last", "channels_last", "expanded_n")
 # Channels per group: every tile-size threshold of the launchers (1, 2, 4, 8, 16, 32, 64) and
 # its neighbours, so each tile configuration a launcher can pick is reached.
 CHANNELS = (1, 2, 3, 4, 5, 7, 8, 9, 12, 15, 16, 17, 24, 31, 32, 33, 48, 64)
@@ -114,6 +118,13 @@ class Case:
     w_layout: str
     seed: int
     transposed: bool = False
+    # A 3-D case (conv3d / conv_transpose3d) when ``d`` > 0: the depth axis of input, kernel,
+    # stride, padding and dilation, in front of the 2-D ones above.
+    d: int = 0
+    kd: int = 1
+    stride_d: int = 1
+    pad_d: int = 0
+    dil_d: int = 1
 
     def spec(self) -> str:
         """One line :meth:`parse` reads back."""
@@ -159,7 +170,9 @@ class Case:
         return self.groups == self.c
 
     def algos(self) -> list[str]:
-        """Every algorithm ``conv2d`` accepts for this case."""
+        """Every algorithm ``conv2d`` (``conv3d``) accepts for this case."""
+        if self.d:
+            return ["implicit_gemm"]
         algos = ["direct"]
         if self.torch_dtype in FLOAT_DTYPES:
             algos.insert(0, "im2col_gemm")
@@ -170,22 +183,41 @@ class Case:
         return algos
 
     @property
+    def ndim(self) -> int:
+        return 3 if self.d else 2
+
+    @property
+    def image(self) -> tuple[int, ...]:
+        """The convolution's input spatial size."""
+        return (self.d, self.h, self.w) if self.d else (self.h, self.w)
+
+    @property
+    def kernel(self) -> tuple[int, ...]:
+        return (self.kd, self.kh, self.kw) if self.d else (self.kh, self.kw)
+
+    def window(self) -> tuple:
+        """(stride, padding, dilation) with one entry per spatial axis (padding may be a str)."""
+        if not self.d:
+            return self.stride, self.padding, self.dilation
+        padding = self.padding if isinstance(self.padding, str) else (self.pad_d, *self.padding)
+        return (self.stride_d, *self.stride), padding, (self.dil_d, *self.dilation)
+
+    @property
     def output_padding(self) -> tuple[int, ...]:
         """The transposed convolution's ``output_padding``: what makes its output exactly the
         convolution's input size (always below the stride)."""
+        stride, padding, dilation = self.window()
         return tuple(
             (i + 2 * p - d * (k - 1) - 1) % s
-            for i, p, d, k, s in zip(
-                (self.h, self.w), self.padding, self.dilation, (self.kh, self.kw), self.stride
-            )
+            for i, p, d, k, s in zip(self.image, padding, dilation, self.kernel, stride)
         )
 
-    def output_hw(self) -> tuple[int, int]:
-        """Output height and width, from the geometry ``conv2d`` validates with (an invalid
-        window raises ``TritonConvError``)."""
-        x = torch.empty((self.n, self.c, self.h, self.w), device="meta")
-        w = torch.empty((self.k, self.c // self.groups, self.kh, self.kw), device="meta")
-        args = check_conv(x, w, None, self.stride, self.padding, self.dilation, self.groups)
+    def output_size(self) -> tuple[int, ...]:
+        """Output spatial size, from the geometry ``conv2d``/``conv3d`` validate with (an
+        invalid window raises ``TritonConvError``)."""
+        x = torch.empty((self.n, self.c, *self.image), device="meta")
+        w = torch.empty((self.k, self.c // self.groups, *self.kernel), device="meta")
+        args = check_conv(x, w, None, *self.window(), self.groups, ndim=self.ndim)
         return args.geometry.output
 
 
@@ -238,12 +270,30 @@ def draw_case(seed: int, *, max_elements: int = 60_000, max_macs: int = 3_000_00
             seed=seed,
             transposed=rng.random() < 0.25 and not isinstance(padding, str),
         )
+        if rng.random() < 0.12:  # a 3-D case: small planes, the implicit GEMM's layouts
+            case = dataclasses.replace(
+                case,
+                d=rng.randint(1, 8),
+                kd=rng.randint(1, 3),
+                stride_d=rng.choice((1, 1, 2)),
+                pad_d=rng.randint(0, 2),
+                dil_d=rng.choice((1, 1, 2)),
+                h=rng.randint(1, 16),
+                w=rng.randint(1, 16),
+                kh=min(kh, 3),
+                kw=min(kw, 3),
+                x_layout=rng.choice(LAYOUTS_3D),
+                dy_layout=rng.choice(LAYOUTS_3D),
+                padding=case.padding if case.transposed else _draw_padding(rng, case.stride),
+            )
+            if case.padding == "same" and case.stride_d != 1:
+                case = dataclasses.replace(case, stride_d=1)
         try:
-            oh, ow = case.output_hw()
+            out = case.output_size()
         except TritonConvError:  # the window does not fit the padded input
             continue
-        macs = max(1, n) * k * oh * ow * (c // groups) * kh * kw
-        if max(1, n) * c * h * w > max_elements or macs > max_macs:
+        macs = max(1, n) * k * math.prod(out) * (c // groups) * math.prod(case.kernel)
+        if max(1, n) * c * math.prod(case.image) > max_elements or macs > max_macs:
             continue
         return case
 
@@ -254,7 +304,8 @@ def to_layout(base: torch.Tensor, layout: str) -> torch.Tensor:
     if layout == "contiguous":
         return base.contiguous()
     if layout == "channels_last":
-        return base.contiguous(memory_format=torch.channels_last)
+        fmt = torch.channels_last_3d if base.dim() == 5 else torch.channels_last
+        return base.contiguous(memory_format=fmt)
     if layout == "strided_wide":
         wide = base.new_zeros(*base.shape[:3], 2 * base.shape[3])
         wide[..., ::2] = base
@@ -294,32 +345,27 @@ class Data:
 def make_data(case: Case) -> Data:
     gen = torch.Generator().manual_seed(case.seed)
     dtype = case.torch_dtype
-    oh, ow = case.output_hw()
-    image, result = (case.n, case.c, case.h, case.w), (case.n, case.k, oh, ow)
+    image = (case.n, case.c, *case.image)
+    result = (case.n, case.k, *case.output_size())
     if case.transposed:
         image, result = result, image
     x = to_layout(_values(image, dtype, gen), case.x_layout)
-    w = _values((case.k, case.c // case.groups, case.kh, case.kw), dtype, gen)
+    w = _values((case.k, case.c // case.groups, *case.kernel), dtype, gen)
     b = _values((result[1],), dtype, gen) if case.bias else None
     dy = to_layout(_values(result, dtype, gen), case.dy_layout)
     return Data(x.contiguous(), w, b, dy.contiguous())
 
 
 def _call(case: Case, conv, x, w, b, **kwargs):
-    """``case``'s call of ``conv`` (``F``'s or ours, conv2d or conv_transpose2d by the case)."""
+    """``case``'s call of ``conv`` (``F``'s or ours: conv2d/conv3d, or the transposed one)."""
+    stride, padding, dilation = case.window()
+    dims = case.ndim
     if case.transposed:
-        return conv.conv_transpose2d(
-            x,
-            w,
-            b,
-            case.stride,
-            case.padding,
-            case.output_padding,
-            case.groups,
-            case.dilation,
-            **kwargs,
+        transposed = getattr(conv, f"conv_transpose{dims}d")
+        return transposed(
+            x, w, b, stride, padding, case.output_padding, case.groups, dilation, **kwargs
         )
-    return conv.conv2d(x, w, b, case.stride, case.padding, case.dilation, case.groups, **kwargs)
+    return getattr(conv, f"conv{dims}d")(x, w, b, stride, padding, dilation, case.groups, **kwargs)
 
 
 def reference(case: Case, data: Data) -> dict[str, torch.Tensor]:
@@ -338,18 +384,18 @@ def reference(case: Case, data: Data) -> dict[str, torch.Tensor]:
             out[tag + "db"] = grads[2]
     if data.b is not None:  # the bias term's own magnitude, rounded in some paths (and added
         # after the rounded sum in the transposed ops)
-        out["mag_y"] = out["mag_y"] + data.b.abs()[None, :, None, None]
+        out["mag_y"] = out["mag_y"] + data.b.abs().view(1, -1, *[1] * case.ndim)
     return out
 
 
 def reduction_lengths(case: Case) -> dict[str, int]:
-    oh, ow = case.output_hw()
-    positions = max(1, case.n * oh * ow)
-    forward = (case.c // case.groups) * case.kh * case.kw
-    backward = (case.k // case.groups) * case.kh * case.kw
+    positions = max(1, case.n * math.prod(case.output_size()))
+    taps = math.prod(case.kernel)
+    forward = (case.c // case.groups) * taps
+    backward = (case.k // case.groups) * taps
     if case.transposed:  # y is the convolution's dx and dx its y
         forward, backward = backward, forward
-    biased = max(1, case.n * case.h * case.w) if case.transposed else positions
+    biased = max(1, case.n * math.prod(case.image)) if case.transposed else positions
     return {"y": forward, "dx": backward, "dw": positions, "db": biased}
 
 
@@ -431,7 +477,7 @@ def run_case(case: Case, algo: str, ref: dict, data: Data, device=DEVICE) -> lis
     else:  # integers have no autograd: the gradient ops directly
         y = _call(case, functional, x, w, b, algo=algo)
         image = dy if case.transposed else x  # the convolution's input
-        args = check_conv(image, w, None, case.stride, case.padding, case.dilation, case.groups)
+        args = check_conv(image, w, None, *case.window(), case.groups, ndim=case.ndim)
         g = args.geometry
         forward_op, backward_op, option = INTEGER_OPS.get(
             algo, (library.conv2d_direct, library.conv2d_direct_backward, algo == "depthwise")
@@ -450,7 +496,8 @@ def run_case(case: Case, algo: str, ref: dict, data: Data, device=DEVICE) -> lis
         else:
             dx, dw = backward_op(dy, x, w, *geometry, [True, True])
         results = {"y": y, "dx": dx, "dw": dw}
-    fmt = torch.channels_last if is_channels_last(x) else torch.contiguous_format
+    channels_last = torch.channels_last_3d if x.dim() == 5 else torch.channels_last
+    fmt = channels_last if is_channels_last(x) else torch.contiguous_format
     if not results["y"].is_contiguous(memory_format=fmt):
         problems.append(f"y: strides {results['y'].stride()} are not in the input's {fmt}")
     for name, actual in results.items():
