@@ -78,3 +78,10 @@ def test_bench_host_and_more_suites(tmp_path):
     }
     assert {r["op"] for r in rows if r["suite"] == "more"} == {"fwd", "bwd"}
     assert all(r["ours_ms"] > 0 and r["ref_ms"] > 0 for r in rows)
+
+
+def test_explain_channels_last_needs_a_4d_or_5d_input(capsys):
+    assert main(["explain", "2,16,20", "16,16,3", "--channels-last"]) == 2
+    assert "--channels-last needs a 4-D or 5-D input" in capsys.readouterr().out
+    assert main(["explain", "1,16,4,6,6", "16,16,3,3,3", "--channels-last"]) == 0
+    assert "implicit_gemm" in capsys.readouterr().out

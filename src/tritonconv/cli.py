@@ -29,6 +29,7 @@ from rich.table import Table
 
 import tritonconv as tc
 
+from .ops.common import channels_last_format
 from .testing import DEVICE, assert_close, exact_fp32, random_tensor
 
 console = Console(width=None if sys.stdout.isatty() else 140)
@@ -462,7 +463,7 @@ def cmd_explain(args) -> int:
     try:
         x = torch.zeros(_ints(args.target), dtype=dtype, device=DEVICE)
         if args.channels_last:
-            x = x.contiguous(memory_format=_channels_last_format(x))
+            x = x.contiguous(memory_format=_channels_last_of(x))
         w = torch.zeros(_ints(args.weight), dtype=dtype, device=DEVICE)
         if args.benchmark:
             tc.set_benchmark(True)
@@ -486,8 +487,14 @@ def cmd_explain(args) -> int:
     return 0
 
 
-def _channels_last_format(t: torch.Tensor):
-    return torch.channels_last_3d if t.dim() == 5 else torch.channels_last
+def _channels_last_of(x: torch.Tensor) -> torch.memory_format:
+    """The channels-last format ``--channels-last`` asks for, for ``x``'s rank."""
+    fmt = channels_last_format(x.dim())
+    if fmt is None:
+        raise tc.TritonConvError(
+            f"--channels-last needs a 4-D or 5-D input, got input of size {list(x.shape)}"
+        )
+    return fmt
 
 
 def _torchvision_model(name: str, args):
@@ -513,7 +520,7 @@ def _torchvision_model(name: str, args):
     x = torch.randn(_ints(args.input or default), device=DEVICE, dtype=dtype)
     model = factory().to(DEVICE, dtype).eval()
     if args.channels_last:
-        fmt = _channels_last_format(x)
+        fmt = _channels_last_of(x)
         model, x = model.to(memory_format=fmt), x.contiguous(memory_format=fmt)
     return model, x
 

@@ -47,7 +47,7 @@ import torch.nn.functional as F
 
 from . import functional, library
 from .geometry import FLOAT_DTYPES, TritonConvError, check_conv, dtype_name
-from .ops.common import is_channels_last
+from .ops.common import channels_last_format, is_channels_last
 from .ops.implicit_gemm import DTYPES as IMPLICIT_GEMM_DTYPES
 from .testing import DEVICE, exact_fp32
 
@@ -304,8 +304,7 @@ def to_layout(base: torch.Tensor, layout: str) -> torch.Tensor:
     if layout == "contiguous":
         return base.contiguous()
     if layout == "channels_last":
-        fmt = torch.channels_last_3d if base.dim() == 5 else torch.channels_last
-        return base.contiguous(memory_format=fmt)
+        return base.contiguous(memory_format=channels_last_format(base.dim()))
     if layout == "strided_wide":
         wide = base.new_zeros(*base.shape[:3], 2 * base.shape[3])
         wide[..., ::2] = base
@@ -496,8 +495,7 @@ def run_case(case: Case, algo: str, ref: dict, data: Data, device=DEVICE) -> lis
         else:
             dx, dw = backward_op(dy, x, w, *geometry, [True, True])
         results = {"y": y, "dx": dx, "dw": dw}
-    channels_last = torch.channels_last_3d if x.dim() == 5 else torch.channels_last
-    fmt = channels_last if is_channels_last(x) else torch.contiguous_format
+    fmt = channels_last_format(x.dim()) if is_channels_last(x) else torch.contiguous_format
     if not results["y"].is_contiguous(memory_format=fmt):
         problems.append(f"y: strides {results['y'].stride()} are not in the input's {fmt}")
     for name, actual in results.items():

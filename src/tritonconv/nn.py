@@ -14,6 +14,7 @@ from torch import nn
 
 from . import functional
 from .choice import Choice
+from .ops.common import is_channels_last
 
 
 class _Converted:
@@ -39,6 +40,26 @@ class _Converted:
         return new
 
 
+def _padded(module: nn.modules.conv._ConvNd, input):
+    """(input, padding) the convolution of ``module`` runs on: a padding mode other than
+    ``'zeros'`` pads first with ``torch.nn.functional.pad``, exactly as the torch module does."""
+    if module.padding_mode == "zeros":
+        return input, module.padding
+    padded = nn.functional.pad(
+        input, module._reversed_padding_repeated_twice, mode=module.padding_mode
+    )
+    return padded, 0
+
+
+def _output_padding(module: nn.modules.conv._ConvTransposeNd, input, output_size):
+    """The transposed ``module``'s output padding for ``input`` (and ``output_size``, which
+    ``forward`` may be given), as the torch module computes it."""
+    return module._output_padding(
+        input, output_size, module.stride, module.padding, module.kernel_size,
+        module.weight.dim() - 2, module.dilation,
+    )  # fmt: skip
+
+
 class _Convolution(_Converted):
     """``_conv_forward`` through a tritonconv function; other padding modes pad first with
     ``torch.nn.functional.pad``, exactly as the torch module does."""
@@ -50,12 +71,7 @@ class _Convolution(_Converted):
         self.algo = algo
 
     def _conv_forward(self, input, weight, bias):
-        padding = self.padding
-        if self.padding_mode != "zeros":
-            input = nn.functional.pad(
-                input, self._reversed_padding_repeated_twice, mode=self.padding_mode
-            )
-            padding = 0
+        input, padding = _padded(self, input)
         return type(self)._function(
             input, weight, bias, self.stride, padding, self.dilation, self.groups, algo=self.algo
         )
@@ -87,7 +103,6 @@ class _Transposed(_Converted):
     """``forward(input, output_size=None)`` of the torch module through a tritonconv function."""
 
     _function = None
-    _spatial = 0
 
     def __init__(self, *args, algo: str = "auto", **kwargs):
         super().__init__(*args, **kwargs)
@@ -96,15 +111,7 @@ class _Transposed(_Converted):
     def forward(self, input, output_size=None):
         if self.padding_mode != "zeros":
             raise ValueError(f"Only 'zeros' padding mode is supported for {type(self).__name__}")
-        output_padding = self._output_padding(
-            input,
-            output_size,
-            self.stride,
-            self.padding,
-            self.kernel_size,
-            self._spatial,
-            self.dilation,
-        )
+        output_padding = _output_padding(self, input, output_size)
         return type(self)._function(
             input,
             self.weight,
@@ -122,21 +129,18 @@ class ConvTranspose1d(_Transposed, nn.ConvTranspose1d):
     """``torch.nn.ConvTranspose1d`` computed by tritonconv (:func:`tritonconv.conv_transpose1d`)."""
 
     _function = staticmethod(functional.conv_transpose1d)
-    _spatial = 1
 
 
 class ConvTranspose2d(_Transposed, nn.ConvTranspose2d):
     """``torch.nn.ConvTranspose2d`` computed by tritonconv (:func:`tritonconv.conv_transpose2d`)."""
 
     _function = staticmethod(functional.conv_transpose2d)
-    _spatial = 2
 
 
 class ConvTranspose3d(_Transposed, nn.ConvTranspose3d):
     """``torch.nn.ConvTranspose3d`` computed by tritonconv (:func:`tritonconv.conv_transpose3d`)."""
 
     _function = staticmethod(functional.conv_transpose3d)
-    _spatial = 3
 
 
 #: torch module type -> the tritonconv module that replaces it.
@@ -200,35 +204,24 @@ def _explain_layer(name: str, layers: list, module, args) -> None:
     input = args[0]
     dims = module.weight.dim() - 2
     transposed = isinstance(module, nn.modules.conv._ConvTransposeNd)
-    padding, output_padding = module.padding, 0
     if transposed:
-        output_size = args[1] if len(args) > 1 else None
-        output_padding = module._output_padding(
-            input, output_size, module.stride, module.padding, module.kernel_size, dims,
-            module.dilation,
-        )  # fmt: skip
-    elif module.padding_mode != "zeros":  # padded first, as the module's forward does
-        input = nn.functional.pad(
-            input, module._reversed_padding_repeated_twice, mode=module.padding_mode
-        )
-        padding = 0
+        padding = module.padding
+        output_padding = _output_padding(module, input, args[1] if len(args) > 1 else None)
+    else:
+        input, padding = _padded(module, input)
+        output_padding = 0
     found = functional.explain(
         input, module.weight, module.bias, module.stride, padding, module.dilation,
         module.groups, transposed=transposed, output_padding=output_padding,
         algo=getattr(module, "algo", "auto"),
     )  # fmt: skip
     op = f"conv{'_transpose' if transposed else ''}{dims}d"
-    layout = "channels-last" if input.dim() > 3 and _channels_last(input) else "contiguous"
+    layout = "channels-last" if is_channels_last(input) else "contiguous"
     call = (
         f"{op} input {list(input.shape)} {str(input.dtype).replace('torch.', '')} {layout}, "
         f"weight {list(module.weight.shape)}"
     )
     layers.append(LayerChoice(name, call, found))
-
-
-def _channels_last(t: torch.Tensor) -> bool:
-    fmt = torch.channels_last if t.dim() == 4 else torch.channels_last_3d
-    return t.is_contiguous(memory_format=fmt) and not t.is_contiguous()
 
 
 class Crop(nn.Module):

@@ -33,11 +33,17 @@ def clamped_power_of_2(value: int, low: int, high: int) -> int:
     return max(low, min(high, next_power_of_2(max(1, value))))
 
 
+def channels_last_format(rank: int) -> torch.memory_format | None:
+    """PyTorch's channels-last memory format for tensors of ``rank`` dimensions
+    (``channels_last`` for 4-D, ``channels_last_3d`` for 5-D; None for other ranks)."""
+    return {4: torch.channels_last, 5: torch.channels_last_3d}.get(rank)
+
+
 def is_channels_last(t: torch.Tensor) -> bool:
     """Whether PyTorch treats ``t`` (4-D or 5-D) as channels-last (``channels_last_3d`` for
     5-D): channels-last contiguous and not laid out with the default format's own strides,
     which settles the ties one channel or a 1x1 plane create."""
-    fmt = {4: torch.channels_last, 5: torch.channels_last_3d}.get(t.dim())
+    fmt = channels_last_format(t.dim())
     if fmt is None or not t.is_contiguous(memory_format=fmt):
         return False
     return not t.is_contiguous() or t.stride() != dense_strides(t.shape, range(t.dim()))
