@@ -319,7 +319,13 @@ def check(name, config, device, dtype, small):
     return err_y, err_dx, err_dw
 
 
+WARM_ONLY = False  # --warm: compile every config (run once), no timing
+
+
 def time_ms(fn, reps=30):
+    if WARM_ONLY:
+        fn()
+        return 1.0
     for _ in range(5):
         fn()
     start = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
@@ -388,14 +394,17 @@ def main():
     ap.add_argument("--check-only", action="store_true")
     ap.add_argument("--layers", nargs="*", default=list(LAYERS))
     ap.add_argument("--json", default=None)
+    ap.add_argument("--warm", action="store_true", help="only compile (fill Triton's cache)")
     args = ap.parse_args()
+    global WARM_ONLY
+    WARM_ONLY = args.warm
     cuda = torch.cuda.is_available()
     device = "cuda" if cuda else "cpu"
     # The interpreter's descriptor loads garble bfloat16 (Triton 3.9); float16 checks the logic.
     dtype = torch.bfloat16 if cuda else torch.float16
     tol = 2e-2
     bad = 0
-    for name in args.layers:
+    for name in args.layers if not args.warm else []:
         for config in CONFIGS[:1] if not cuda else CONFIGS[:2]:
             ey, edx, edw = check(name, config, device, dtype, small=not cuda)
             ok = ey < tol and edx < tol and edw < tol
