@@ -194,7 +194,6 @@ WGRAD_CONFIGS = [  # TH, TW, BM (out channels), BN (in channels), warps, stages
     (8, 8, 64, 64, 4, 4),
     (8, 16, 64, 64, 4, 4),
     (8, 16, 128, 64, 8, 4),
-    (16, 16, 64, 64, 8, 3),
     (8, 16, 128, 128, 8, 3),
 ]
 
