@@ -23,7 +23,7 @@ import torch.nn.functional as F
 
 from .. import functional
 from ..testing import DEVICE
-from . import Options, Row, input_sets, suite, time_ms
+from . import Options, Row, input_sets, kernel_ms, suite, time_ms
 from .conv import BY_NAME, ConvCase
 
 CASES = [
@@ -69,7 +69,8 @@ def _ours(x, w, **kwargs):
 
 
 def _times(case: ConvCase, dtype, opts: Options):
-    """{side: (fwd ms, bwd ms)} for ours and cuDNN on the same inputs."""
+    """{side: (fwd ms, bwd ms, fwd kernel ms, bwd kernel ms)} for ours and cuDNN on the same
+    inputs: per call, and on the GPU alone (``kernel_ms``)."""
     sets = _inputs(case, dtype)
     times = {}
     for side, fn in (("ours", _ours), ("ref", F.conv2d)):
@@ -79,13 +80,15 @@ def _times(case: ConvCase, dtype, opts: Options):
                 fn(*sets[i], **case.kwargs)
 
         fwd = time_ms(forward, len(sets), opts)
+        fwd_kernel = kernel_ms(forward, len(sets), opts)
         outs = [fn(x, w, **case.kwargs) for x, w in sets]
         grads = [torch.randn_like(y) for y in outs]
 
         def backward(i, outs=outs, grads=grads):
             torch.autograd.grad(outs[i], sets[i], grads[i], retain_graph=True)
 
-        times[side] = (fwd, time_ms(backward, len(sets), opts))
+        bwd = time_ms(backward, len(sets), opts)
+        times[side] = (fwd, bwd, fwd_kernel, kernel_ms(backward, len(sets), opts))
         del outs, grads
     return times
 
@@ -123,9 +126,11 @@ def dense_suite(opts: Options) -> Iterator[Row]:
                 note = ", ".join(f"{k} {v:.1e}" for k, v in extra.items())
                 yield Row(
                     **common, op="fwd", ours_ms=times["ours"][0], ref_ms=times["ref"][0],
+                    ours_kernel_ms=times["ours"][2], ref_kernel_ms=times["ref"][2],
                     work=flops, note=note,
                 )  # fmt: skip
                 yield Row(
                     **common, op="bwd (dX+dW)", ours_ms=times["ours"][1], ref_ms=times["ref"][1],
+                    ours_kernel_ms=times["ours"][3], ref_kernel_ms=times["ref"][3],
                     work=2 * flops,
                 )  # fmt: skip
