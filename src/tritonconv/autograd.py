@@ -59,6 +59,12 @@ def run(op: ops.Op, *args, plan=None):
     tensors = [a for a in args if isinstance(a, torch.Tensor)]
     if tracing(*tensors):
         return op(*args)
+    device = tensors[0].device
+    if device.type == "cuda" and device.index != torch.cuda.current_device():
+        # Kernels launch on the current device: make it the tensors' (cuda:1 data while
+        # cuda:0 is current). The autograd engine sets it for the backward itself.
+        with torch.cuda.device(device):
+            return run(op, *args, plan=plan)
     if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
         return op.function.apply(*args)
     if plan is None:
