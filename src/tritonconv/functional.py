@@ -26,7 +26,6 @@ from .geometry import (
     check_unfold,
     check_workspace_limit,
     dtype_name,
-    expand_param,
     shape_str,
 )
 from .launch import tracing
@@ -59,11 +58,10 @@ class Plan:
     whether the caller's input was batched, and (``replay``, filled by ``autograd.run`` after
     the first call without gradients) the op body's launch plan for this signature."""
 
-    __slots__ = ("batched", "line", "op", "params", "replay")
+    __slots__ = ("batched", "op", "params", "replay")
 
-    def __init__(self, op: library.Op, params: tuple, batched: bool = True, line: bool = False):
+    def __init__(self, op: library.Op, params: tuple, batched: bool = True):
         self.op, self.params, self.batched = op, params, batched
-        self.line = line  # a 1-D window, run as a 2-D one over a height-1 plane
         self.replay = None
 
 
@@ -82,9 +80,16 @@ def unfold(input, kernel_size, dilation=1, padding=0, stride=1):
     """Extract sliding local blocks (im2col), as ``torch.nn.functional.unfold``.
 
     ``(N, C, H, W) -> (N, C*KH*KW, L)`` (or unbatched ``(C, H, W) -> (C*KH*KW, L)``). Any
-    real dtype, integers included (copies are exact). Beyond ``F.unfold``: a one-element
-    ``kernel_size`` (e.g. ``(3,)``) makes the window 1-D, for ``(N, C, L)`` inputs (or unbatched
-    ``(C, L)``): ``-> (N, C*K, L_out)``.
+    real dtype, integers included (copies are exact). Beyond ``F.unfold``, the window's rank is
+    ``kernel_size``'s (an int: 2-D, as ``F.unfold``):
+
+    * a one-element ``kernel_size`` (e.g. ``(3,)``) makes it 1-D, for ``(N, C, L)`` inputs (or
+      unbatched ``(C, L)``): ``-> (N, C*K, L_out)``;
+    * a three-element one (e.g. ``(3, 3, 3)``) makes it 3-D, for ``(N, C, D, H, W)`` inputs (or
+      unbatched ``(C, D, H, W)``): ``-> (N, C*KD*KH*KW, OD*OH*OW)``, row
+      ``((c*KD + kd)*KH + kh)*KW + kw``, column ``(od*OH + oh)*OW + ow``.
+
+    ``dilation``, ``padding`` and ``stride``: an int or one value per spatial dimension.
     """
     window = (kernel_size, dilation, padding, stride)
     plan = lookup(
@@ -93,54 +98,26 @@ def unfold(input, kernel_size, dilation=1, padding=0, stride=1):
         lambda: _unfold_plan(input, *window),
     )
     x = input if plan.batched else input.unsqueeze(0)
-    if plan.line:
-        x = x.unsqueeze(2)
     cols = autograd.run(plan.op, x, *plan.params, plan=plan)
     return cols if plan.batched else cols.squeeze(0)
 
 
-def _is_line(kernel_size) -> bool:
-    """Whether a window is 1-D: given by a one-element ``kernel_size``."""
-    return isinstance(kernel_size, (list, tuple)) and len(kernel_size) == 1
-
-
-def _line_window(kernel_size, dilation, padding, stride):
-    """A 1-D window as the 2-D window of a height-1 plane (validating each value's form)."""
-    k, d, p, s = (
-        expand_param(v, 1, name)[0]
-        for v, name in (
-            (kernel_size, "kernel_size"),
-            (dilation, "dilation"),
-            (padding, "padding"),
-            (stride, "stride"),
-        )
-    )
-    return (1, k), (1, d), (0, p), (1, s)
-
-
 def _unfold_plan(input, kernel_size, dilation, padding, stride) -> Plan:
-    line = _is_line(kernel_size)
-    if line:
-        if not isinstance(input, torch.Tensor) or input.dim() not in (2, 3):
-            raise TritonConvError(
-                "unfold with a 1-D kernel_size expects a 2D (C, L) or 3D (N, C, L) input, but "
-                f"got {shape_str(input.shape) if isinstance(input, torch.Tensor) else input!r}"
-            )
-        window = _line_window(kernel_size, dilation, padding, stride)
-        args = check_unfold(input.unsqueeze(-2), *window)
-    else:
-        args = check_unfold(input, kernel_size, dilation, padding, stride)
+    args = check_unfold(input, kernel_size, dilation, padding, stride)
     check_kernel_device(input, "input")
     g = args.geometry
     params = (list(g.kernel), list(g.dilation), list(g.pad_before), list(g.stride))
-    return Plan(library.unfold, params, args.batched, line)
+    return Plan(library.unfold, params, args.batched)
 
 
 def fold(input, output_size, kernel_size, dilation=1, padding=0, stride=1):
     """Combine sliding local blocks into an image (col2im, summing overlaps), as
-    ``torch.nn.functional.fold``. A deterministic gather (no atomics); integer dtypes sum
-    exactly in int64 and wrap like the dtype. A one-element ``kernel_size`` folds 1-D blocks
-    into ``(N, C, L)`` (``output_size``: one int or one-element sequence)."""
+    ``torch.nn.functional.fold``; the adjoint of :func:`unfold`. A deterministic gather (no
+    atomics); integer dtypes sum exactly in int64 and wrap like the dtype. The window's rank is
+    ``kernel_size``'s, as in :func:`unfold`, and ``output_size`` gives one size per spatial
+    dimension (or one int for all): a one-element ``kernel_size`` folds 1-D blocks into
+    ``(N, C, L)``, a three-element one ``(N, C*KD*KH*KW, OD*OH*OW)`` into ``(N, C, D, H, W)``
+    (unbatched inputs drop ``N``)."""
     window = (output_size, kernel_size, dilation, padding, stride)
     plan = lookup(
         _FOLD_PLANS,
@@ -149,19 +126,11 @@ def fold(input, output_size, kernel_size, dilation=1, padding=0, stride=1):
     )
     cols = input if plan.batched else input.unsqueeze(0)
     image = autograd.run(plan.op, cols, *plan.params, plan=plan)
-    if plan.line:
-        image = image.squeeze(2)
     return image if plan.batched else image.squeeze(0)
 
 
 def _fold_plan(input, output_size, kernel_size, dilation, padding, stride) -> Plan:
-    line = _is_line(kernel_size)
-    if line:
-        (length,) = expand_param(output_size, 1, "output_size")
-        window = _line_window(kernel_size, dilation, padding, stride)
-        args = check_fold(input, (1, length), *window)
-    else:
-        args = check_fold(input, output_size, kernel_size, dilation, padding, stride)
+    args = check_fold(input, output_size, kernel_size, dilation, padding, stride)
     check_kernel_device(input, "input")
     g = args.geometry
     params = (
@@ -171,7 +140,7 @@ def _fold_plan(input, output_size, kernel_size, dilation, padding, stride) -> Pl
         list(g.pad_before),
         list(g.stride),
     )
-    return Plan(library.fold, params, args.batched, line)
+    return Plan(library.fold, params, args.batched)
 
 
 def _candidates(input: torch.Tensor, args) -> list[str]:

@@ -457,8 +457,11 @@ def check_conv_transpose(
 
 
 # --------------------------------------------------------------------------------------------
-# unfold / fold (2-D spatial, as torch.nn.functional)
+# unfold / fold (as torch.nn.functional, and their 1-D and 3-D generalisations)
 # --------------------------------------------------------------------------------------------
+
+#: What the dimensions of an unbatched unfold input are called, by the window's rank.
+_UNFOLD_AXES = {1: "C, L", 2: "C, H, W", 3: "C, D, H, W"}
 
 
 @dataclass(frozen=True)
@@ -475,11 +478,24 @@ class FoldArgs:
         return self.channels * self.geometry.kernel_numel
 
 
-def _check_window(kernel_size, dilation, padding, stride):
-    kernel = expand_param(kernel_size, 2, "kernel_size")
-    dil = expand_param(dilation, 2, "dilation")
-    pad = expand_param(padding, 2, "padding")
-    strides = expand_param(stride, 2, "stride")
+def window_rank(kernel_size) -> int:
+    """The spatial rank of an unfold/fold window: the length of a ``kernel_size`` sequence (1, 2
+    or 3), 2 for an int (``F.unfold``/``F.fold``'s only rank)."""
+    if isinstance(kernel_size, (list, tuple)):
+        if not 1 <= len(kernel_size) <= 3:
+            raise TritonConvError(
+                "kernel_size must be an int or a sequence of 1, 2 or 3 ints (one per spatial "
+                f"dimension of the window), but got kernel_size={list(kernel_size)}"
+            )
+        return len(kernel_size)
+    return 2
+
+
+def _check_window(kernel_size, dilation, padding, stride, n: int):
+    kernel = expand_param(kernel_size, n, "kernel_size")
+    dil = expand_param(dilation, n, "dilation")
+    pad = expand_param(padding, n, "padding")
+    strides = expand_param(stride, n, "stride")
     if any(k <= 0 for k in kernel):
         raise TritonConvError(
             f"kernel size should be greater than zero, but got kernel_size={list(kernel)}"
@@ -523,17 +539,28 @@ def window_geometry(input_size, kernel, dil, pad, strides) -> Geometry:
 
 
 def check_unfold(input: torch.Tensor, kernel_size, dilation, padding, stride) -> FoldArgs:
+    """Validate an unfold call. The window's rank ``n`` is ``kernel_size``'s (``window_rank``);
+    the input is ``(N, C, *spatial)`` or unbatched ``(C, *spatial)`` with ``n`` spatial
+    dimensions."""
     if not isinstance(input, torch.Tensor):
         raise TritonConvError(f"unfold: input must be a Tensor, got {type(input).__name__}")
-    if input.dim() not in (3, 4) or any(s == 0 for s in input.shape[-3:]):
+    n = window_rank(kernel_size)
+    if input.dim() not in (n + 1, n + 2) or any(s == 0 for s in input.shape[-(n + 1) :]):
+        if n == 2:  # F.unfold's words
+            hint = " (a 3-D window takes a 3-element kernel_size)" if input.dim() == 5 else ""
+            raise TritonConvError(
+                "Expected 3D or 4D (batch mode) tensor with possibly 0 batch size and other "
+                f"non-zero dimensions for input, but got: {shape_str(input.shape)}{hint}"
+            )
         raise TritonConvError(
-            "Expected 3D or 4D (batch mode) tensor with possibly 0 batch size and other "
-            f"non-zero dimensions for input, but got: {shape_str(input.shape)}"
+            f"unfold with a {n}-D kernel_size expects a {n + 1}D ({_UNFOLD_AXES[n]}) or "
+            f"{n + 2}D (N, {_UNFOLD_AXES[n]}) input with possibly 0 batch size and other "
+            f"non-zero dimensions, but got: {shape_str(input.shape)}"
         )
     if input.is_complex():
         raise TritonConvError("unfold: complex input is not supported")
-    kernel, dil, pad, strides = _check_window(kernel_size, dilation, padding, stride)
-    batched = input.dim() == 4
+    kernel, dil, pad, strides = _check_window(kernel_size, dilation, padding, stride, n)
+    batched = input.dim() == n + 2
     shape = tuple(input.shape) if batched else (1, *input.shape)
     geometry = window_geometry(shape[2:], kernel, dil, pad, strides)
     if any(o < 1 for o in geometry.output):
@@ -548,6 +575,9 @@ def check_unfold(input: torch.Tensor, kernel_size, dilation, padding, stride) ->
 def check_fold(
     input: torch.Tensor, output_size, kernel_size, dilation, padding, stride
 ) -> FoldArgs:
+    """Validate a fold call: ``input`` is ``(N, C*prod(kernel_size), L)`` or unbatched, the
+    window's rank is ``kernel_size``'s (``window_rank``) and ``output_size`` has that many
+    values."""
     if not isinstance(input, torch.Tensor):
         raise TritonConvError(f"fold: input must be a Tensor, got {type(input).__name__}")
     if input.dim() not in (2, 3) or any(s == 0 for s in input.shape[-2:]):
@@ -560,26 +590,28 @@ def check_fold(
             f"fold: input has dtype {dtype_name(input.dtype)}; fold sums overlapping blocks "
             "and needs a real floating-point or integer dtype"
         )
-    out_hw = expand_param(output_size, 2, "output_size")
-    kernel, dil, pad, strides = _check_window(kernel_size, dilation, padding, stride)
-    if any(o <= 0 for o in out_hw):
-        raise TritonConvError(f"output_size should be greater than zero, got {list(out_hw)}")
+    n = window_rank(kernel_size)
+    out_size = expand_param(output_size, n, "output_size")
+    kernel, dil, pad, strides = _check_window(kernel_size, dilation, padding, stride, n)
+    if any(o <= 0 for o in out_size):
+        raise TritonConvError(f"output_size should be greater than zero, got {list(out_size)}")
     batched = input.dim() == 3
     shape = tuple(input.shape) if batched else (1, *input.shape)
-    kernel_numel = kernel[0] * kernel[1]
+    kernel_numel = _prod(kernel)
     if shape[1] % kernel_numel != 0:
         raise TritonConvError(
             "Expected size of input's dimension 1 to be divisible by the product of "
             f"kernel_size, but got input.size(1)={shape[1]} and kernel_size={kernel}"
         )
-    geometry = window_geometry(out_hw, kernel, dil, pad, strides)
-    blocks = geometry.output[0] * geometry.output[1]
+    geometry = window_geometry(out_size, kernel, dil, pad, strides)
+    blocks = geometry.output_numel
     if any(o < 1 for o in geometry.output) or shape[2] != blocks:
         raise TritonConvError(
-            f"Given output_size={out_hw}, kernel_size={kernel}, dilation={dil}, "
+            f"Given output_size={out_size}, kernel_size={kernel}, dilation={dil}, "
             f"padding={pad}, stride={strides}, expected size of input's dimension 2 to match "
-            f"the calculated number of sliding blocks {geometry.output[0]} * "
-            f"{geometry.output[1]} = {blocks}, but got input.size(2)={shape[2]}."
+            f"the calculated number of sliding blocks "
+            f"{' * '.join(str(o) for o in geometry.output)} = {blocks}, but got "
+            f"input.size(2)={shape[2]}."
         )
     return FoldArgs(shape[0], shape[1] // kernel_numel, geometry, batched)
 

@@ -3,13 +3,16 @@
 A column matrix is described by :class:`ColumnLayout` (the affine address of
 ``kernels/im2col.py``); two layouts are used:
 
-* :func:`unfold_layout`: F.unfold's ``(N, C*KH*KW, OH*OW)``;
+* :func:`unfold_layout`: F.unfold's ``(N, C*KH*KW, OH*OW)`` (``(N, C*KD*KH*KW, OD*OH*OW)`` in
+  3-D, ``(N, C*K, L_out)`` in 1-D);
 * :func:`gemm_layout`: ``(groups, rows_per_group, positions)`` for one chunk of output
   positions, which is what a batched GEMM over groups consumes.
 
 Arguments arrive validated (``geometry.py``); launchers only check the device, allocate and
-launch. Block sizes are chosen here: memory-bound tiles on the GPU, larger tiles under the
-interpreter, where every program is a Python-level step.
+launch. im2col and col2im take images with 1, 2 or 3 spatial axes (``(N, C, *spatial)`` and a
+geometry of the same rank): the kernels are written over ``(D, H, W)`` and a lower rank is
+passed with leading size-1 axes (:func:`_axes3`). Block sizes are chosen here: memory-bound
+tiles on the GPU, larger tiles under the interpreter, where every program is a Python-level step.
 """
 
 from __future__ import annotations
@@ -62,6 +65,45 @@ def _image_strides(x: torch.Tensor) -> tuple[int, int, int, int]:
     return sn, sc, sh, sw
 
 
+def _axes3(values, fill: int) -> tuple[int, int, int]:
+    """A per-axis tuple of a 1-3-D geometry as ``(D, H, W)``, the missing leading axes ``fill``."""
+    values = tuple(values)
+    return (fill,) * (3 - len(values)) + values
+
+
+def _image_strides3(x: torch.Tensor) -> tuple[int, int, int, int, int]:
+    """``(sn, sc, sd, sh, sw)`` of an ``(N, C, *spatial)`` image (a missing axis: stride 0)."""
+    sn, sc, *spatial = x.stride()
+    return (sn, sc, *_axes3(spatial, 0))
+
+
+def _has_depth(geometry: Geometry) -> bool:
+    """Whether the depth axis is real (the kernels' ``DEPTH``): a 3-D geometry whose input,
+    kernel or output depth is not 1. Without it the kernels compile their depth math out."""
+    if geometry.ndim < 3:
+        return False
+    return any(size != 1 for size in (geometry.input[0], geometry.kernel[0], geometry.output[0]))
+
+
+def _depth_leaves_image(geometry: Geometry) -> bool:
+    """Whether some depth tap of some output position falls outside the image: only through
+    depth padding (before, or after as ``padding='same'`` puts it), so never below 3-D."""
+    if geometry.ndim < 3:
+        return False
+    D, KD, OD = geometry.input[0], geometry.kernel[0], geometry.output[0]
+    stride, pad, dil = geometry.stride[0], geometry.pad_before[0], geometry.dilation[0]
+    return pad > 0 or (OD - 1) * stride + (KD - 1) * dil > D - 1
+
+
+def _window3(geometry: Geometry):
+    """(stride, pad_before, dilation) of ``geometry``, each a ``(D, H, W)`` triple."""
+    return (
+        _axes3(geometry.stride, 1),
+        _axes3(geometry.pad_before, 0),
+        _axes3(geometry.dilation, 1),
+    )
+
+
 # GPU launch configuration of im2col (tile = block_p positions x tile_elements/block_p rows),
 # chosen by the output plane's size, and of col2im (block elements). H100 sweeps
 # (benchmarks/sweep_im2col.py, sweep_unfold_layout.py; NOTES.md): large planes want narrow
@@ -93,14 +135,16 @@ def im2col(
     position_start: int,
     num_positions: int,
 ) -> None:
-    """Write the columns of positions ``[position_start, +num_positions)`` of ``x`` (N, C, H, W)
-    into ``col`` at ``layout``."""
+    """Write the columns of positions ``[position_start, +num_positions)`` of ``x``
+    (N, C, *spatial) into ``col`` at ``layout``."""
     check_kernel_device(x, "input")
     rows = x.shape[1] * geometry.kernel_numel
     if rows == 0 or num_positions == 0:
         return
-    (H, W), (KH, KW) = geometry.input, geometry.kernel
-    OW = geometry.output[1]
+    (D, H, W), (KD, KH, KW) = _axes3(geometry.input, 1), _axes3(geometry.kernel, 1)
+    OH, OW = _axes3(geometry.output, 1)[1:]
+    (sd, sh, sw), (pd, ph, pw), (dd, dh, dw) = _window3(geometry)
+    x_sn, x_sc, x_sd, x_sh, x_sw = _image_strides3(x)
     L = geometry.output_numel
     config = IM2COL_SMALL_PLANE_CONFIG if L < SMALL_PLANE else IM2COL_CONFIG
     block_r, block_p = _tiles(rows, num_positions, config)
@@ -124,15 +168,30 @@ def im2col(
         L,
         KH,
         KW,
-        *geometry.stride,
-        *geometry.pad_before,
-        *geometry.dilation,
-        *_image_strides(x),
+        sh,
+        sw,
+        ph,
+        pw,
+        dh,
+        dw,
+        x_sn,
+        x_sc,
+        x_sh,
+        x_sw,
         col_base,
         layout.sn,
         layout.sq,
         layout.sg,
         layout.sk,
+        D,
+        OH,
+        KD,
+        sd,
+        pd,
+        dd,
+        x_sd,
+        DEPTH=_has_depth(geometry),
+        CHECK_D=_depth_leaves_image(geometry),
         FLAT_POSITIONS=flat,
         BLOCK_R=block_r,
         BLOCK_P=block_p,
@@ -153,7 +212,8 @@ def col2im(
     accumulate: bool,
 ) -> None:
     """Sum the columns of positions ``[position_start, +num_positions)`` into the samples of
-    ``out`` (N, C, H, W) that those positions belong to (write, or add when ``accumulate``)."""
+    ``out`` (N, C, *spatial) that those positions belong to (write, or add when
+    ``accumulate``)."""
     check_kernel_device(out, "output")
     L = geometry.output_numel
     if num_positions == 0 or out.numel() == 0:
@@ -161,16 +221,22 @@ def col2im(
     n_start = position_start // L
     n_end = (position_start + num_positions - 1) // L + 1
     C = out.shape[1]
-    (H, W), (KH, KW), (OH, OW) = geometry.input, geometry.kernel, geometry.output
-    numel = (n_end - n_start) * C * H * W
+    D, H, W = _axes3(geometry.input, 1)
+    KD, KH, KW = _axes3(geometry.kernel, 1)
+    OD, OH, OW = _axes3(geometry.output, 1)
+    (sd, sh, sw), (pd, ph, pw), (dd, dh, dw) = _window3(geometry)
+    x_sn, x_sc, x_sd, x_sh, x_sw = _image_strides3(out)
+    # One program: a block of the (n, c, h, w) elements of one depth plane.
+    plane_numel = (n_end - n_start) * C * H * W
     block = 4096 if INTERPRETER else COL2IM_CONFIG["block"]
+    plane_blocks = cdiv(plane_numel, block)
     launch(
         col2im_kernel,
-        (cdiv(numel, block),),
+        (D * plane_blocks,),
         col,
         out,
         n_start,
-        numel,
+        plane_numel,
         C,
         H,
         W,
@@ -181,11 +247,26 @@ def col2im(
         rows_per_group,
         position_start,
         position_start + num_positions,
-        *geometry.stride,
-        *geometry.pad_before,
-        *geometry.dilation,
-        *_image_strides(out),
+        sh,
+        sw,
+        ph,
+        pw,
+        dh,
+        dw,
+        x_sn,
+        x_sc,
+        x_sh,
+        x_sw,
         *layout.args(),
+        plane_blocks,
+        D,
+        OD,
+        KD,
+        sd,
+        pd,
+        dd,
+        x_sd,
+        DEPTH=_has_depth(geometry),
         ACC_DTYPE=accumulator_dtype(out.dtype),
         ACCUMULATE=accumulate,
         BLOCK=block,
@@ -251,7 +332,8 @@ def relayout(
 
 
 def unfold(x: torch.Tensor, geometry: Geometry) -> torch.Tensor:
-    """F.unfold of a batched ``(N, C, H, W)`` tensor: ``(N, C*KH*KW, OH*OW)``."""
+    """F.unfold of a batched ``(N, C, *spatial)`` tensor (1 to 3 spatial axes):
+    ``(N, C*prod(kernel), prod(output))``, e.g. ``(N, C*KD*KH*KW, OD*OH*OW)`` in 3-D."""
     N, C = x.shape[:2]
     rows, L = C * geometry.kernel_numel, geometry.output_numel
     cols = allocate((N, rows, L), x.dtype, x.device)
@@ -260,7 +342,7 @@ def unfold(x: torch.Tensor, geometry: Geometry) -> torch.Tensor:
 
 
 def fold(cols: torch.Tensor, geometry: Geometry) -> torch.Tensor:
-    """F.fold of a batched ``(N, C*KH*KW, L)`` tensor: ``(N, C, H, W)``."""
+    """F.fold of a batched ``(N, C*prod(kernel), L)`` tensor: ``(N, C, *geometry.input)``."""
     N, rows, L = cols.shape
     C = rows // geometry.kernel_numel
     out = allocate((N, C, *geometry.input), cols.dtype, cols.device)
