@@ -7,6 +7,10 @@ import pytest
 import torch
 from hypothesis import settings
 
+# On CPU tensors ``algo="auto"`` runs PyTorch's convolution (tritonconv.aten); the suite tests the
+# Triton kernels, so it keeps ``auto`` on them (test_aten.py covers the default).
+os.environ.setdefault("TRITONCONV_CPU_KERNELS", "1")
+
 import tritonconv
 from tritonconv.testing import DEVICE, exact_fp32
 

@@ -67,8 +67,20 @@ def benchmark_enabled() -> bool:
     return _BENCHMARK_ENV or bool(torch.backends.cudnn.benchmark)
 
 
+def cpu_kernels() -> bool:
+    """Whether ``auto`` runs the Triton kernels (in the interpreter) on CPU tensors instead of
+    PyTorch's CPU convolution: ``TRITONCONV_CPU_KERNELS=1`` (the test suite sets it)."""
+    return os.environ.get("TRITONCONV_CPU_KERNELS", "") not in ("", "0")
+
+
 def heuristic(dtype: torch.dtype, args, candidates: list[str]) -> Choice:
     """The rule-based choice (reasoned, until measurements say otherwise)."""
+    if candidates == ["aten"]:
+        return Choice(
+            "aten",
+            "CPU tensors: PyTorch's own CPU convolution (tritonconv's kernels run on CPU "
+            "tensors only in Triton's interpreter, for testing: TRITONCONV_CPU_KERNELS=1)",
+        )
     if candidates == ["implicit_gemm"]:
         return Choice("implicit_gemm", "3-D: the algorithm written over three spatial axes")
     if dtype not in FLOAT_DTYPES:

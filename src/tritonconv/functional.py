@@ -12,8 +12,8 @@ import dataclasses
 
 import torch
 
-from . import autograd, choice, library
-from ._runtime import check_kernel_device
+from . import aten, autograd, choice, library
+from ._runtime import INTERPRETER, check_kernel_device
 from .geometry import (
     FLOAT_DTYPES,
     TritonConvError,
@@ -36,12 +36,14 @@ from .plans import BoundedCache, lookup, tensor_key, values_key
 #: ``autograd.run(op, input, weight, bias, stride, pad_before, pad_after, dilation, groups,
 #: option)`` on a batched input and normalised int lists (the option: im2col+GEMM's workspace
 #: limit, whether the direct op runs its depthwise kernels, or the implicit GEMM's tile
-#: configuration, ``[]`` for its heuristic's).
+#: configuration, ``[]`` for its heuristic's). ``"aten"`` is PyTorch's own CPU convolution
+#: (``aten.py``), called directly with the same arguments: what ``"auto"`` runs on CPU tensors.
 CONV_OPS = {
     "implicit_gemm": library.conv_implicit_gemm,
     "im2col_gemm": library.conv2d_gemm,
     "direct": library.conv2d_direct,
     "depthwise": library.conv2d_direct,
+    "aten": aten.conv,
 }
 CONV_ALGOS = ("auto", *CONV_OPS)
 #: The same for transposed convolution: the ops run the convolution's input-gradient kernels.
@@ -50,7 +52,13 @@ TRANSPOSED_OPS = {
     "im2col_gemm": library.conv_transpose2d_gemm,
     "direct": library.conv_transpose2d_direct,
     "depthwise": library.conv_transpose2d_direct,
+    "aten": aten.conv_transpose,
 }
+
+
+def _body(op):
+    """What runs an algorithm's forward eagerly: a tritonconv op's body, or the ATen function."""
+    return op.impl if isinstance(op, library.Op) else op
 
 
 class Plan:
@@ -145,7 +153,10 @@ def _fold_plan(input, output_size, kernel_size, dilation, padding, stride) -> Pl
 
 def _candidates(input: torch.Tensor, args) -> list[str]:
     """Every algorithm that accepts the call (3-D: the implicit GEMM, the one kernel written
-    over three spatial axes)."""
+    over three spatial axes). CPU tensors: ATen alone, unless this process interprets its
+    kernels and ``TRITONCONV_CPU_KERNELS=1`` asks ``auto`` to run them (``choice.cpu_kernels``)."""
+    if input.device.type == "cpu" and not (INTERPRETER and choice.cpu_kernels()):
+        return ["aten"]
     if args.geometry.ndim == 3:
         return ["implicit_gemm"]
     algos = ["im2col_gemm", "direct"] if input.dtype in FLOAT_DTYPES else ["direct"]
@@ -161,6 +172,13 @@ def _choose_algo(algo: str, input: torch.Tensor, args, op: str = "conv2d") -> st
         raise TritonConvError(f"algo must be one of {list(CONV_ALGOS)}, got {algo!r}")
     if algo == "auto":
         return choice.heuristic(input.dtype, args, _candidates(input, args)).algo
+    if algo == "aten":
+        if input.device.type != "cpu":
+            raise TritonConvError(
+                f"{op}: algo='aten' runs PyTorch's CPU convolution and takes CPU tensors, got "
+                f"input on {input.device}"
+            )
+        return algo
     if args.geometry.ndim == 3 and algo != "implicit_gemm":
         raise TritonConvError(
             f"{op}: algo={algo!r} has no 3-D kernel; 3-D convolutions run "
@@ -321,7 +339,10 @@ def _convolution(cache, ndim: int, input, weight, bias, options, *, transposed=F
         bias = bias.contiguous()
     if ndim == 1:
         x, weight = x.unsqueeze(2), weight.unsqueeze(2)
-    out = autograd.run(plan.op, x, weight, bias, *plan.params, plan=plan)
+    if isinstance(plan.op, library.Op):
+        out = autograd.run(plan.op, x, weight, bias, *plan.params, plan=plan)
+    else:  # ATen: differentiable by itself
+        out = plan.op(x, weight, bias, *plan.params)
     if ndim == 1:  # as F.conv1d: a contiguous output whatever the input's strides
         out = out.squeeze(2).contiguous()
     return out if plan.batched else out.squeeze(0)
@@ -353,9 +374,10 @@ def _validated(input, weight, bias, options, ndim: int, transposed: bool):
     limit = _workspace(workspace_limit)
     if algo != "auto":
         _choose_algo(algo, input, args, name)  # rejects an unknown or unfit algorithm
-    for arg, t in (("input", input), ("weight", weight), ("bias", bias)):
-        if t is not None:
-            check_kernel_device(t, arg)
+    if algo != "aten" and _candidates(input, args) != ["aten"]:
+        for arg, t in (("input", input), ("weight", weight), ("bias", bias)):
+            if t is not None:
+                check_kernel_device(t, arg)
     return args, algo, name, limit
 
 
@@ -370,7 +392,10 @@ def _params(args, ndim: int, transposed: bool, limit: int):
         common.append(([1] if ndim == 1 else []) + list(g.input))
 
     def params(algo: str) -> tuple:
-        option = {"im2col_gemm": limit, "direct": False, "depthwise": True, "implicit_gemm": []}
+        option = {
+            "im2col_gemm": limit, "direct": False, "depthwise": True, "implicit_gemm": [],
+            "aten": None,
+        }  # fmt: skip
         return (*common, option[algo])
 
     return params
@@ -398,7 +423,7 @@ def _auto(input, weight, bias, args, params, name, ndim, transposed) -> choice.C
         return choice.recorded(key, candidates) or rule
     ops = TRANSPOSED_OPS if transposed else CONV_OPS
     xs, ws, bs = choice.measure_inputs(x, w, bias)
-    return choice.measured(key, candidates, lambda a: ops[a].impl(xs, ws, bs, *params(a)))
+    return choice.measured(key, candidates, lambda a: _body(ops[a])(xs, ws, bs, *params(a)))
 
 
 def explain(
