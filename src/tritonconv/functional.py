@@ -106,15 +106,28 @@ def unfold(input, kernel_size, dilation=1, padding=0, stride=1):
         lambda: _unfold_plan(input, *window),
     )
     x = input if plan.batched else input.unsqueeze(0)
-    cols = autograd.run(plan.op, x, *plan.params, plan=plan)
+    if isinstance(plan.op, library.Op):
+        cols = autograd.run(plan.op, x, *plan.params, plan=plan)
+    else:  # ATen: differentiable by itself
+        cols = plan.op(x, *plan.params)
     return cols if plan.batched else cols.squeeze(0)
+
+
+def _runs_aten(input: torch.Tensor) -> bool:
+    """Whether an op without ``algo=`` (unfold, fold, crop, the causal convolutions) runs its
+    ATen form (``aten.py``) on ``input``: on CPU tensors, as ``auto`` does for convolutions
+    (``_candidates``), unless this process interprets its kernels and
+    ``TRITONCONV_CPU_KERNELS=1`` asks for them."""
+    return input.device.type == "cpu" and not (INTERPRETER and choice.cpu_kernels())
 
 
 def _unfold_plan(input, kernel_size, dilation, padding, stride) -> Plan:
     args = check_unfold(input, kernel_size, dilation, padding, stride)
-    check_kernel_device(input, "input")
     g = args.geometry
     params = (list(g.kernel), list(g.dilation), list(g.pad_before), list(g.stride))
+    if _runs_aten(input):
+        return Plan(aten.unfold, params, args.batched)
+    check_kernel_device(input, "input")
     return Plan(library.unfold, params, args.batched)
 
 
@@ -133,13 +146,15 @@ def fold(input, output_size, kernel_size, dilation=1, padding=0, stride=1):
         lambda: _fold_plan(input, *window),
     )
     cols = input if plan.batched else input.unsqueeze(0)
-    image = autograd.run(plan.op, cols, *plan.params, plan=plan)
+    if isinstance(plan.op, library.Op):
+        image = autograd.run(plan.op, cols, *plan.params, plan=plan)
+    else:  # ATen: differentiable by itself
+        image = plan.op(cols, *plan.params)
     return image if plan.batched else image.squeeze(0)
 
 
 def _fold_plan(input, output_size, kernel_size, dilation, padding, stride) -> Plan:
     args = check_fold(input, output_size, kernel_size, dilation, padding, stride)
-    check_kernel_device(input, "input")
     g = args.geometry
     params = (
         list(g.input),
@@ -148,6 +163,9 @@ def _fold_plan(input, output_size, kernel_size, dilation, padding, stride) -> Pl
         list(g.pad_before),
         list(g.stride),
     )
+    if _runs_aten(input):
+        return Plan(aten.fold, params, args.batched)
+    check_kernel_device(input, "input")
     return Plan(library.fold, params, args.batched)
 
 
@@ -517,13 +535,18 @@ def crop(input, reference, axis=2, offset=0):
         ),
         lambda: _crop_plan(input, reference, axis, offset),
     )
-    return autograd.run(plan.op, input, *plan.params, plan=plan)
+    if isinstance(plan.op, library.Op):
+        return autograd.run(plan.op, input, *plan.params, plan=plan)
+    return plan.op(input, *plan.params)  # ATen: differentiable by itself
 
 
 def _crop_plan(input, reference, axis, offset) -> Plan:
     args = check_crop(input, reference, axis, offset)
+    params = (list(args.offsets), list(args.sizes))
+    if _runs_aten(input):
+        return Plan(aten.crop, params)
     check_kernel_device(input, "input")
-    return Plan(library.crop, (list(args.offsets), list(args.sizes)))
+    return Plan(library.crop, params)
 
 
 # --------------------------------------------------------------------------------------------
@@ -562,6 +585,8 @@ def _check_causal(x, weight, bias, activation, op: str):
         )
     check_same_device(x=x, weight=weight, bias=bias)
     check_same_dtype(weight=weight, bias=bias)
+    if _runs_aten(x):  # PyTorch's own convolution (aten.depthwise_line)
+        return
     for name, t in (("x", x), ("weight", weight), ("bias", bias)):
         if t is not None:
             check_kernel_device(t, name)
@@ -569,7 +594,10 @@ def _check_causal(x, weight, bias, activation, op: str):
 
 def _depthwise_line(x, weight, bias, pad_before: int):
     """``F.conv1d(x, weight[:, None], bias, groups=dim)`` over ``x`` left-padded by
-    ``pad_before`` zeros (none on the right): the depthwise kernels on a height-1 plane."""
+    ``pad_before`` zeros (none on the right): the depthwise kernels on a height-1 plane, or
+    on CPU tensors PyTorch's convolution (``aten.depthwise_line``; see :func:`_runs_aten`)."""
+    if _runs_aten(x):
+        return aten.depthwise_line(x, weight, bias, pad_before)
     dim, width = weight.shape
     params = ([1, 1], [0, pad_before], [0, 0], [1, 1], dim, True)
     bias = bias.contiguous() if bias is not None else None  # the kernels read it densely

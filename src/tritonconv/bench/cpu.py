@@ -1,7 +1,9 @@
 """Suite ``cpu``: CPU tensors, ``algo="auto"`` (PyTorch's CPU convolution, ``aten.py``) against
 calling ``torch.nn.functional`` directly: what tritonconv's validation, plans and semantics
 (exact integers, formats) cost a CPU user (issue 14's target: within 2x). Wall-clock medians on
-the CPU whatever GPU the machine has; forward, and forward + backward for floats."""
+the CPU whatever GPU the machine has; forward, and forward + backward for floats. unfold and
+fold (``aten.unfold``/``aten.fold``) against ``F.unfold``/``F.fold`` on 2-D windows: floats
+only, PyTorch having no integer unfold/fold to compare with."""
 
 from __future__ import annotations
 
@@ -45,6 +47,30 @@ CASES = [
 ]
 
 
+# name, (ours, reference), image shape (N, C, H, W), window
+WINDOW_CASES = [
+    (
+        "unfold2d_3x3",
+        (functional.unfold, F.unfold),
+        (8, 64, 56, 56),
+        {"kernel_size": 3, "padding": 1},
+    ),
+    (
+        "unfold2d_4x4s2",
+        (functional.unfold, F.unfold),
+        (8, 64, 28, 28),
+        {"kernel_size": 4, "padding": 1, "stride": 2},
+    ),
+    ("fold2d_3x3", (functional.fold, F.fold), (8, 64, 56, 56), {"kernel_size": 3, "padding": 1}),
+    (
+        "fold2d_4x4s2",
+        (functional.fold, F.fold),
+        (8, 64, 28, 28),
+        {"kernel_size": 4, "padding": 1, "stride": 2},
+    ),
+]
+
+
 def _pair_ms(ours, ref, reps: int) -> tuple[float, float]:
     """Wall-clock medians (ms) of two callables timed in alternation (a noisy machine then
     slows both alike)."""
@@ -64,6 +90,12 @@ def _step(fn, x, w, kwargs):
     """One forward and backward (input and weight gradients)."""
     out = fn(x, w, **kwargs)
     torch.autograd.grad(out, (x, w), torch.ones_like(out))
+
+
+def _step1(fn, x):
+    """One forward and backward of a one-input function."""
+    out = fn(x)
+    torch.autograd.grad(out, (x,), torch.ones_like(out))
 
 
 def _int64_reference(ref):
@@ -105,5 +137,40 @@ def cpu_suite(opts: Options) -> Iterator[Row]:
                 functools.partial(_step, ours, xg, wg, kwargs),
                 functools.partial(_step, ref, xg, wg, kwargs),
                 reps,
+            )
+            yield Row(**common, op="fwd+bwd", ours_ms=ours_ms, ref_ms=ref_ms)
+    yield from _window_rows(opts, reps)
+
+
+def _window_rows(opts: Options, reps: int) -> Iterator[Row]:
+    """unfold/fold against ``F.unfold``/``F.fold``: floats, forward and forward + backward."""
+    for name, (ours, ref), image, window in WINDOW_CASES:
+        if not opts.wants(name):
+            continue
+        if opts.quick:
+            image = (1, *image[1:])
+        for dtype_name in opts.dtypes:
+            dtype = getattr(torch, dtype_name)
+            if not dtype.is_floating_point:
+                continue
+            x = torch.randn(image, dtype=dtype)
+            kwargs = dict(window)
+            if ours is functional.fold:  # fold's input: the blocks of that image
+                x = F.unfold(x, **window)
+                kwargs["output_size"] = image[2:]
+            ours_fn = functools.partial(ours, **kwargs)
+            ref_fn = functools.partial(ref, **kwargs)
+            described = ", ".join(f"{k}={v}" for k, v in window.items())
+            common = dict(
+                suite="cpu", case=name, shape=f"{tuple(x.shape)}, {described}", dtype=dtype_name,
+                ref_name="torch.nn.functional (CPU)",
+            )  # fmt: skip
+            ours_ms, ref_ms = _pair_ms(
+                functools.partial(ours_fn, x), functools.partial(ref_fn, x), reps
+            )
+            yield Row(**common, op="fwd", ours_ms=ours_ms, ref_ms=ref_ms)
+            xg = x.clone().requires_grad_()
+            ours_ms, ref_ms = _pair_ms(
+                functools.partial(_step1, ours_fn, xg), functools.partial(_step1, ref_fn, xg), reps
             )
             yield Row(**common, op="fwd+bwd", ours_ms=ours_ms, ref_ms=ref_ms)
