@@ -394,6 +394,7 @@ def _verify_fuzz(args) -> int:
 
 def cmd_bench(args) -> int:
     from . import bench
+    from .bench import models as bench_models
 
     names = args.suite or ["conv", "im2col"]
     unknown = [n for n in names if n not in bench.suite_names()]
@@ -403,26 +404,54 @@ def cmd_bench(args) -> int:
     quick = args.quick or tc.INTERPRETER
     if tc.INTERPRETER and not args.quick:
         console.print("[yellow]no CUDA device: running toy shapes through the interpreter[/]")
-    opts = bench.Options(
-        reps=args.reps, quick=quick, dtypes=tuple(args.dtype), cases=tuple(args.case or ())
+    opts = bench_models.ModelOptions(
+        reps=args.reps, quick=quick, dtypes=tuple(args.dtype or ["float32"]),
+        cases=tuple(args.case or ()),
+        models=tuple(n for item in args.models or () for n in item.split(",") if n),
+        batch=args.batch, compile=args.compile, speed_dtypes=tuple(args.dtype or ["bfloat16"]),
+    )  # fmt: skip
+    problem = bench_models.check(names, opts)
+    if problem:
+        console.print(f"[red]{escape(problem)}[/]")
+        return 2
+    display = (
+        bench_models.ProgressDisplay(console, opts)
+        if bench_models.wanted(names)
+        else console.status("benchmarking…")
     )
-    with console.status("benchmarking…") as status:
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    so_far: list = []
+    with display as status:
 
         def progress(row):
             speed = f"{row.speedup:.2f}×" if row.speedup else "—"
             status.update(f"{row.suite} {row.case} {row.op} {row.dtype}: {speed}")
-            console.log(f"{row.suite:8} {row.case:16} {row.op:12} {row.dtype:9} {speed}")
+            if bench_models.wanted(names):  # long runs: what is measured so far, on disk
+                so_far.append(row)
+                if not bench_models.is_detail(row) or len(so_far) % 25 == 0:
+                    (out / "bench.partial.json").write_text(bench.to_json(so_far, {}))
+            if bench_models.is_detail(row):
+                return  # per-layer rows: summarised below
+            note = f" {row.note}" if bench_models.wanted([row.suite]) and row.note else ""
+            console.log(
+                f"{row.suite:8} {row.case:16} {row.op:12} {row.dtype:9} {speed}{escape(note)}"
+            )
 
-        rows = bench.run(names, opts, progress)
+        try:
+            rows = bench.run(names, opts, progress)
+        except bench_models.MissingDependency as e:
+            console.print(f"[red]{escape(str(e))}[/]")
+            return 2
     env = bench.environment()
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     (out / "bench.json").write_text(bench.to_json(rows, env))
     (out / "bench.md").write_text(bench.markdown(rows, env))
+    (out / "bench.partial.json").unlink(missing_ok=True)
     table = Table(title=f"tritonconv bench on {env['gpu']} (speedup = ref time / ours)")
     for column in ("suite", "case", "op", "dtype", "ours ms", "ref", "ref ms", "speedup", "rate"):
         table.add_column(column)
-    for r in rows:
+    shown = [r for r in rows if not bench_models.is_detail(r)]
+    for r in shown:
         table.add_row(
             r.suite,
             r.case,
@@ -434,8 +463,13 @@ def cmd_bench(args) -> int:
             f"{r.speedup:.2f}" if r.speedup else "—",
             f"{r.rate:.1f} {r.unit}" if r.rate is not None else "—",
         )
-    console.print(table)
+    if shown:
+        console.print(table)
+    for extra_table in bench_models.tables(rows):
+        console.print(extra_table)
     console.print(f"wrote {out / 'bench.json'} and {out / 'bench.md'}")
+    for line in bench_models.write_outputs(rows, env, out):
+        console.print(escape(line if line.startswith("no plots") else f"wrote {line}"))
     return 0
 
 
@@ -579,10 +613,24 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("bench", help="time tritonconv against cuDNN / PyTorch")
     p.add_argument("--suite", action="append", help="suite name (repeatable); default conv, im2col")
     p.add_argument("--case", action="append", help="only this case (repeatable)")
-    p.add_argument("--dtype", action="append", default=None, help="float32 (default), bfloat16…")
+    p.add_argument(
+        "--dtype", action="append", default=None,
+        help="float32 (default; models/layers: bfloat16), bfloat16…",
+    )  # fmt: skip
     p.add_argument("--reps", type=int, default=50)
     p.add_argument("--quick", action="store_true", help="toy shapes, few repetitions")
     p.add_argument("--out", default="bench-out", help="folder for bench.json and bench.md")
+    p.add_argument(
+        "--models", "--model", dest="models", action="append",
+        help="suites models/layers: model names, comma-separated or repeated (default: all "
+        "for models, resnet50 for layers; unet needs no torchvision)",
+    )  # fmt: skip
+    p.add_argument("--batch", type=int, default=None, help="models/layers: every model's batch")
+    p.add_argument(
+        "--compile", nargs="?", const="on", default="off", choices=("off", "on", "only"),
+        help="models: also time torch.compile'd models (on), or only them (only); adds "
+        "minutes of compiling per model",
+    )  # fmt: skip
     p.set_defaults(fn=cmd_bench)
     p = sub.add_parser(
         "explain", help="which algorithm a convolution (or each of a model's) runs, and why"
@@ -611,8 +659,6 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("info", help="versions, device, algorithms")
     p.set_defaults(fn=cmd_info)
     args = parser.parse_args(argv)
-    if args.command == "bench" and args.dtype is None:
-        args.dtype = ["float32"]
     return args.fn(args)
 
 

@@ -1,0 +1,196 @@
+"""The model suites (``tritonconv bench --suite models`` / ``--suite layers``) end to end on a
+tiny UNet, their outputs, and what they say when torchvision or matplotlib is missing.
+
+Everything runs through Triton's interpreter here, so the UNet is shrunk to a few channels and
+an 8x8 image; the torchvision models are only built through a fake torchvision module."""
+
+import json
+import sys
+
+import pytest
+import torch
+from torch import nn
+
+from tritonconv.bench import Options, Row
+from tritonconv.bench import models as bm
+from tritonconv.cli import main
+
+TINY_UNET = bm.ModelSpec(
+    "unet", (8, 3, 256, 256), (1, 3, 8, 8), lambda quick: bm.UNet(base=2, depth=1), False
+)
+
+
+@pytest.fixture
+def tiny_unet(monkeypatch):
+    monkeypatch.setitem(bm.MODELS, "unet", TINY_UNET)
+
+
+def _rows(path):
+    return json.loads((path / "bench.json").read_text())["rows"]
+
+
+def test_unet_is_the_standard_shape():
+    model = bm.UNet(base=2, depth=2).eval()
+    assert model(torch.randn(2, 3, 16, 12)).shape == (2, 2, 16, 12)
+    # 3 levels of 2 convolutions down, 2 transposed + 2 x 2 up, the 1x1 head
+    assert bm.count_convolutions(model) == 13
+    ours, swapped = bm.converted(model)
+    assert swapped == 13 and bm.count_convolutions(ours) == 0
+    assert bm.count_convolutions(model) == 13  # the original is left alone
+
+
+def test_models_suite_end_to_end(tiny_unet, tmp_path, capsys):
+    assert main(["bench", "--suite", "models", "--models", "unet", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "8/8 convolutions swapped" in out
+    rows = _rows(tmp_path)
+    assert not [r for r in rows if r["extra"].get("error")]
+    ops = {r["op"] for r in rows}
+    assert ops == {"fp32 fwd+bwd vs float64", "infer eager", "train eager", "layer fwd",
+                   "layer fwd+bwd"}  # fmt: skip
+    assert {r["dtype"] for r in rows} == {"fp32", "bfloat16"}  # speed in bf16 by default
+    acc = next(r for r in rows if r["op"] == "fp32 fwd+bwd vs float64")["extra"]
+    assert acc["swapped"] == acc["convs"] == 8
+    assert 0 < acc["ours_out_err"] < 1e-5 and 0 < acc["ours_grad_err"] < 1e-4
+    assert acc["ref_out_err"] < 1e-5 and acc["ours_grad_worst"]
+    layers = [r for r in rows if r["op"] == "layer fwd+bwd"]
+    assert sum(r["extra"]["count"] for r in layers) == 8  # every call, same shapes merged
+    assert all(r["extra"]["algo"] and r["ours_ms"] > 0 and r["ref_ms"] > 0 for r in layers)
+    assert any("conv_transpose2d" in r["shape"] for r in layers)
+    md = (tmp_path / "models.md").read_text()
+    assert "| unet | 8/8 |" in md and "per layer (call order)" in md
+    assert "layers losing the most time" in out
+    assert ("no plots" in out) != (tmp_path / "models.png").exists()
+    assert not (tmp_path / "bench.partial.json").exists()  # only while it runs
+
+
+def test_layers_suite_through_the_api(tiny_unet):
+    """A plain ``Options`` works too: each layer in float32 with the algorithm auto picks."""
+    from tritonconv import bench
+
+    opts = bm.ModelOptions(quick=True, speed_dtypes=("float32",), models=("unet",))
+    rows = bench.run(["layers"], opts)
+    assert {r.suite for r in rows} == {"layers"} and {r.dtype for r in rows} == {"float32"}
+    assert {r.op for r in rows} == {"layer fwd", "layer fwd+bwd"}
+    assert rows[0].case == "unet/down.0.0" and rows[0].rate is not None
+    assert bm.summarize(rows)[("layers", "unet")]["layers"]["float32"]
+    plain = bm.model_options(Options(quick=True))
+    assert bm.model_names(plain, "layers") == bm.model_names(plain, "models") == ["unet"]
+    assert bm.model_names(bm.model_options(Options()), "layers") == ["resnet50"]
+
+
+def test_models_suite_compiled_only(tiny_unet):
+    opts = bm.ModelOptions(quick=True, compile="only", speed_dtypes=("float32",))
+    rows = list(bm.models_suite(opts))
+    assert [r.op for r in rows] == ["infer compiled", "train compiled"]
+    assert not [r for r in rows if r.extra.get("error")]
+    assert all(r.extra["ours_compile_s"] > 0 and r.extra["ours_graph_breaks"] == 0 for r in rows)
+
+
+def test_without_torchvision_the_suite_says_how_to_get_it(monkeypatch, capsys, tmp_path):
+    monkeypatch.setitem(sys.modules, "torchvision", None)  # as if not installed
+    for suite in ("models", "layers"):
+        args = ["bench", "--suite", suite, "--models", "unet,resnet50", "--out", str(tmp_path)]
+        assert main(args) == 2
+        out = capsys.readouterr().out
+        assert "pip install torchvision" in out and "Traceback" not in out
+    assert main(["bench", "--suite", "models", "--models", "nope"]) == 2
+    assert "unknown model(s) ['nope']" in capsys.readouterr().out
+
+
+def test_torchvision_models_are_built_without_weights(monkeypatch):
+    """Through a fake torchvision: each model is built with ``weights=None`` (nothing to
+    download), video models from ``torchvision.models.video``."""
+    built = []
+
+    def factory(name):
+        def build(weights="default"):
+            built.append((name, weights))
+            conv = nn.Conv2d(3, 4, 3, stride=4)
+            return nn.Sequential(conv, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(4, 2))
+
+        return build
+
+    fake = type(sys)("torchvision")
+    fake.models = type(sys)("torchvision.models")
+    fake.models.video = type(sys)("torchvision.models.video")
+    fake.models.resnet50 = factory("resnet50")
+    fake.models.video.r2plus1d_18 = factory("r2plus1d_18")
+    monkeypatch.setitem(sys.modules, "torchvision", fake)
+    opts = bm.ModelOptions(quick=True, models=("resnet50",), speed_dtypes=("float32",))
+    rows = list(bm.layers_suite(opts))
+    assert built == [("resnet50", None)]
+    assert [(r.case, r.op) for r in rows] == [
+        ("resnet50/0", "layer fwd"),
+        ("resnet50/0", "layer fwd+bwd"),
+    ]
+    assert rows[0].shape == "conv2d 2×3×32×32 channels-last w 4×3×3×3 s4"
+    bm.build(bm.MODELS[bm.ALIASES["video.r2plus1d_18"]], quick=True)
+    assert built[-1] == ("r2plus1d_18", None)
+
+
+def test_paired_timing_alternates_the_sides():
+    calls = []
+    fns = {"ours": lambda i: calls.append(("ours", i)), "ref": lambda i: calls.append(("ref", i))}
+    times = bm.paired_ms(fns, 2, Options(reps=4))
+    assert set(times) == {"ours", "ref"}
+    timed = calls[6:]  # after 3 warm-up calls each
+    assert [side for side, _ in timed] == ["ours", "ref", "ref", "ours"] * 2
+    assert [i for _, i in timed] == [0, 0, 1, 1, 0, 0, 1, 1]
+
+
+def _fake_rows():
+    info = dict(model="unet", convs=8, swapped=8, choice="heuristic")
+    acc = dict(info, ours_out_err=2e-7, ref_out_err=1e-7, ours_grad_err=5e-6, ref_grad_err=1e-6)
+    acc.update(out_err_ratio=2.0, grad_err_ratio=5.0, ours_grad_worst="head.weight")
+    common = dict(suite="models", case="unet", shape="8×3×256×256", ref_name="cuDNN")
+    rows = [Row(**common, op="fp32 fwd+bwd vs float64", dtype="fp32", ours_ms=3.0, ref_ms=2.0,
+                extra=acc)]  # fmt: skip
+    for op, ours in (("infer eager", 2.0), ("train eager", 6.0), ("infer compiled", 1.0)):
+        extra = dict(info, ours_peak_mib=100.0, ref_peak_mib=90.0)
+        rows.append(Row(**common, op=op, dtype="bfloat16", ours_ms=ours, ref_ms=3.0, extra=extra))
+    for index, (layer, ours) in enumerate((("down.0.0", 1.0), ("up.0", 0.5))):
+        extra = dict(info, layer=layer, layers=[layer], count=2, algo="implicit_gemm", index=index)
+        for op in ("layer fwd", "layer fwd+bwd"):
+            rows.append(
+                Row("models", f"unet/{layer}", "conv2d …", op, "bfloat16", ours, 0.8, "cuDNN",
+                    work=1e9, unit="TFLOP/s", extra=extra)
+            )  # fmt: skip
+    rows.append(bm._error_row("models", "unet", "compiled", "bfloat16", "", RuntimeError("x")))
+    return rows
+
+
+def test_summary_markdown_and_tables_from_rows(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # as if not installed
+    rows = _fake_rows()
+    env = {"date": "today", "gpu": "GPU", "torch": "2", "triton": "3"}
+    written = bm.write_outputs(rows, env, tmp_path)
+    assert written[0].endswith("models.md")
+    assert written[-1] == f"no plots: {bm.MATPLOTLIB_HINT}"
+    md = (tmp_path / "models.md").read_text()
+    line = next(line for line in md.splitlines() if line.startswith("| unet |"))
+    assert "| 2.0e-07 / 1.0e-07 | 5.0e-06 / 1.0e-06 | NO (5.00×) | bfloat16 |" in line
+    assert "| 1.50× | 0.50× | 3.00× | — | 100 / 90 |" in line
+    assert "down.0.0 ×2 (+0.40 ms)" in line  # (1.0 - 0.8) ms × 2 calls
+    assert "- error in models unet compiled bfloat16: error: RuntimeError: x" in md
+    titles = [t.title for t in bm.tables(rows)]
+    assert titles[0].startswith("models:") and titles[-1].startswith("errors")
+    assert bm.write_outputs([r for r in rows if r.suite != "models"], env, tmp_path) == []
+    # models.md again from bench.json (e.g. after a GPU run, on a machine with matplotlib)
+    from tritonconv.bench import to_json
+
+    (tmp_path / "bench.json").write_text(to_json(rows, env))
+    assert bm.main([str(tmp_path / "bench.json"), str(tmp_path / "again")]) == 0
+    assert (tmp_path / "again" / "models.md").read_text() == md
+
+
+def test_plots(tmp_path):
+    pytest.importorskip("matplotlib")
+    env = {"date": "today", "gpu": "GPU", "torch": "2", "triton": "3"}
+    written = bm.write_outputs(_fake_rows(), env, tmp_path)
+    assert [p.rsplit("/", 1)[-1] for p in written] == [
+        "models.md",
+        "models.png",
+        "models-unet-bfloat16.png",
+    ]
+    assert all((tmp_path / name).stat().st_size > 1000 for name in ("models.png",))
