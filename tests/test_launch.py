@@ -272,3 +272,34 @@ def test_conv1d_output_is_contiguous_like_pytorch(device):
     got = tc.conv1d(x.to(device), w.to(device))
     assert got.is_contiguous()
     assert_close(got, F.conv1d(x, w))
+
+
+@pytest.mark.parametrize("algo", ["implicit_gemm", "direct", "depthwise"])
+def test_eager_backward_replays_per_gradient_layout_and_mask(algo, device):
+    """The forward's plan keeps the backward op's launch plans, keyed by the output gradient's
+    layout and dtype and by which gradients are asked for: a repeated backward replays, and a
+    new layout or mask records its own (each checked against float64)."""
+    groups = 4 if algo == "depthwise" else 1
+    x = torch.randn(2, 4, 7, 6, dtype=torch.float64, device=device)
+    w = torch.randn(4, 4 // groups, 3, 3, dtype=torch.float64, device=device)
+    kwargs = dict(padding=1, groups=groups)
+    tc.clear_caches()
+    grads = [
+        torch.randn(2, 4, 7, 6, dtype=torch.float64, device=device),
+        torch.randn(2, 4, 7, 6, dtype=torch.float64, device=device).to(
+            memory_format=torch.channels_last
+        ),
+        torch.randn(1, 1, 1, 1, dtype=torch.float64, device=device).expand(2, 4, 7, 6),
+    ]
+    for mask in ([True, True], [False, True], [True, False], [True, True]):
+        for grad in (*grads, grads[0]):
+            leaves = [t.clone().requires_grad_(m) for t, m in zip((x, w), mask)]
+            out = tc.conv2d(*leaves, **kwargs, algo=algo)
+            wanted = [t for t, m in zip(leaves, mask) if m]
+            got = torch.autograd.grad(out, wanted, grad)
+            x64, w64 = (t.detach().clone().requires_grad_() for t in (x, w))
+            exact = torch.autograd.grad(F.conv2d(x64, w64, **kwargs), (x64, w64), grad)
+            for g, e in zip(got, [e for e, m in zip(exact, mask) if m]):
+                assert_close(g, e, reduction=36)
+    (plan,) = functional._CONV_PLANS.entries.values()
+    assert len(plan.backward) == 3 * 3  # three layouts x three masks, each recorded once

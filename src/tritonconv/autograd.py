@@ -32,13 +32,27 @@ def _differentiable(name: str, op: ops.Op, setup_context, backward_fn) -> type:
     op.register_autograd(backward_fn, setup_context)
 
     class Function(torch.autograd.Function):
+        """``apply(*inputs, plan)``: ``plan`` is the caller's plan of this call signature
+        (``functional.Plan``, or None); its launch plans are reused by the forward and
+        kept for the backward (``ctx.plan``). Last, so ``ctx.needs_input_grad`` keeps the
+        op's own positions."""
+
         @staticmethod
-        def forward(ctx, *inputs):
-            output = op.impl(*inputs)
+        def forward(ctx, *inputs_and_plan):
+            *inputs, plan = inputs_and_plan
+            replay = None if plan is None else plan.replay
+            if replay is not None:
+                output = replay.run([t for t in inputs if isinstance(t, torch.Tensor)])
+            else:
+                output = op.impl(*inputs)
+                _keep_replay(op, plan, inputs)
             setup_context(ctx, inputs, output)
+            ctx.plan = plan
             return output
 
-        backward = staticmethod(backward_fn)
+        @staticmethod
+        def backward(ctx, *grads):
+            return *backward_fn(ctx, *grads), None
 
     op.function = Function
     Function.__name__ = Function.__qualname__ = name
@@ -66,17 +80,49 @@ def run(op: ops.Op, *args, plan=None):
         with torch.cuda.device(device):
             return run(op, *args, plan=plan)
     if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
-        return op.function.apply(*args)
+        return op.function.apply(*args, plan)
     if plan is None:
         return op.impl(*args)
     replay = plan.replay
     if replay is not None:
         return replay.run(tensors)
     output = op.impl(*args)
-    plan_of = getattr(op.impl, "plan_of", None)
-    if plan_of is not None:
-        plan.replay = plan_of(*args)
+    _keep_replay(op, plan, args)
     return output
+
+
+def _keep_replay(op: ops.Op, plan, args) -> None:
+    """Keep on ``plan`` the launch plan ``op``'s body just recorded for ``args`` (if any)."""
+    plan_of = getattr(op.impl, "plan_of", None)
+    if plan is not None and plan_of is not None:
+        plan.replay = plan_of(*args)
+
+
+def _backward_call(ctx, backward_op: ops.Op, *args):
+    """``backward_op(*args)`` (tensors first: grad_output, input, weight), replayed from the
+    launch plan the forward's plan keeps per output-gradient layout and mask: a repeated
+    eager backward runs none of the op's Python. ``ctx.plan`` is None under torch.compile's
+    registered autograd and for direct op calls: then the op itself."""
+    plan = getattr(ctx, "plan", None)
+    if plan is None:
+        return backward_op(*args)
+    grad_output = args[0]
+    key = (
+        grad_output.stride(),
+        grad_output.dtype,
+        tuple(args[-1]),
+        torch.backends.cudnn.allow_tf32,
+    )
+    backward = plan.backward
+    replay = backward.get(key)
+    if replay is not None:
+        return replay.run(list(args[:3]))
+    result = backward_op(*args)
+    plan_of = getattr(backward_op.impl, "plan_of", None)
+    replay = plan_of(*args) if plan_of is not None else None
+    if replay is not None and len(backward) < 16:
+        backward[key] = replay
+    return result
 
 
 # --------------------------------------------------------------------------------------------
@@ -131,7 +177,9 @@ def _conv_backward(backward_op: ops.Op):
         grad_input = grad_weight = grad_bias = None
         mask = list(ctx.needs_input_grad[:2])
         if any(mask):
-            grad_input, grad_weight = backward_op(grad_output, input, weight, *ctx.params, mask)
+            grad_input, grad_weight = _backward_call(
+                ctx, backward_op, grad_output, input, weight, *ctx.params, mask
+            )
             grad_input = grad_input if mask[0] else None
             grad_weight = grad_weight if mask[1] else None
         if ctx.has_bias and ctx.needs_input_grad[2]:

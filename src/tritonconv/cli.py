@@ -448,7 +448,8 @@ def cmd_bench(args) -> int:
     (out / "bench.md").write_text(bench.markdown(rows, env))
     (out / "bench.partial.json").unlink(missing_ok=True)
     table = Table(title=f"tritonconv bench on {env['gpu']} (speedup = ref time / ours)")
-    for column in ("suite", "case", "op", "dtype", "ours ms", "ref", "ref ms", "speedup", "rate"):
+    columns = ("suite", "case", "op", "dtype", "ours ms", "ref", "ref ms", "speedup", "kernel ×")
+    for column in (*columns, "rate"):
         table.add_column(column)
     shown = [r for r in rows if not bench_models.is_detail(r)]
     for r in shown:
@@ -461,6 +462,7 @@ def cmd_bench(args) -> int:
             escape(r.ref_name),
             f"{r.ref_ms:.3f}" if r.ref_ms else "—",
             f"{r.speedup:.2f}" if r.speedup else "—",
+            f"{r.kernel_speedup:.2f}" if r.kernel_speedup else "—",
             f"{r.rate:.1f} {r.unit}" if r.rate is not None else "—",
         )
     if shown:

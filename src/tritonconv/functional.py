@@ -63,14 +63,16 @@ def _body(op):
 
 class Plan:
     """What a call signature determines: the op to run, its arguments after the tensors,
-    whether the caller's input was batched, and (``replay``, filled by ``autograd.run`` after
-    the first call without gradients) the op body's launch plan for this signature."""
+    whether the caller's input was batched, and, filled by ``autograd`` after the first eager
+    call, the op body's launch plan for this signature (``replay``) and its backward op's per
+    output-gradient layout and mask (``backward``)."""
 
-    __slots__ = ("batched", "op", "params", "replay")
+    __slots__ = ("backward", "batched", "op", "params", "replay")
 
     def __init__(self, op: library.Op, params: tuple, batched: bool = True):
         self.op, self.params, self.batched = op, params, batched
         self.replay = None
+        self.backward = {}
 
 
 _UNFOLD_PLANS = BoundedCache("unfold")
