@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from collections import Counter
@@ -262,11 +263,14 @@ def _print_checks(title: str, checks: list[Check]) -> bool:
 
 def _where() -> str:
     if tc.INTERPRETER:
-        return "Triton interpreter on CPU (no CUDA device)"
+        return "Triton kernels through Triton's interpreter on CPU (no CUDA device)"
     return f"compiled Triton kernels on {torch.cuda.get_device_name()}"
 
 
 def cmd_demo(args) -> int:
+    # The demo shows tritonconv's own kernels: on CPU tensors "auto" would run PyTorch's CPU
+    # ops (aten.py), so ask for the interpreted kernels, as the test suite does.
+    os.environ.setdefault("TRITONCONV_CPU_KERNELS", "1")
     console.print(f"tritonconv {tc.__version__}: {_where()}")
     torch.manual_seed(args.seed)
     with exact_fp32():  # float32 compared at float32 accuracy: no TF32 on the GPU
