@@ -10,6 +10,7 @@
 #   SKIP_TESTS=1 scripts/gpu_check.sh    # benchmarks only
 #   SKIP_BENCH=1 scripts/gpu_check.sh    # tests and demo only
 #   PYTEST_ARGS="-k crop" scripts/gpu_check.sh
+#   PROBE=1 scripts/gpu_check.sh         # also the TMA implicit-GEMM probe (issue 11), kernel times
 #
 # Runs from source (PYTHONPATH=src), so it needs only the machine's torch and triton. Results
 # go to $OUT (the device tool's folder) or bench-out/.
@@ -52,6 +53,11 @@ if [ -z "${SKIP_BENCH:-}" ]; then
     bench_status=$?
 fi
 
+if [ -n "${PROBE:-}" ]; then
+    timeout "${PROBE_TIMEOUT:-300}" python3 benchmarks/probe_tma_igemm.py --json "$OUT_DIR/probe.json" \
+        > "$OUT_DIR/probe.log" 2>&1 || echo "probe FAILED or timed out (see probe.log)"
+fi
+
 echo "================ summary ================"
 [ -z "${SKIP_TESTS:-}" ] && echo "pytest: $(grep -E '(passed|failed|error)' "$OUT_DIR/pytest.log" | tail -n 1)"
 [ -f "$OUT_DIR/fuzz.log" ] && grep -E "^fuzz: [0-9]+ draws" "$OUT_DIR/fuzz.log" | tail -n 1
@@ -73,4 +79,5 @@ for r in rows:
     print(f"{r['suite']:8} {r['case']:16} {r['op']:12} {r['dtype']:8} {r['ours_ms']:9.3f} {ref:>9} {sp:>8} {ksp:>8} {rate:>16}  {r['ref_name']}")
 PY
 fi
+[ -f "$OUT_DIR/probe.log" ] && grep -E "^(geomean|check .*BAD)" "$OUT_DIR/probe.log"
 exit $status

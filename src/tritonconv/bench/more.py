@@ -1,5 +1,5 @@
-"""Suite ``more``: conv1d, conv_transpose2d, conv3d, conv_transpose3d and causal_conv1d
-against PyTorch (issues 11 and 12).
+"""Suite ``more``: conv1d, conv_transpose2d, conv3d, conv_transpose3d, causal_conv1d and 3-D
+unfold/fold against PyTorch (issues 11 and 12).
 
 Cases from the networks these ops serve: a wav2vec2-style feature-encoder conv1d, a UNet
 decoder's 2x2/stride-2 transposed convolution and a GAN generator's 4x4/stride-2 one, a Mamba
@@ -43,6 +43,25 @@ def _t3(shape, dtype, scale=1.0):
     """A 5-D tensor in channels_last_3d (the layout video/medical nets run in under AMP)."""
     t = (torch.randn(shape, device=DEVICE) * scale).to(dtype)
     return t.to(memory_format=torch.channels_last_3d).requires_grad_()
+
+
+def _one_hot_window(channels: int, kernel: tuple, dtype) -> torch.Tensor:
+    """The grouped conv3d weight that copies each tap of a window into its own channel:
+    ``F.conv3d(x, w, groups=C)`` is a 3-D unfold (and ``F.conv_transpose3d`` with it a 3-D fold)
+    by cuDNN, the fastest way PyTorch itself offers (it has no 3-D ``F.unfold``/``F.fold``)."""
+    taps = kernel[0] * kernel[1] * kernel[2]
+    w = torch.eye(taps, device=DEVICE).reshape(taps, 1, *kernel).repeat(channels, 1, 1, 1, 1)
+    return w.to(dtype)
+
+
+def _unfold3d_inputs(quick: bool, dtype):
+    n, c, d, h, w = (1, 4, 3, 5, 6) if quick else (4, 32, 16, 32, 32)
+    return _t((n, c, d, h, w), dtype), _one_hot_window(c, (3, 3, 3), dtype), None
+
+
+def _fold3d_inputs(quick: bool, dtype):
+    n, c, d, h, w = (1, 4, 3, 5, 6) if quick else (4, 32, 16, 32, 32)
+    return _t((n, c * 27, d * h * w), dtype), _one_hot_window(c, (3, 3, 3), dtype), (d, h, w)
 
 
 def _causal_ref(x, w, b):
@@ -129,6 +148,24 @@ CASES = [
         lambda x, w, b: functional.conv_transpose3d(x, w, b, stride=2),
         lambda x, w, b: F.conv_transpose3d(x, w, b, stride=2),
     ),
+    # 3-D unfold/fold (issue 12): against cuDNN's grouped conv3d / conv_transpose3d with one-hot
+    # weights (the third input is fold's output size, not a bias)
+    Case(
+        "unfold3d_3x3x3",
+        "N4 C32 16×32² 3×3×3 p1 → (N, C*27, L)",
+        _unfold3d_inputs,
+        lambda x, w, b: functional.unfold(x, (3, 3, 3), padding=1),
+        lambda x, w, b: F.conv3d(x, w, padding=1, groups=x.shape[1]),
+    ),
+    Case(
+        "fold3d_3x3x3",
+        "(N4, C32*27, 16·32²) → N4 C32 16×32², 3×3×3 p1",
+        _fold3d_inputs,
+        lambda x, w, size: functional.fold(x, size, (3, 3, 3), padding=1),
+        lambda x, w, size: F.conv_transpose3d(
+            x.reshape(x.shape[0], x.shape[1], *size), w, padding=1, groups=x.shape[1] // 27
+        ),
+    ),
 ]
 
 
@@ -142,7 +179,7 @@ def _timed(fn, inputs, opts: Options) -> tuple[float, float]:
     fwd = time_ms(forward, 1, opts)
     out = fn(*inputs)
     grad = torch.randn_like(out)
-    leaves = [t for t in inputs if t is not None]
+    leaves = [t for t in inputs if isinstance(t, torch.Tensor) and t.requires_grad]
     bwd = time_ms(lambda _: torch.autograd.grad(out, leaves, grad, retain_graph=True), 1, opts)
     return fwd, bwd
 
