@@ -216,3 +216,33 @@ def test_torch_compile_one_graph(device):
         for g, r in zip(torch.autograd.grad(out, (x, w, b), dy),
                         torch.autograd.grad(ref, ref_inputs, dy.double())):  # fmt: skip
             assert_close(g, r, reduction=144)
+
+
+def test_nchw_images_run_as_channels_last(device):
+    """NCHW images (and output gradients) are relaid channels-last before the kernels, which
+    read tiles along channels (only a stride-1 channel axis lets Triton vectorise and pipeline
+    those loads): the launch plans hold that copy, and the results equal the channels-last
+    input's bitwise, forward and both gradients, in the caller's layout."""
+    from tritonconv import functional
+
+    x = random_tensor((2, 16, 7, 6), torch.float32, device)
+    w = random_tensor((24, 16, 3, 3), torch.float32, device)
+    grad = random_tensor((2, 24, 7, 6), torch.float32, device)
+    results = {}
+    for layout in ("nchw", "nhwc"):
+        fmt = torch.channels_last if layout == "nhwc" else torch.contiguous_format
+        xs = x.contiguous(memory_format=fmt).requires_grad_()
+        ws = w.contiguous(memory_format=torch.channels_last).requires_grad_()  # no weight copy
+        tritonconv.clear_caches()
+        with exact_fp32():
+            y = tritonconv.conv2d(xs, ws, padding=1, algo="implicit_gemm")
+            dx, dw = torch.autograd.grad(y, (xs, ws), grad.contiguous(memory_format=fmt))
+            y2 = tritonconv.conv2d(xs.detach(), ws.detach(), padding=1, algo="implicit_gemm")
+        assert y.is_contiguous(memory_format=fmt) and dx.is_contiguous(memory_format=fmt)
+        (plan,) = functional._CONV_PLANS.entries.values()
+        kernels = [getattr(step, "kernel", None) for step in plan.replay.steps]
+        names = [k.fn.__name__ for k in kernels if k is not None]
+        assert ("crop_kernel" in names) == (layout == "nchw"), names
+        results[layout] = (y, dx, dw, y2)
+    for a, b in zip(results["nchw"], results["nhwc"]):
+        assert torch.equal(a, b)

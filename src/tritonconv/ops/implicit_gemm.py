@@ -137,14 +137,20 @@ def _window3(geometry: Geometry):
     )
 
 
-def _reduction_major(weight: torch.Tensor, dim: int) -> torch.Tensor:
-    """``weight`` itself when its dimension ``dim`` (1: input channels, 0: output channels)
-    has stride 1 (or size 1), else a copy laid out with ``dim`` innermost."""
-    if weight.stride(dim) == 1 or weight.shape[dim] == 1:
-        return weight
-    order = [d for d in range(weight.dim()) if d != dim] + [dim]
-    copy = empty_in_order(weight, weight.shape, order)
-    crop_into(weight, copy, [0] * weight.dim())
+def _innermost(t: torch.Tensor, dim: int) -> torch.Tensor:
+    """``t`` itself when its dimension ``dim`` has stride 1 (or size 1), else a copy laid out
+    with ``dim`` innermost (by the crop kernel, so launch plans replay it).
+
+    The kernels read every tile along channels: the weight's reduction side, and the images'
+    channels (for an image, ``dim=1``: channels-last). Only a stride-1 channel axis lets Triton
+    vectorise those loads and pipeline them (cp.async, ``num_stages``); with NCHW images the
+    compiled loop loads each element of the image tile on its own, synchronously (its TTGIR,
+    benchmarks/NOTES.md). One relayout pass costs far less."""
+    if t.stride(dim) == 1 or t.shape[dim] == 1:
+        return t
+    order = [d for d in range(t.dim()) if d != dim] + [dim]
+    copy = empty_in_order(t, t.shape, order)
+    crop_into(t, copy, [0] * t.dim())
     return copy
 
 
@@ -168,6 +174,7 @@ def launch_config(dtype, batch, src_per_group, dst_per_group, dst_spatial, strid
 @launch_plan
 def _launch_conv(src, weight, bias, dst, geometry: Geometry, groups: int, transposed, config):
     """dst = implicit-GEMM conv of src (or, ``transposed``, its input gradient); see the kernel."""
+    src = _innermost(src, 1)
     N, C_src = src.shape[:2]
     C_dst = dst.shape[1]
     src_per_group, dst_per_group = C_src // groups, C_dst // groups
@@ -187,7 +194,7 @@ def _launch_conv(src, weight, bias, dst, geometry: Geometry, groups: int, transp
         )  # fmt: skip
     block_m, block_n, block_k, num_warps, num_stages = config
     # The reduction runs over the weight's source-side channels: make them its innermost.
-    w = _reduction_major(weight, 0 if transposed else 1)
+    w = _innermost(weight, 0 if transposed else 1)
     w_so, w_si, *w_taps = w.stride()
     out_per_group = weight.shape[0] // groups
     w_sd = w_si if transposed else w_so
@@ -259,6 +266,7 @@ def conv_grad_input(
 
 @launch_plan
 def _launch_grad_weight(grad_out, x, partial, geometry: Geometry, groups: int, config):
+    grad_out, x = _innermost(grad_out, 1), _innermost(x, 1)
     N, C = x.shape[:2]
     C_out = grad_out.shape[1]
     in_per_group, out_per_group = C // groups, C_out // groups
