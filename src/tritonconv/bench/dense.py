@@ -2,8 +2,9 @@
 
 The ResNet-50 layers and stem, dilation 2 and 32 groups of ``anchors-h100.md``, and the layers
 of UNet, VGG, ConvNeXt/MobileNet pointwise and DeepLab's ASPP that the im2col path is slowest
-on. Channels-last input and weight (the layout networks run in under AMP), forward and backward
-(dX + dW), ``cudnn.benchmark`` on. Per dtype:
+on. Channels-last input and weight (the layout networks run in under AMP), and a few layers also
+NCHW (PyTorch's default; rows ``<case>_nchw``), forward and backward (dX + dW),
+``cudnn.benchmark`` on. Per dtype:
 
 * ``bfloat16`` / ``float16``: ours vs cuDNN in that dtype;
 * ``float32``: two rows each, ``tf32`` (TF32 allowed in both, PyTorch's default for
@@ -36,7 +37,10 @@ CASES = [
     ConvCase("pw_40_120_28", (32, 40, 28, 28), (120, 40, 1, 1)),
     ConvCase("aspp_dil12", (8, 512, 64, 64), (256, 512, 3, 3), padding=12, dilation=12),
 ]
+BY_LAYER = {case.name: case for case in CASES}
 CHANNELS_LAST = torch.channels_last
+#: Also measured with NCHW input and weight (PyTorch's default layout; rows named ``<case>_nchw``)
+NCHW_CASES = ("r50_3x3_56", "r50_3x3_14", "unet_3x3_256", "pw_96_384_56")
 
 
 @contextmanager
@@ -52,12 +56,12 @@ def precision(tf32: bool):
         flags[0].allow_tf32, flags[1].allow_tf32, flags[0].benchmark = old
 
 
-def _inputs(case: ConvCase, dtype):
+def _inputs(case: ConvCase, dtype, layout=CHANNELS_LAST):
     def make():
-        x = torch.randn(case.input, device=DEVICE, dtype=dtype).to(memory_format=CHANNELS_LAST)
+        x = torch.randn(case.input, device=DEVICE, dtype=dtype).to(memory_format=layout)
         fan_in = case.weight[1] * case.weight[2] * case.weight[3]
         w = torch.randn(case.weight, device=DEVICE, dtype=dtype) / fan_in**0.5
-        w = w.to(memory_format=CHANNELS_LAST)
+        w = w.to(memory_format=layout)
         return x.requires_grad_(), w.requires_grad_()
 
     nbytes = (torch.Size(case.input).numel() + torch.Size(case.weight).numel()) * 4
@@ -68,10 +72,10 @@ def _ours(x, w, **kwargs):
     return functional.conv2d(x, w, algo="implicit_gemm", **kwargs)
 
 
-def _times(case: ConvCase, dtype, opts: Options):
+def _times(case: ConvCase, dtype, opts: Options, layout=CHANNELS_LAST):
     """{side: (fwd ms, bwd ms, fwd kernel ms, bwd kernel ms)} for ours and cuDNN on the same
     inputs: per call, and on the GPU alone (``kernel_ms``)."""
-    sets = _inputs(case, dtype)
+    sets = _inputs(case, dtype, layout)
     times = {}
     for side, fn in (("ours", _ours), ("ref", F.conv2d)):
 
@@ -111,17 +115,21 @@ def dense_suite(opts: Options) -> Iterator[Row]:
         dtype = getattr(torch, name)
         modes = [("tf32", True), ("fp32", False)] if dtype == torch.float32 else [(name, True)]
         for label, tf32 in modes:
-            for case in CASES:
-                if not opts.wants(case.name):
+            runs = [(case, CHANNELS_LAST) for case in CASES]
+            runs += [(BY_LAYER[n], torch.contiguous_format) for n in NCHW_CASES if label != "tf32"]
+            for case, layout in runs:
+                nchw = layout == torch.contiguous_format
+                name = f"{case.name}_nchw" if nchw else case.name
+                if not (opts.wants(case.name) or opts.wants(name)):
                     continue
                 case = case.quick() if opts.quick else case
                 with precision(tf32):
-                    times = _times(case, dtype, opts)
-                    extra = _errors(case) if label == "fp32" else {}
+                    times = _times(case, dtype, opts, layout)
+                    extra = _errors(case) if label == "fp32" and not nchw else {}
                 flops = case.flops()
                 common = dict(
-                    suite="dense", case=case.name, shape=case.shape(), dtype=label,
-                    ref_name="cuDNN NHWC", unit="TFLOP/s", extra=extra,
+                    suite="dense", case=name, shape=case.shape(), dtype=label,
+                    ref_name="cuDNN NCHW" if nchw else "cuDNN NHWC", unit="TFLOP/s", extra=extra,
                 )  # fmt: skip
                 note = ", ".join(f"{k} {v:.1e}" for k, v in extra.items())
                 yield Row(
