@@ -86,6 +86,13 @@ def test_matches_float64_forward_and_gradients(case, layout):
             assert_close(got, want, reduction=w[0].numel())
 
 
+#: Tests that run the Triton kernels on CPU tensors: only where this process interprets them
+needs_interpreter = pytest.mark.skipif(
+    not tc.INTERPRETER, reason="this process compiles the kernels for CUDA: CPU tensors run ATen"
+)
+
+
+@needs_interpreter
 @pytest.mark.parametrize("dtype", [torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64])
 @pytest.mark.parametrize("transposed", [False, True], ids=["conv", "transposed"])
 def test_integers_bitwise_equal_to_the_direct_kernel(dtype, transposed):
@@ -110,6 +117,14 @@ def test_integers_bitwise_equal_to_the_direct_kernel(dtype, transposed):
 
 
 def test_auto_runs_aten_on_cpu_by_default(monkeypatch):
+    if not tc.INTERPRETER:  # CPU tensors in a CUDA process: always ATen, whatever the variable
+        x, w = torch.randn(1, 8, 9, 9), torch.randn(16, 8, 3, 3)
+        monkeypatch.setenv("TRITONCONV_CPU_KERNELS", "1")
+        tc.clear_caches()
+        assert tc.explain(x, w, padding=1).algo == "aten"
+        assert_close(tc.conv2d(x, w, padding=1), F.conv2d(x.double(), w.double(), padding=1))
+        tc.clear_caches()
+        return
     """The default for CPU tensors (the suite itself keeps ``auto`` on the kernels)."""
     x = random_tensor((1, 8, 9, 9), torch.float32, CPU)
     w = random_tensor((16, 8, 3, 3), torch.float32, CPU)
