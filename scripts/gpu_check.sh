@@ -10,7 +10,8 @@
 #   SKIP_TESTS=1 scripts/gpu_check.sh    # benchmarks only
 #   SKIP_BENCH=1 scripts/gpu_check.sh    # tests and demo only
 #   PYTEST_ARGS="-k crop" scripts/gpu_check.sh
-#   PROBE=1 scripts/gpu_check.sh         # also the TMA implicit-GEMM probe (issue 11), kernel times
+#   PROBE=1 scripts/gpu_check.sh         # also the probes: TMA implicit GEMM (issue 11), NHWC
+#                                        # depthwise (issue 13); kernel times
 #
 # Runs from source (PYTHONPATH=src), so it needs only the machine's torch and triton. Results
 # go to $OUT (the device tool's folder) or bench-out/.
@@ -56,6 +57,9 @@ fi
 if [ -n "${PROBE:-}" ]; then
     timeout "${PROBE_TIMEOUT:-300}" python3 benchmarks/probe_tma_igemm.py --json "$OUT_DIR/probe.json" \
         > "$OUT_DIR/probe.log" 2>&1 || echo "probe FAILED or timed out (see probe.log)"
+    timeout "${PROBE_TIMEOUT:-300}" python3 benchmarks/probe_depthwise_nhwc.py \
+        --json "$OUT_DIR/probe_dw.json" > "$OUT_DIR/probe_dw.log" 2>&1 \
+        || echo "depthwise probe FAILED or timed out (see probe_dw.log)"
 fi
 
 echo "================ summary ================"
@@ -80,4 +84,5 @@ for r in rows:
 PY
 fi
 [ -f "$OUT_DIR/probe.log" ] && grep -E "^(geomean|check .*BAD)" "$OUT_DIR/probe.log"
+[ -f "$OUT_DIR/probe_dw.log" ] && grep -vE "^check .* ok$" "$OUT_DIR/probe_dw.log" | tail -n 14
 exit $status

@@ -1,0 +1,238 @@
+"""Probe (issue 13): a channels-last depthwise convolution built to move each byte once.
+
+Today's depthwise kernels tile one channel's plane at a time, which suits NCHW; in channels-last
+bf16 (what ConvNeXt/MobileNet/EfficientNet run in under AMP) they reach 0.11-0.19x cuDNN. This
+kernel is laid out for NHWC instead: a program owns ``BLOCK_W`` output pixels of one output row
+and ``BLOCK_C`` channels, and for each tap loads the ``[BLOCK_W, BLOCK_C]`` input tile, which is
+contiguous along channels (16-byte vector loads), times that tap's ``[BLOCK_C]`` weights, into
+an fp32 accumulator. Neighbouring taps and rows re-read the same lines from L1/L2, so DRAM sees
+each input byte about once when a row band fits in cache; no shared-memory staging, no atomics.
+The input gradient of a stride-1 depthwise convolution is the same kernel on dy with the taps
+flipped and padding ``dil*(k-1) - pad``.
+
+    PYTHONPATH=src python benchmarks/probe_depthwise_nhwc.py             # GPU: check + time
+    PYTHONPATH=src python benchmarks/probe_depthwise_nhwc.py --check-only  # CPU (interpreter)
+
+Timing is by CUDA-graph replay (kernel time; benchmarks/NOTES.md explains why), bandwidth =
+(input + output + weight bytes) / time, against cuDNN (``cudnn.benchmark``) and our current
+``algo="depthwise"`` on the same channels-last tensors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import sys
+
+if not __import__("torch").cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import torch
+import torch.nn.functional as F
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def dw_nhwc_kernel(
+    x_ptr,
+    w_ptr,
+    b_ptr,
+    y_ptr,
+    H,
+    W,
+    C,
+    OH,
+    OW,
+    KH: tl.constexpr,
+    KW: tl.constexpr,
+    stride,
+    pad_h,
+    pad_w,
+    dil,
+    x_sn,
+    x_sh,
+    x_sw,
+    y_sn,
+    y_sh,
+    y_sw,
+    FLIP: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    BLOCK_W: tl.constexpr,
+    BLOCK_C: tl.constexpr,
+):
+    """y[n, oh, ow, c] = sum over taps of x[n, oh*s - p + kh*d, ow*s - p + kw*d, c] *
+    w[c, kh, kw] (+ b[c]); channels are the stride-1 axis of x and y; w is [C, KH, KW]."""
+    pid_row = tl.program_id(0)  # n * OH + oh
+    pid_w = tl.program_id(1)
+    pid_c = tl.program_id(2)
+    n = pid_row // OH
+    oh = pid_row % OH
+    ow = pid_w * BLOCK_W + tl.arange(0, BLOCK_W)
+    c = pid_c * BLOCK_C + tl.arange(0, BLOCK_C)
+    c_ok = c < C
+    ow_ok = ow < OW
+    x_row = x_ptr + n.to(tl.int64) * x_sn
+    acc = tl.zeros([BLOCK_W, BLOCK_C], dtype=tl.float32)
+    for kh in tl.static_range(KH):
+        ih = oh * stride - pad_h + kh * dil
+        # the row test as a vector: Triton 3.9's interpreter rejects a mask mixing a scalar
+        # and a vector comparison (the compiler folds the zero)
+        ih_v = ih + ow * 0
+        for kw in tl.static_range(KW):
+            iw = ow * stride - pad_w + kw * dil
+            ok = ow_ok & (iw >= 0) & (iw < W) & (ih_v >= 0) & (ih_v < H)
+            xs = tl.load(
+                x_row + ih * x_sh + iw[:, None] * x_sw + c[None, :],
+                mask=ok[:, None] & c_ok[None, :],
+                other=0,
+            )
+            tap = (KH - 1 - kh) * KW + (KW - 1 - kw) if FLIP else kh * KW + kw
+            wv = tl.load(w_ptr + c * (KH * KW) + tap, mask=c_ok, other=0)
+            acc += xs.to(tl.float32) * wv.to(tl.float32)[None, :]
+    if HAS_BIAS:
+        acc += tl.load(b_ptr + c, mask=c_ok, other=0).to(tl.float32)[None, :]
+    y = y_ptr + n.to(tl.int64) * y_sn + oh * y_sh + ow[:, None] * y_sw + c[None, :]
+    tl.store(y, acc.to(y_ptr.dtype.element_ty), mask=ow_ok[:, None] & c_ok[None, :])
+
+
+def dw_nhwc(x, w, b, stride, padding, dilation, config, *, flip=False):
+    """Depthwise conv2d of channels-last ``x`` (``w``: [C, 1, KH, KW]); ``flip``: the input
+    gradient of a stride-1 convolution (``x`` is dy, ``padding`` already the transposed one)."""
+    block_w, block_c, warps = config
+    N, C, H, W = x.shape
+    KH, KW = w.shape[2], w.shape[3]
+    OH = (H + 2 * padding - dilation * (KH - 1) - 1) // stride + 1
+    OW = (W + 2 * padding - dilation * (KW - 1) - 1) // stride + 1
+    y = torch.empty((N, C, OH, OW), device=x.device, dtype=x.dtype).to(
+        memory_format=torch.channels_last
+    )
+    assert x.stride(1) == 1 and y.stride(1) == 1
+    wc = w.reshape(C, KH * KW).contiguous()
+    grid = (N * OH, triton.cdiv(OW, block_w), triton.cdiv(C, block_c))
+    dw_nhwc_kernel[grid](
+        x, wc, b if b is not None else wc, y,
+        H, W, C, OH, OW, KH, KW, stride, padding, padding, dilation,
+        x.stride(0), x.stride(2), x.stride(3), y.stride(0), y.stride(2), y.stride(3),
+        FLIP=flip, HAS_BIAS=b is not None, BLOCK_W=block_w, BLOCK_C=block_c, num_warps=warps,
+    )  # fmt: skip
+    return y
+
+
+# name: N, C, H, W, kernel, stride (issue 13's families, ImageNet stage sizes)
+LAYERS = {
+    "convnext_7x7_early": (32, 96, 56, 56, 7, 1),
+    "convnext_7x7_late": (32, 768, 7, 7, 7, 1),
+    "mobilenet_5x5_s2": (32, 240, 28, 28, 5, 2),
+    "mobilenet_3x3": (32, 144, 56, 56, 3, 1),
+    "efficientnet_3x3_s2": (32, 96, 112, 112, 3, 2),
+    "dw3x3_56_c256": (32, 256, 56, 56, 3, 1),
+}
+CONFIGS = [(8, 64, 4), (16, 64, 4), (32, 32, 4), (8, 128, 4), (16, 128, 8), (4, 256, 8)]
+
+
+def make(name, device, dtype, small=False):
+    N, C, H, W, k, s = LAYERS[name]
+    if small:
+        N, C, H, W = 2, min(C, 40), min(H, 13), min(W, 11)
+    x = torch.randn(N, C, H, W, device=device, dtype=dtype).to(memory_format=torch.channels_last)
+    w = torch.randn(C, 1, k, k, device=device, dtype=dtype) / k
+    b = torch.randn(C, device=device, dtype=dtype)
+    return x, w, b, s, k // 2
+
+
+def check(name, config, device, dtype, small) -> tuple[float, float | None]:
+    x, w, b, s, p = make(name, device, dtype, small)
+    y = dw_nhwc(x, w, b, s, p, 1, config)
+    ref = F.conv2d(x.double(), w.double(), b.double(), stride=s, padding=p, groups=x.shape[1])
+    err = ((y.double() - ref).abs().max() / ref.abs().max()).item()
+    if s != 1:
+        return err, None
+    dy = torch.randn_like(ref).to(dtype).contiguous(memory_format=torch.channels_last)
+    k = w.shape[2]
+    dx = dw_nhwc(dy, w, None, 1, k - 1 - p, 1, config, flip=True)
+    ref_dx = torch.nn.grad.conv2d_input(
+        x.shape, w.double(), dy.double(), padding=p, groups=x.shape[1]
+    )
+    return err, ((dx.double() - ref_dx).abs().max() / ref_dx.abs().max()).item()
+
+
+def graph_ms(fn, reps=20, per_graph=10) -> float:
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(per_graph):
+            fn()
+    graph.replay()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    times = []
+    for _ in range(reps):
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / per_graph)
+    return sorted(times)[len(times) // 2]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--check-only", action="store_true")
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args()
+    cuda = torch.cuda.is_available()
+    device = "cuda" if cuda else "cpu"
+    bad = 0
+    for dtype in (torch.bfloat16, torch.float32) if cuda else (torch.float32,):
+        for name in LAYERS:
+            config = CONFIGS[0] if cuda else (8, 16, 4)
+            err, err_dx = check(name, config, device, dtype, small=not cuda)
+            tol = 2e-2 if dtype == torch.bfloat16 else 1e-5
+            ok = err < tol and (err_dx is None or err_dx < tol)
+            bad += not ok
+            dx = "-" if err_dx is None else f"{err_dx:.1e}"
+            print(f"check {name:20} {dtype!s:15} fwd {err:.1e} dgrad {dx} {'ok' if ok else 'BAD'}")
+    if args.check_only or not cuda:
+        sys.exit(1 if bad else 0)
+
+    import tritonconv as tc
+
+    torch.backends.cudnn.benchmark = True
+    rows = []
+    for dtype in (torch.bfloat16, torch.float32):
+        for name in LAYERS:
+            x, w, b, s, p = make(name, device, dtype)
+            C = x.shape[1]
+            y = F.conv2d(x, w, b, stride=s, padding=p, groups=C)
+            nbytes = (x.numel() + y.numel() + w.numel()) * x.element_size()
+            args = (x, w, b)
+            kw = dict(stride=s, padding=p, groups=C)
+            cudnn = graph_ms(functools.partial(F.conv2d, *args, **kw))
+            ours_now = graph_ms(functools.partial(tc.conv2d, *args, **kw, algo="depthwise"))
+            best = (float("inf"), None)
+            for config in CONFIGS:
+                t = graph_ms(functools.partial(dw_nhwc, *args, s, p, 1, config))
+                best = min(best, (t, config))
+            row = dict(
+                layer=name, dtype=str(dtype), cudnn_ms=cudnn, depthwise_now_ms=ours_now,
+                probe_ms=best[0], probe_config=best[1], probe_gbs=nbytes / best[0] / 1e6,
+                cudnn_gbs=nbytes / cudnn / 1e6,
+            )  # fmt: skip
+            rows.append(row)
+            print(
+                f"{name:20} {dtype!s:15} cuDNN {cudnn:.4f} ms ({row['cudnn_gbs']:.0f} GB/s)  "
+                f"depthwise now {ours_now:.4f} ({cudnn / ours_now:.2f}x)  probe {best[0]:.4f} "
+                f"({cudnn / best[0]:.2f}x, {row['probe_gbs']:.0f} GB/s) {best[1]}",
+                flush=True,
+            )
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
