@@ -11,7 +11,7 @@
 #   SKIP_BENCH=1 scripts/gpu_check.sh    # tests and demo only
 #   PYTEST_ARGS="-k crop" scripts/gpu_check.sh
 #   PROBE=1 scripts/gpu_check.sh         # also the probes: TMA implicit GEMM (issue 11), NHWC
-#                                        # depthwise (issue 13); kernel times
+#                                        # depthwise (13), causal conv1d (12); kernel times
 #
 # Runs from source (PYTHONPATH=src), so it needs only the machine's torch and triton. Results
 # go to $OUT (the device tool's folder) or bench-out/.
@@ -60,6 +60,9 @@ if [ -n "${PROBE:-}" ]; then
     timeout "${PROBE_TIMEOUT:-300}" python3 benchmarks/probe_depthwise_nhwc.py \
         --json "$OUT_DIR/probe_dw.json" > "$OUT_DIR/probe_dw.log" 2>&1 \
         || echo "depthwise probe FAILED or timed out (see probe_dw.log)"
+    timeout "${PROBE_TIMEOUT:-300}" python3 benchmarks/probe_causal_conv1d.py \
+        --json "$OUT_DIR/probe_causal.json" > "$OUT_DIR/probe_causal.log" 2>&1 \
+        || echo "causal probe FAILED or timed out (see probe_causal.log)"
 fi
 
 echo "================ summary ================"
@@ -85,4 +88,5 @@ PY
 fi
 [ -f "$OUT_DIR/probe.log" ] && grep -E "^(geomean|check .*BAD)" "$OUT_DIR/probe.log"
 [ -f "$OUT_DIR/probe_dw.log" ] && grep -vE "^check .* ok$" "$OUT_DIR/probe_dw.log" | tail -n 14
+[ -f "$OUT_DIR/probe_causal.log" ] && grep -vE "^check .* ok$" "$OUT_DIR/probe_causal.log" | tail -n 6
 exit $status
