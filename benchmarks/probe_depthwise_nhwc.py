@@ -159,24 +159,11 @@ def check(name, config, device, dtype, small) -> tuple[float, float | None]:
     return err, ((dx.double() - ref_dx).abs().max() / ref_dx.abs().max()).item()
 
 
-def graph_ms(fn, reps=20, per_graph=10) -> float:
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(per_graph):
-            fn()
-    graph.replay()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    times = []
-    for _ in range(reps):
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / per_graph)
-    return sorted(times)[len(times) // 2]
+def graph_ms(fn) -> float:
+    """Kernel time per call: ten calls captured in a CUDA graph and replayed (bench.kernel_ms)."""
+    from tritonconv.bench import Options, kernel_ms
+
+    return kernel_ms(lambda _: fn(), 10, Options())
 
 
 def main():

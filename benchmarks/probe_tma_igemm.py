@@ -364,31 +364,15 @@ def check(name, config, device, dtype, small, variant=None):
 WARM_ONLY = False  # --warm: compile every config (run once), no timing
 
 
-def time_ms(fn, reps=20, per_graph=10):
-    """GPU time per call: ``per_graph`` calls captured in a CUDA graph, replayed ``reps`` times
-    (host work, descriptor encoding included, happens once at capture: kernel time only)."""
+def time_ms(fn):
+    """Kernel time per call: ten calls captured in a CUDA graph and replayed (host work, the
+    descriptors' encoding included, happens once at capture): ``bench.kernel_ms``."""
     if WARM_ONLY:
         fn()
         return 1.0
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(per_graph):
-            fn()
-    for _ in range(3):
-        graph.replay()
-    start = torch.cuda.Event(enable_timing=True)
-    end = torch.cuda.Event(enable_timing=True)
-    times = []
-    for _ in range(reps):
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / per_graph)
-    return sorted(times)[len(times) // 2]
+    from tritonconv.bench import Options, kernel_ms
+
+    return kernel_ms(lambda _: fn(), 10, Options())
 
 
 def _time_layer(name, device, dtype):

@@ -92,7 +92,15 @@ def _times(case: ConvCase, dtype, opts: Options, layout=CHANNELS_LAST):
             torch.autograd.grad(outs[i], sets[i], grads[i], retain_graph=True)
 
         bwd = time_ms(backward, len(sets), opts)
-        times[side] = (fwd, bwd, fwd_kernel, kernel_ms(backward, len(sets), opts))
+
+        def forward_backward(i, fn=fn, grads=grads):
+            torch.autograd.grad(fn(*sets[i], **case.kwargs), sets[i], grads[i])
+
+        # The backward's kernels are captured with their forward (a graph cannot take the
+        # backward of a forward run outside it: its nodes are on the forward's stream).
+        both = kernel_ms(forward_backward, len(sets), opts)
+        bwd_kernel = both - fwd_kernel if both is not None and fwd_kernel is not None else None
+        times[side] = (fwd, bwd, fwd_kernel, bwd_kernel)
         del outs, grads
     return times
 
