@@ -121,6 +121,94 @@ def dw_nhwc(x, w, b, stride, padding, dilation, config, *, flip=False):
     return y
 
 
+@triton.jit
+def dw_nhwc_wgrad_kernel(
+    x_ptr,
+    dy_ptr,
+    part_ptr,
+    N,
+    H,
+    W,
+    C,
+    OH,
+    OW,
+    KW,
+    stride,
+    pad_h,
+    pad_w,
+    dil,
+    rows_per_band,
+    x_sn,
+    x_sh,
+    x_sw,
+    dy_sn,
+    dy_sh,
+    dy_sw,
+    BLOCK_W: tl.constexpr,
+    BLOCK_C: tl.constexpr,
+):
+    """part[band, tap, c] = sum over the band's output rows (of all N * OH) and columns of
+    dy[n, oh, ow, c] * x[n, oh*s - p + kh*d, ow*s - p + kw*d, c]. The tap is the fastest grid
+    axis, so a band's taps run together and re-read its dy and x from L2, not DRAM."""
+    tap = tl.program_id(0)
+    band = tl.program_id(1)
+    pid_c = tl.program_id(2)
+    kh = tap // KW
+    kw = tap % KW
+    c = pid_c * BLOCK_C + tl.arange(0, BLOCK_C)
+    c_ok = c < C
+    acc = tl.zeros([BLOCK_W, BLOCK_C], dtype=tl.float32)
+    first = band * rows_per_band
+    last = tl.minimum(first + rows_per_band, N * OH)
+    for row in range(first, last):
+        n = row // OH
+        oh = row % OH
+        ih = oh * stride - pad_h + kh * dil
+        for w0 in range(0, OW, BLOCK_W):
+            ow = w0 + tl.arange(0, BLOCK_W)
+            iw = ow * stride - pad_w + kw * dil
+            ih_v = ih + ow * 0  # as a vector: see dw_nhwc_kernel
+            ok = (ow < OW) & (iw >= 0) & (iw < W) & (ih_v >= 0) & (ih_v < H)
+            mask = ok[:, None] & c_ok[None, :]
+            g = tl.load(
+                dy_ptr + n.to(tl.int64) * dy_sn + oh * dy_sh + ow[:, None] * dy_sw + c[None, :],
+                mask=mask,
+                other=0,
+            )
+            xs = tl.load(
+                x_ptr + n.to(tl.int64) * x_sn + ih * x_sh + iw[:, None] * x_sw + c[None, :],
+                mask=mask,
+                other=0,
+            )
+            acc += g.to(tl.float32) * xs.to(tl.float32)
+    taps = tl.num_programs(0)
+    dst = part_ptr + (band.to(tl.int64) * taps + tap) * C + c
+    tl.store(dst, tl.sum(acc, 0), mask=c_ok)
+
+
+def dw_nhwc_wgrad(x, dy, kernel, stride, padding, dilation, config, bands=None):
+    """dW ``[C, 1, KH, KW]`` of a depthwise convolution, channels-last x and dy: per band of
+    output rows and tap a partial, summed over the bands in a fixed order."""
+    block_w, block_c, warps = config
+    N, C, H, W = x.shape
+    OH, OW = dy.shape[2], dy.shape[3]
+    KH, KW = kernel
+    rows = N * OH
+    if bands is None:  # enough programs to fill an H100 twice over, at least 4 rows a band
+        wanted = max(1, 2 * 132 // (KH * KW * triton.cdiv(C, block_c)))
+        bands = max(1, min(wanted, rows // 4))
+    per_band = triton.cdiv(rows, bands)
+    bands = triton.cdiv(rows, per_band)
+    part = torch.empty((bands, KH * KW, C), device=x.device, dtype=torch.float32)
+    grid = (KH * KW, bands, triton.cdiv(C, block_c))
+    dw_nhwc_wgrad_kernel[grid](
+        x, dy, part, N, H, W, C, OH, OW, KW, stride, padding, padding, dilation, per_band,
+        x.stride(0), x.stride(2), x.stride(3), dy.stride(0), dy.stride(2), dy.stride(3),
+        BLOCK_W=block_w, BLOCK_C=block_c, num_warps=warps,
+    )  # fmt: skip
+    return part.sum(0).t().reshape(C, 1, KH, KW).to(x.dtype)
+
+
 # name: N, C, H, W, kernel, stride (issue 13's families, ImageNet stage sizes)
 LAYERS = {
     "convnext_7x7_early": (32, 96, 56, 56, 7, 1),
@@ -144,14 +232,21 @@ def make(name, device, dtype, small=False):
 
 
 def check(name, config, device, dtype, small) -> tuple[float, float | None]:
+    """(max error of the forward and the weight gradient, error of the input gradient or None
+    for strided layers), relative, against float64."""
     x, w, b, s, p = make(name, device, dtype, small)
     y = dw_nhwc(x, w, b, s, p, 1, config)
     ref = F.conv2d(x.double(), w.double(), b.double(), stride=s, padding=p, groups=x.shape[1])
     err = ((y.double() - ref).abs().max() / ref.abs().max()).item()
-    if s != 1:
-        return err, None
     dy = torch.randn_like(ref).to(dtype).contiguous(memory_format=torch.channels_last)
     k = w.shape[2]
+    dw = dw_nhwc_wgrad(x, dy, (k, k), s, p, 1, config)
+    ref_dw = torch.nn.grad.conv2d_weight(
+        x.double(), w.shape, dy.double(), stride=s, padding=p, groups=x.shape[1]
+    )
+    err = max(err, ((dw.double() - ref_dw).abs().max() / ref_dw.abs().max()).item())
+    if s != 1:
+        return err, None
     dx = dw_nhwc(dy, w, None, 1, k - 1 - p, 1, config, flip=True)
     ref_dx = torch.nn.grad.conv2d_input(
         x.shape, w.double(), dy.double(), padding=p, groups=x.shape[1]
@@ -163,7 +258,22 @@ def graph_ms(fn) -> float:
     """Kernel time per call: ten calls captured in a CUDA graph and replayed (bench.kernel_ms)."""
     from tritonconv.bench import Options, kernel_ms
 
-    return kernel_ms(lambda _: fn(), 10, Options())
+    ms = kernel_ms(lambda _: fn(), 10, Options())
+    return float("inf") if ms is None else ms  # not capturable: never the best
+
+
+def _torch_step(leaves, dy, kw, module=F):
+    """Forward and backward (every gradient) through ``module.conv2d`` (F or tritonconv)."""
+    torch.autograd.grad(module.conv2d(*leaves, **kw), leaves, dy)
+
+
+def _probe_step(x, w, b, dy, padding, config):
+    """The probe's forward, input gradient and weight gradient of a stride-1 layer (the bias
+    gradient, a channel sum, left out on this side)."""
+    k = w.shape[2]
+    dw_nhwc(x, w, b, 1, padding, 1, config)
+    dw_nhwc(dy, w, None, 1, k - 1 - padding, 1, config, flip=True)
+    dw_nhwc_wgrad(x, dy, (k, k), 1, padding, 1, config)
 
 
 def main():
@@ -182,7 +292,9 @@ def main():
             ok = err < tol and (err_dx is None or err_dx < tol)
             bad += not ok
             dx = "-" if err_dx is None else f"{err_dx:.1e}"
-            print(f"check {name:20} {dtype!s:15} fwd {err:.1e} dgrad {dx} {'ok' if ok else 'BAD'}")
+            print(
+                f"check {name:20} {dtype!s:15} fwd+wgrad {err:.1e} dgrad {dx} {'ok' if ok else 'BAD'}"
+            )
     if args.check_only or not cuda:
         sys.exit(1 if bad else 0)
 
@@ -209,11 +321,28 @@ def main():
                 probe_ms=best[0], probe_config=best[1], probe_gbs=nbytes / best[0] / 1e6,
                 cudnn_gbs=nbytes / cudnn / 1e6,
             )  # fmt: skip
+            if s == 1:  # forward + backward (the probe's dgrad is the stride-1 one)
+                dy = torch.randn_like(y)
+                leaves = [t.detach().requires_grad_() for t in args]
+                row["cudnn_fwd_bwd_ms"] = graph_ms(functools.partial(_torch_step, leaves, dy, kw))
+                row["now_fwd_bwd_ms"] = graph_ms(
+                    functools.partial(_torch_step, leaves, dy, dict(kw, algo="depthwise"), tc)
+                )
+                row["probe_fwd_bwd_ms"] = graph_ms(
+                    functools.partial(_probe_step, *args, dy, p, best[1])
+                )
             rows.append(row)
             print(
                 f"{name:20} {dtype!s:15} cuDNN {cudnn:.4f} ms ({row['cudnn_gbs']:.0f} GB/s)  "
                 f"depthwise now {ours_now:.4f} ({cudnn / ours_now:.2f}x)  probe {best[0]:.4f} "
-                f"({cudnn / best[0]:.2f}x, {row['probe_gbs']:.0f} GB/s) {best[1]}",
+                f"({cudnn / best[0]:.2f}x, {row['probe_gbs']:.0f} GB/s) {best[1]}"
+                + (
+                    f" | fwd+bwd cuDNN {row['cudnn_fwd_bwd_ms']:.4f} now "
+                    f"{row['now_fwd_bwd_ms']:.4f} probe {row['probe_fwd_bwd_ms']:.4f} "
+                    f"({row['cudnn_fwd_bwd_ms'] / row['probe_fwd_bwd_ms']:.2f}x)"
+                    if s == 1
+                    else ""
+                ),
                 flush=True,
             )
     if args.json:
