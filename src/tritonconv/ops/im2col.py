@@ -79,10 +79,13 @@ def _image_strides3(x: torch.Tensor) -> tuple[int, int, int, int, int]:
 
 def _has_depth(geometry: Geometry) -> bool:
     """Whether the depth axis is real (the kernels' ``DEPTH``): a 3-D geometry whose input,
-    kernel or output depth is not 1. Without it the kernels compile their depth math out."""
+    kernel or output depth is not 1, or whose one depth tap lands in the padding (depth 1
+    padded by ``p`` with stride > 2p: every column entry is a zero). Without it the kernels
+    compile their depth math out and read depth index 0."""
     if geometry.ndim < 3:
         return False
-    return any(size != 1 for size in (geometry.input[0], geometry.kernel[0], geometry.output[0]))
+    sizes = (geometry.input[0], geometry.kernel[0], geometry.output[0])
+    return any(size != 1 for size in sizes) or geometry.pad_before[0] != 0
 
 
 def _depth_leaves_image(geometry: Geometry) -> bool:
