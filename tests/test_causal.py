@@ -6,7 +6,9 @@ import torch
 import torch.nn.functional as F
 
 import tritonconv as tc
-from tritonconv.testing import assert_close
+from tritonconv import fuzz, library
+from tritonconv.geometry import INT_DTYPES
+from tritonconv.testing import assert_close, poison_, random_tensor
 
 
 def reference(x, weight, bias=None, activation=None, initial_states=None):
@@ -96,3 +98,210 @@ def test_more_causal_errors(device):
         tc.causal_conv1d(x, w, torch.randn(2, device=device))
     with pytest.raises(tc.TritonConvError, match="conv_state must be \\(1, 3, state_len\\)"):
         tc.causal_conv1d_update(x[..., 0], torch.zeros(2, 3, 4, device=device), w)
+
+
+# --------------------------------------------------------------------------------------------
+# the causal kernels (kernels/causal.py): dtypes, widths, layouts, every gradient, poisoned
+# outputs, determinism; the fuzz's causal draws
+# --------------------------------------------------------------------------------------------
+
+
+def _channel_last(t):
+    return t.transpose(1, 2).contiguous().transpose(1, 2)
+
+
+def _strided(t):
+    wide = t.new_zeros(*t.shape[:2], 2 * t.shape[2])
+    wide[..., ::2] = t
+    return wide[..., ::2]
+
+
+LAYOUTS = {"channel_first": lambda t: t.contiguous(), "channel_last": _channel_last}
+LAYOUTS["strided"] = _strided
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.int32])
+@pytest.mark.parametrize("width", [1, 2, 3, 4, 5])
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_kernels_against_float64(dtype, width, layout, device):
+    """Forward and the three gradients of the op pair, dims across the 16-channel tile."""
+    batch, dim, seqlen = 2, 17, 23
+    x = LAYOUTS[layout](random_tensor((batch, dim, seqlen), dtype, device))
+    w = random_tensor((dim, width), dtype, device)
+    b = random_tensor((dim,), dtype, device)
+    silu = dtype.is_floating_point
+    xd, wd, bd = (t.cpu().double() for t in (x, w, b))
+    leaves = [t.requires_grad_() for t in (xd, wd, bd)]
+    ref, _ = reference(*leaves, activation="silu" if silu else None)
+    dy = random_tensor(tuple(ref.shape), dtype, device)
+    want = torch.autograd.grad(ref, leaves, dy.cpu().double())
+    y = library.causal_conv1d(x, w, b, width - 1, silu)
+    assert y.stride(1) == (1 if layout == "channel_last" else seqlen)
+    grads = library.causal_conv1d_backward(dy, x, w, b, width - 1, silu, [True, True, True])
+    assert_close(y, ref, reduction=width)
+    for name, got, exp in zip(("dx", "dw", "db"), grads, want, strict=True):
+        assert_close(got, exp, reduction=batch * seqlen, name=name)
+
+
+@pytest.mark.parametrize("mask", [[True, False, False], [False, True, False], [False, False, True]])
+def test_backward_computes_what_the_mask_asks(mask, device):
+    x = random_tensor((2, 20, 40), torch.float64, device)
+    w, b = (
+        random_tensor((20, 4), torch.float64, device),
+        random_tensor((20,), torch.float64, device),
+    )
+    dy = random_tensor((2, 20, 40), torch.float64, device)
+    full = library.causal_conv1d_backward(dy, x, w, b, 3, True, [True] * 3)
+    part = library.causal_conv1d_backward(dy, x, w, b, 3, True, mask)
+    for wanted, a, c in zip(mask, part, full, strict=True):
+        if wanted:
+            assert torch.equal(a, c)
+        else:
+            assert a.numel() == 0
+
+
+def test_every_output_element_is_written(device, monkeypatch):
+    """Outputs, gradients and partial buffers start poisoned: every element must be written."""
+    from tritonconv import launch
+
+    empty, empty_strided = torch.empty, torch.empty_strided
+    monkeypatch.setattr(launch.torch, "empty", lambda *a, **k: poison_(empty(*a, **k)))
+    monkeypatch.setattr(
+        launch.torch, "empty_strided", lambda *a, **k: poison_(empty_strided(*a, **k))
+    )
+    tc.clear_caches()
+    for dtype in (torch.float32, torch.int16):
+        x = _channel_last(random_tensor((3, 33, 50), dtype, device))
+        w, b = random_tensor((33, 4), dtype, device), random_tensor((33,), dtype, device)
+        dy = random_tensor((3, 33, 50), dtype, device)
+        y = library.causal_conv1d(x, w, b, 3, False)
+        grads = library.causal_conv1d_backward(dy, x, w, b, 3, False, [True] * 3)
+        xd, wd, bd, dyd = (t.cpu().double() for t in (x, w, b, dy))
+        leaves = [t.requires_grad_() for t in (xd, wd, bd)]
+        ref, _ = reference(*leaves)
+        want = torch.autograd.grad(ref, leaves, dyd)
+        exact = dtype in INT_DTYPES
+        assert_close(y, ref.round().long().to(dtype) if exact else ref, reduction=4)
+        for got, exp in zip(grads, want, strict=True):
+            exp = exp.round().long().to(dtype) if exact else exp
+            assert_close(got, exp, reduction=150)
+    tc.clear_caches()
+
+
+def test_weight_gradient_is_bitwise_reproducible(device):
+    x = random_tensor((4, 40, 300), torch.float32, device)
+    w, b = (
+        random_tensor((40, 4), torch.float32, device),
+        random_tensor((40,), torch.float32, device),
+    )
+    dy = random_tensor((4, 40, 300), torch.float32, device)
+    first = library.causal_conv1d_backward(dy, x, w, b, 3, True, [True] * 3)
+    second = library.causal_conv1d_backward(dy, x, w, b, 3, True, [True] * 3)
+    for a, c in zip(first, second, strict=True):
+        assert torch.equal(a, c)
+
+
+@pytest.mark.parametrize("batch, dim, seqlen", [(0, 3, 5), (2, 3, 0), (2, 0, 5)])
+def test_empty_inputs(batch, dim, seqlen, device):
+    x = torch.randn(batch, dim, seqlen, device=device, requires_grad=True)
+    w = torch.randn(dim, 4, device=device, requires_grad=True)
+    b = torch.randn(dim, device=device, requires_grad=True)
+    out = tc.causal_conv1d(x, w, b, activation="silu")
+    assert out.shape == (batch, dim, seqlen)
+    gx, gw, gb = torch.autograd.grad(out.sum(), (x, w, b))
+    assert gx.shape == x.shape and not gw.any() and not gb.any()
+
+
+def test_integer_inputs_with_an_activation_are_refused(device):
+    x = torch.ones(1, 2, 5, dtype=torch.int32, device=device)
+    w = torch.ones(2, 4, dtype=torch.int32, device=device)
+    with pytest.raises(tc.TritonConvError, match="needs a floating-point weight"):
+        tc.causal_conv1d(x, w, activation="silu")
+
+
+def test_channel_last_x_gives_channel_last_outputs(device):
+    """With and without initial states (the concatenation keeps x's layout)."""
+    x = _channel_last(torch.randn(2, 8, 9, device=device))
+    w = torch.randn(8, 4, device=device)
+    assert tc.causal_conv1d(x, w).stride(1) == 1
+    init = torch.randn(2, 8, 3, device=device)
+    assert tc.causal_conv1d(x, w, initial_states=init).stride(1) == 1
+
+
+FUZZ_LIMIT = dict(max_elements=3000)
+
+
+def test_fixed_seed_causal_fuzz_is_clean():
+    cases = [fuzz.draw_causal_case(s, **FUZZ_LIMIT) for s in range(40)]
+    assert {c.layout for c in cases} == set(fuzz.CAUSAL_LAYOUTS)
+    assert any(c.state for c in cases) and any(c.silu for c in cases)
+    for case in cases:
+        assert fuzz.parse_spec(case.spec()) == case
+        for result in fuzz.check_case(case):
+            assert not isinstance(result, fuzz.Failure), result.line()
+
+
+def test_the_fuzz_draws_causal_cases():
+    drawn = [fuzz.draw(s) for s in range(200)]
+    share = sum(isinstance(c, fuzz.CausalCase) for c in drawn) / len(drawn)
+    assert 0.05 < share < 0.25
+
+
+@pytest.mark.parametrize("which", [0, 1, 2])
+def test_causal_fuzz_catches_a_wrong_gradient(monkeypatch, which):
+    """A doubled dx, dw or db fails the fuzz (a fuzz that cannot fail proves nothing)."""
+    from tritonconv.ops import causal
+
+    real = causal.causal_conv1d_backward
+
+    def wrong(*args):
+        grads = list(real(*args))
+        grads[which] = grads[which] * 2
+        return tuple(grads)
+
+    monkeypatch.setattr(causal, "causal_conv1d_backward", wrong)
+    case = fuzz.CausalCase.parse(
+        "batch=2 dim=5 seqlen=30 width=4 bias=1 silu=1 state=0 dtype=float32 "
+        "layout=channel_first dy_layout=channel_last seed=3"
+    )
+    (result,) = fuzz.check_case(case)
+    assert isinstance(result, fuzz.Failure)
+    assert any(p.startswith(("dx", "dw", "db")[which]) for p in result.problems), result.problems
+
+
+def test_causal_ops_pass_opcheck(device):
+    """Fakes agree with the real ops; registration and autograd are sound (opcheck)."""
+    x = torch.randn(2, 6, 11, dtype=torch.float64, device=device)
+    w = torch.randn(6, 4, dtype=torch.float64, device=device)
+    b = torch.randn(6, dtype=torch.float64, device=device)
+    ops = torch.ops.tritonconv
+    dy = torch.randn(2, 6, 11, dtype=torch.float64, device=device)
+    torch.library.opcheck(ops.causal_conv1d, (x, w, b, 3, True))
+    torch.library.opcheck(ops.causal_conv1d, (_channel_last(x), w, None, 0, False))
+    torch.library.opcheck(ops.causal_conv1d_backward, (dy, x, w, b, 3, True, [True, True, True]))
+    torch.library.opcheck(
+        ops.causal_conv1d_backward, (dy, x, w, None, 3, False, [True, False, False])
+    )
+
+
+def test_causal_compiles_to_one_graph_with_gradients(device):
+    from torch._dynamo.testing import CompileCounterWithBackend
+
+    counter = CompileCounterWithBackend("aot_eager" if device == "cpu" else "inductor")
+    x = torch.randn(2, 8, 13, device=device, requires_grad=True)
+    w = torch.randn(8, 4, device=device, requires_grad=True)
+    b = torch.randn(8, device=device, requires_grad=True)
+
+    def block(x, w, b):
+        return tc.causal_conv1d(x, w, b, activation="silu")
+
+    torch._dynamo.reset()
+    compiled = torch.compile(block, backend=counter, fullgraph=True)
+    out = compiled(x, w, b)
+    got = torch.autograd.grad(out.sum(), (x, w, b))
+    assert counter.frame_count == 1
+    leaves = [t.detach().double().requires_grad_() for t in (x, w, b)]
+    ref, _ = reference(*(t.cpu() for t in leaves), activation="silu")
+    assert_close(out, ref, reduction=4)
+    for g, e in zip(got, torch.autograd.grad(ref.sum(), leaves), strict=True):
+        assert_close(g, e, reduction=26)

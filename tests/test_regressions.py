@@ -8,6 +8,7 @@ right). These run on the CPU in CI and on CUDA in scripts/gpu_check.sh.
 
 import pytest
 
+import tritonconv
 from tritonconv import fuzz
 
 # (N, C, H, W), (K, R, S), stride, padding, dilation, groups: the five cases of issue 9.
@@ -22,6 +23,8 @@ ISSUE_9 = [
 
 def _case(geometry, dtype, layout, seed=0) -> fuzz.Case:
     (n, c, h, w), (k, kh, kw), stride, padding, dilation, groups = geometry
+    if tritonconv.INTERPRETER:  # CI: one sample (the bug lived in the channel tiles, which
+        n = min(n, 1)  # batch does not change; the GPU script runs the full batches)
     return fuzz.Case(
         n, c, k, h, w, kh, kw, stride, padding, dilation, groups, True, dtype, layout, layout,
         "contiguous", seed,

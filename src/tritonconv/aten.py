@@ -276,7 +276,7 @@ class _Crop(torch.autograd.Function):
 
 
 def depthwise_line(x, weight, bias, pad_before: int):
-    """The causal convolutions' line (``functional._depthwise_line``): ``F.conv1d(x,
+    """The causal convolutions' line (``functional._causal_line``): ``F.conv1d(x,
     weight[:, None], bias, groups=dim)`` over ``x`` (batch, dim, seqlen) left-padded by
     ``pad_before`` zeros, computed as the kernels compute it, on a height-1 plane by
     :func:`conv` (so the output's format follows the same rule, integers exact)."""

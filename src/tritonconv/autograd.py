@@ -99,7 +99,7 @@ def _keep_replay(op: ops.Op, plan, args) -> None:
 
 
 def _backward_call(ctx, backward_op: ops.Op, *args):
-    """``backward_op(*args)`` (tensors first: grad_output, input, weight), replayed from the
+    """``backward_op(*args)`` (grad_output first, the mask of wanted gradients last), replayed from the
     launch plan the forward's plan keeps per output-gradient layout and mask: a repeated
     eager backward runs none of the op's Python. ``ctx.plan`` is None under torch.compile's
     registered autograd and for direct op calls: then the op itself."""
@@ -116,7 +116,7 @@ def _backward_call(ctx, backward_op: ops.Op, *args):
     backward = plan.backward
     replay = backward.get(key)
     if replay is not None:
-        return replay.run(list(args[:3]))
+        return replay.run([a for a in args if isinstance(a, torch.Tensor)])
     result = backward_op(*args)
     plan_of = getattr(backward_op.impl, "plan_of", None)
     replay = plan_of(*args) if plan_of is not None else None
@@ -276,3 +276,32 @@ def _crop_backward(ctx, grad_output):
 
 
 Crop = _differentiable("Crop", ops.crop, _crop_setup, _crop_backward)
+
+
+# --------------------------------------------------------------------------------------------
+# causal depthwise conv1d: (x, weight, bias, pad, silu); one backward op gives all three
+# --------------------------------------------------------------------------------------------
+
+
+def _causal_setup(ctx, inputs, output):
+    x, weight, bias, pad, silu = inputs
+    ctx.pad, ctx.silu, ctx.has_bias = pad, silu, bias is not None
+    ctx.save_for_backward(x, weight, bias)
+
+
+def _causal_backward(ctx, grad_output):
+    x, weight, bias = ctx.saved_tensors
+    mask = [
+        ctx.needs_input_grad[0],
+        ctx.needs_input_grad[1],
+        ctx.has_bias and ctx.needs_input_grad[2],
+    ]
+    if not any(mask):
+        return None, None, None, None, None
+    grads = _backward_call(
+        ctx, ops.causal_conv1d_backward, grad_output, x, weight, bias, ctx.pad, ctx.silu, mask
+    )
+    return *(g if wanted else None for g, wanted in zip(grads, mask, strict=True)), None, None
+
+
+CausalConv1d = _differentiable("CausalConv1d", ops.causal_conv1d, _causal_setup, _causal_backward)

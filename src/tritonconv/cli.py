@@ -295,7 +295,7 @@ def _verify_repro(spec: str, algo: str | None) -> int:
     from . import fuzz
 
     try:
-        case = fuzz.Case.parse(spec)
+        case = fuzz.parse_spec(spec)
     except ValueError as e:
         console.print(f"[red]bad --repro spec: {escape(str(e))}[/]")
         return 2

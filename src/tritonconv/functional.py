@@ -587,6 +587,10 @@ def _check_causal(x, weight, bias, activation, op: str):
         )
     check_same_device(x=x, weight=weight, bias=bias)
     check_same_dtype(weight=weight, bias=bias)
+    if activation is not None and not weight.dtype.is_floating_point:
+        raise TritonConvError(
+            f"{op}: activation={activation!r} needs a floating-point weight, got {weight.dtype}"
+        )
     if _runs_aten(x):  # PyTorch's own convolution (aten.depthwise_line)
         return
     for name, t in (("x", x), ("weight", weight), ("bias", bias)):
@@ -594,23 +598,15 @@ def _check_causal(x, weight, bias, activation, op: str):
             check_kernel_device(t, name)
 
 
-def _depthwise_line(x, weight, bias, pad_before: int):
-    """``F.conv1d(x, weight[:, None], bias, groups=dim)`` over ``x`` left-padded by
-    ``pad_before`` zeros (none on the right): the depthwise kernels on a height-1 plane, or
-    on CPU tensors PyTorch's convolution (``aten.depthwise_line``; see :func:`_runs_aten`)."""
+def _causal_line(x, weight, bias, pad: int, activation):
+    """``act(F.conv1d(x, weight[:, None], bias, groups=dim))`` over ``x`` left-padded by ``pad``
+    zeros (none on the right): the causal kernels (bias and SiLU fused), or on CPU tensors
+    PyTorch's convolution (``aten.depthwise_line``; see :func:`_runs_aten`)."""
     if _runs_aten(x):
-        return aten.depthwise_line(x, weight, bias, pad_before)
-    dim, width = weight.shape
-    params = ([1, 1], [0, pad_before], [0, 0], [1, 1], dim, True)
+        out = aten.depthwise_line(x, weight, bias, pad)
+        return out if activation is None else torch.nn.functional.silu(out)
     bias = bias.contiguous() if bias is not None else None  # the kernels read it densely
-    out = autograd.run(
-        library.conv2d_direct, x.unsqueeze(2), weight.reshape(dim, 1, 1, width), bias, *params
-    )
-    return out.squeeze(2)
-
-
-def _activate(out, activation):
-    return out if activation is None else torch.nn.functional.silu(out)
+    return autograd.run(library.causal_conv1d, x, weight, bias, pad, activation is not None)
 
 
 def causal_conv1d(
@@ -641,7 +637,7 @@ def causal_conv1d(
     xw = x.to(weight.dtype)
     width = weight.shape[1]
     if initial_states is None:
-        out = _depthwise_line(xw, weight, bias, width - 1)
+        out = _causal_line(xw, weight, bias, width - 1, activation)
         full = xw
     else:
         expected = (x.shape[0], x.shape[1], width - 1)
@@ -650,9 +646,13 @@ def causal_conv1d(
                 f"causal_conv1d: initial_states must be {shape_str(expected)}, got "
                 f"{shape_str(initial_states.shape)}"
             )
-        full = torch.cat([initial_states.to(weight.dtype), xw], dim=-1)
-        out = _depthwise_line(full, weight, bias, 0)
-    out = _activate(out, activation).to(dtype_in)
+        state = initial_states.to(weight.dtype)
+        if x.stride(1) == 1 and x.shape[1] > 1:  # channel-last x: keep the layout (one pass)
+            full = torch.cat([state.transpose(1, 2), xw.transpose(1, 2)], dim=1).transpose(1, 2)
+        else:
+            full = torch.cat([state, xw], dim=-1)
+        out = _causal_line(full, weight, bias, 0, activation)
+    out = out.to(dtype_in)
     if not return_final_states:
         return out
     tail = full[..., max(0, full.shape[-1] - (width - 1)) :]
@@ -689,6 +689,6 @@ def causal_conv1d_update(x, conv_state, weight, bias=None, activation=None):
         )
     window = torch.cat([conv_state, steps], dim=-1).to(weight.dtype)
     conv_state.copy_(window[..., -state_len:])
-    out = _depthwise_line(window[..., -(width - 1 + seqlen) :], weight, bias, 0)
-    out = _activate(out, activation).to(x.dtype)
+    out = _causal_line(window[..., -(width - 1 + seqlen) :], weight, bias, 0, activation)
+    out = out.to(x.dtype)
     return out.squeeze(-1) if single else out

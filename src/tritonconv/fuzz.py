@@ -1,6 +1,7 @@
 """Random-geometry fuzz of ``conv2d`` and ``conv_transpose2d`` (and, for about one case in eight,
 ``conv3d`` and ``conv_transpose3d``): every algorithm that accepts a case, forward and all three
-gradients, against float64 on the CPU (integers exactly).
+gradients, against float64 on the CPU (integers exactly). About one draw in eight is a
+``causal_conv1d`` call instead (:class:`CausalCase`: width, SiLU, initial states, layouts).
 
 A *case* is one convolution call: shapes, stride, padding (asymmetric, ``'same'``, ``'valid'``),
 dilation, groups (dense, grouped, depthwise with a channel multiplier), bias, dtype, and the
@@ -507,7 +508,7 @@ def run_case(case: Case, algo: str, ref: dict, data: Data, device=DEVICE) -> lis
 
 @dataclass
 class Failure:
-    case: Case
+    case: Case | CausalCase
     algo: str
     problems: list[str]
 
@@ -542,9 +543,20 @@ class Report:
         return not self.failures and not self.errors
 
 
-def check_case(case: Case, algos=None, device=DEVICE) -> Iterator[Failure | tuple[str, None]]:
+def check_case(
+    case: Case | CausalCase, algos=None, device=DEVICE
+) -> Iterator[Failure | tuple[str, None]]:
     """Run ``case`` through ``algos`` (default: all that accept it); yield a Failure per
     algorithm that mismatches or raises, ``(algo, None)`` per algorithm that passes."""
+    if isinstance(case, CausalCase):
+        try:
+            with exact_fp32():
+                problems = check_causal_case(case, device)
+        except Exception as e:
+            tb = traceback.format_exc(limit=-2).strip().splitlines()[-1]
+            problems = [f"ERROR {type(e).__name__}: {str(e)[:300]} ({tb})"]
+        yield Failure(case, "causal", problems) if problems else ("causal", None)
+        return
     data = make_data(case)
     ref = reference(case, data)
     for algo in algos or case.algos():
@@ -586,10 +598,10 @@ def run(
             break
         if seconds is not None and time.perf_counter() - start >= seconds:
             break
-        case = draw_case(s, **draw_kwargs)
+        case = draw(s, **draw_kwargs)
         report.draws += 1
         report.by_dtype[case.dtype] += 1
-        kind = " transposed" if case.transposed else ""
+        kind = " transposed" if getattr(case, "transposed", False) else ""
         for result in check_case(case, device=device):
             report.checks += 1
             if isinstance(result, Failure):
@@ -602,3 +614,197 @@ def run(
             on_draw(report)
     report.seconds = time.perf_counter() - start
     return report
+
+
+# --------------------------------------------------------------------------------------------
+# causal depthwise conv1d (``causal_conv1d``): about one draw in eight
+# --------------------------------------------------------------------------------------------
+
+CAUSAL_SHARE = 0.125
+# Memory of x (batch, dim, seqlen) and dy: L contiguous, dim contiguous, every other element.
+CAUSAL_LAYOUTS = ("channel_first", "channel_last", "strided")
+# Channel counts straddling the kernels' tile widths (16 channel-first, 128 channel-last).
+CAUSAL_DIMS = (1, 2, 3, 5, 15, 16, 17, 31, 64, 127, 128, 129, 200)
+
+
+@dataclass(frozen=True)
+class CausalCase:
+    """One ``causal_conv1d(x, weight, bias, activation, initial_states, True)`` call."""
+
+    batch: int
+    dim: int
+    seqlen: int
+    width: int
+    bias: bool
+    silu: bool
+    state: bool
+    dtype: str
+    layout: str
+    dy_layout: str
+    seed: int
+    op: str = "causal"
+
+    def spec(self) -> str:
+        return " ".join(
+            f"{f.name}={int(v) if isinstance(v, bool) else v}"
+            for f in dataclasses.fields(self)
+            for v in [getattr(self, f.name)]
+        )
+
+    @classmethod
+    def parse(cls, spec: str) -> CausalCase:
+        values = dict(item.split("=", 1) for item in spec.split() if "=" in item)
+        kwargs = {}
+        for f in dataclasses.fields(cls):
+            if f.name not in values:
+                if f.default is dataclasses.MISSING:
+                    raise ValueError(f"missing field {f.name!r} in {spec!r}")
+                continue
+            v = values[f.name]
+            if f.name in ("bias", "silu", "state"):
+                kwargs[f.name] = v not in ("0", "False")
+            elif f.name in ("dtype", "layout", "dy_layout", "op"):
+                kwargs[f.name] = v
+            else:
+                kwargs[f.name] = int(v)
+        return cls(**kwargs)
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return DTYPES[self.dtype]
+
+    def algos(self) -> list[str]:
+        return ["causal"]
+
+
+def parse_spec(spec: str) -> Case | CausalCase:
+    """The case a failure line printed (``op=causal`` marks a causal one)."""
+    return CausalCase.parse(spec) if "op=causal" in spec.split() else Case.parse(spec)
+
+
+def draw_causal_case(seed: int, *, max_elements: int = 60_000) -> CausalCase:
+    rng = random.Random(seed)
+    while True:
+        dtype = rng.choices(list(DTYPE_WEIGHTS), list(DTYPE_WEIGHTS.values()))[0]
+        case = CausalCase(
+            batch=0 if rng.random() < 0.04 else rng.randint(1, 4),
+            dim=rng.choice(CAUSAL_DIMS),
+            seqlen=rng.choice((1, 2, 3, rng.randint(4, 40), rng.randint(40, 700))),
+            width=rng.choice((1, 2, 3, 4, 4, 4, 5)),
+            bias=rng.random() < 0.6,
+            silu=rng.random() < 0.5 and DTYPES[dtype].is_floating_point,
+            state=rng.random() < 0.3,
+            dtype=dtype,
+            layout=rng.choice(CAUSAL_LAYOUTS),
+            dy_layout=rng.choice(CAUSAL_LAYOUTS),
+            seed=seed,
+        )
+        if max(1, case.batch) * case.dim * (case.seqlen + case.width) <= max_elements:
+            return case
+
+
+def draw(seed: int, *, max_elements: int = 60_000, max_macs: int = 3_000_000):
+    """The fuzz's case for ``seed``: a causal conv1d about one time in eight, else a
+    convolution (:func:`draw_case`)."""
+    if random.Random(~seed).random() < CAUSAL_SHARE:
+        return draw_causal_case(seed, max_elements=max_elements)
+    return draw_case(seed, max_elements=max_elements, max_macs=max_macs)
+
+
+def _causal_layout(base: torch.Tensor, layout: str) -> torch.Tensor:
+    if layout == "channel_last":
+        return base.transpose(1, 2).contiguous().transpose(1, 2)
+    if layout == "strided":
+        wide = base.new_zeros(*base.shape[:2], 2 * base.shape[2])
+        wide[..., ::2] = base
+        return wide[..., ::2]
+    return base.contiguous()
+
+
+def _causal_reference(case: CausalCase, x, w, b, init, dy, silu: bool):
+    """(y, final, grads of x, w, b, init) in float64, the causal-conv1d package's formula."""
+    leaves = [t.requires_grad_() for t in (x, w, b, init) if t is not None]
+    full = torch.cat([init, x], -1) if init is not None else F.pad(x, (case.width - 1, 0))
+    y = F.conv1d(full, w.unsqueeze(1), b, groups=case.dim)
+    y = F.silu(y) if silu else y
+    grads = (
+        torch.autograd.grad(y, leaves, dy) if y.numel() else [torch.zeros_like(t) for t in leaves]
+    )
+    named = dict(zip(("x", "w", "b", "init"), [x, w, b, init]))
+    present = [k for k, v in named.items() if v is not None]
+    out = {"y": y.detach(), **{"d" + k: g for k, g in zip(present, grads)}}
+    tail = full.detach()[..., full.shape[-1] - (case.width - 1) :]
+    out["final"] = tail
+    return out
+
+
+def check_causal_case(case: CausalCase, device=DEVICE) -> list[str]:
+    """Problems of ``causal_conv1d`` on ``case`` (forward, final states and every gradient)."""
+    gen = torch.Generator().manual_seed(case.seed)
+    dtype = case.torch_dtype
+    x = _values((case.batch, case.dim, case.seqlen), dtype, gen)
+    w = _values((case.dim, case.width), dtype, gen)
+    b = _values((case.dim,), dtype, gen) if case.bias else None
+    init = _values((case.batch, case.dim, case.width - 1), dtype, gen) if case.state else None
+    dy = _values((case.batch, case.dim, case.seqlen), dtype, gen)
+    ref = _causal_reference(case, x, w, b, init, dy, case.silu)
+    mag = _causal_reference(
+        case, *(t.abs() if t is not None else None for t in (x, w, b, init, dy)), False
+    )
+    # SiLU: |SiLU'| <= 1.1 scales every magnitude; g = dy * SiLU'(z) carries z's error times
+    # |SiLU''| <= 0.5, which adds ``width * max |z| magnitude`` accumulation roundings per term
+    spread = case.width * math.ceil(float(mag["y"].max()) if mag["y"].numel() else 0)
+    scale = 1.1 if case.silu else 1.0
+    extra = spread if case.silu else 0
+    positions = max(1, case.batch * case.seqlen)
+    lengths = {"y": case.width, "dx": case.width + extra, "dinit": case.width + extra}
+    lengths.update(dw=positions * (1 + extra), db=positions * (1 + extra))
+
+    def on_device(t, layout="channel_first"):
+        return None if t is None else _causal_layout(t.to(device, dtype), layout)
+
+    xd, dyd = on_device(x, case.layout), on_device(dy, case.dy_layout)
+    wd, bd = w.to(device, dtype), (b.to(device, dtype) if b is not None else None)
+    initd = on_device(init)
+    _poison_allocator(8 * (xd.numel() + dyd.numel() + wd.numel()), device)
+    activation = "silu" if case.silu else None
+    results = {}
+    if dtype.is_floating_point:
+        leaves = [t.detach().requires_grad_() for t in (xd, wd, bd, initd) if t is not None]
+        named = dict(
+            zip(
+                [k for k, v in (("x", xd), ("w", wd), ("b", bd), ("init", initd)) if v is not None],
+                leaves,
+            )
+        )
+        y, final = functional.causal_conv1d(
+            named["x"], named["w"], named.get("b"), activation, named.get("init"), True
+        )
+        grads = torch.autograd.grad(y, leaves, dyd, allow_unused=True)
+        results.update(y=y, final=final)
+        results.update({"d" + k: g for k, g in zip(named, grads)})
+    else:  # integers: the forward through the API, the gradients by the backward op itself
+        y, final = functional.causal_conv1d(xd, wd, bd, None, initd, True)
+        full = torch.cat([initd, xd], -1) if initd is not None else xd
+        pad = 0 if initd is not None else case.width - 1
+        dfull, dw, db = library.causal_conv1d_backward(dyd, full, wd, bd, pad, False, [True] * 3)
+        results.update(y=y, final=final, dw=dw)
+        if bd is not None:
+            results["db"] = db
+        if initd is not None:
+            results.update(dinit=dfull[..., : case.width - 1], dx=dfull[..., case.width - 1 :])
+        else:
+            results["dx"] = dfull
+    problems = []
+    for name, actual in results.items():
+        if name == "final":
+            if not torch.equal(actual.cpu().double(), ref["final"]):
+                problems.append("final: not the last width - 1 inputs")
+            continue
+        p = compare(name, case, actual, ref[name], scale * mag[name], lengths[name])
+        if p:
+            problems.append(p)
+    channel_last = xd.stride(1) == 1 and xd.stride(2) != 1  # (an empty x is always dense)
+    if channel_last and case.dim > 1 and case.seqlen > 1 and y.stride(1) != 1:
+        problems.append(f"y: strides {y.stride()} are not channel-last like x's")
+    return problems

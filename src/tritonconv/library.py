@@ -23,6 +23,7 @@ from torch import Tensor
 from ._runtime import INTERPRETER
 from .geometry import TritonConvError, make_geometry, window_geometry
 from .launch import allocate, launch_plan, tracing
+from .ops import causal as causal_ops
 from .ops import conv_gemm, depthwise, direct, implicit_gemm
 from .ops import crop as crop_ops
 from .ops import im2col as im2col_ops
@@ -360,3 +361,29 @@ def crop_backward(
 ) -> Tensor:
     """``dim_order``: the input's dimensions from the largest stride to the smallest."""
     return crop_ops.crop_backward(grad_output, input_size, offsets, dim_order)
+
+
+# --------------------------------------------------------------------------------------------
+# causal depthwise conv1d: x (batch, dim, L) in the weight's dtype, the window shifted by ``pad``
+# (width - 1 for a causal convolution, 0 over an input that already holds its history)
+# --------------------------------------------------------------------------------------------
+
+
+@custom_op("causal_conv1d")
+def causal_conv1d(x: Tensor, weight: Tensor, bias: Tensor | None, pad: int, silu: bool) -> Tensor:
+    _dense_bias(bias)
+    return causal_ops.causal_conv1d(x, weight, bias, pad, silu)
+
+
+@custom_op("causal_conv1d_backward")
+def causal_conv1d_backward(
+    grad_output: Tensor,
+    x: Tensor,
+    weight: Tensor,
+    bias: Tensor | None,
+    pad: int,
+    silu: bool,
+    output_mask: list[bool],
+) -> tuple[Tensor, Tensor, Tensor]:
+    """(grad_x, grad_weight, grad_bias); one left out by ``output_mask`` is an empty tensor."""
+    return causal_ops.causal_conv1d_backward(grad_output, x, weight, bias, pad, silu, output_mask)

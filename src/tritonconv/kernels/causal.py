@@ -1,0 +1,227 @@
+"""Causal depthwise 1-D convolution (Mamba-family blocks): forward with bias and SiLU fused, and
+the whole backward in one pass.
+
+Both kernels take ``x`` as ``(batch, dim, L_in)`` with any strides (channel-first memory, L
+contiguous, or channel-last, dim contiguous), the weight ``(dim, WIDTH)`` by strides, and shift
+the window by ``PAD`` (``WIDTH - 1`` for a causal convolution, 0 over an input that already
+holds its history, as after ``initial_states``):
+
+    z[b, d, l] = sum_k w[d, k] * x[b, d, l - PAD + k] + bias[d]     (x = 0 outside [0, L_in))
+    y[b, d, l] = z or SiLU(z),    0 <= l < L_out = L_in - (WIDTH - 1) + PAD
+
+A program owns a ``[BLOCK_D, BLOCK_L]`` tile of one sequence. Per tap it loads the tile's x
+shifted by one position: neighbouring taps hit L1/L2, so DRAM sees each byte about once.
+Accumulation is in ``ACC_DTYPE`` (fp32 for fp16/bf16/fp32, fp64, int64 for integers, which
+wrap like PyTorch's on the final cast).
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _tile(pid, L_in, D, BLOCK_D: tl.constexpr, BLOCK_L: tl.constexpr, INDEX_64: tl.constexpr):
+    """(batch index, channels, positions) of program ``pid`` (axis 0: batch x position blocks,
+    position blocks fastest; axis 1: channel blocks)."""
+    l_blocks = tl.cdiv(L_in, BLOCK_L)
+    b = pid // l_blocks
+    d = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
+    pos = (pid % l_blocks) * BLOCK_L + tl.arange(0, BLOCK_L)
+    if INDEX_64:
+        b = b.to(tl.int64)
+        d = d.to(tl.int64)
+        pos = pos.to(tl.int64)
+    return b, d, pos
+
+
+@triton.jit
+def _pre_activation(
+    x_base,
+    x_sl,
+    w_ptr,
+    w_sd,
+    w_sk,
+    bias,
+    d,
+    d_ok,
+    at,
+    L_in,
+    PAD: tl.constexpr,
+    WIDTH: tl.constexpr,
+    ACC_DTYPE: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_L: tl.constexpr,
+):
+    """z at output positions ``at``: the WIDTH taps over x (0 outside the sequence) plus bias."""
+    z = tl.zeros([BLOCK_D, BLOCK_L], dtype=ACC_DTYPE) + bias[:, None]
+    for k in tl.static_range(WIDTH):
+        src = at - PAD + k
+        ok = d_ok[:, None] & ((src >= 0) & (src < L_in))[None, :]
+        xs = tl.load(x_base + src[None, :] * x_sl, mask=ok, other=0).to(ACC_DTYPE)
+        wk = tl.load(w_ptr + d * w_sd + k * w_sk, mask=d_ok, other=0).to(ACC_DTYPE)
+        z += xs * wk[:, None]
+    return z
+
+
+@triton.jit
+def _output_grad(
+    dy_base,
+    dy_sl,
+    x_base,
+    x_sl,
+    w_ptr,
+    w_sd,
+    w_sk,
+    bias,
+    d,
+    d_ok,
+    at,
+    L_in,
+    L_out,
+    PAD: tl.constexpr,
+    WIDTH: tl.constexpr,
+    SILU: tl.constexpr,
+    ACC_DTYPE: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_L: tl.constexpr,
+):
+    """g = dy * act'(z) at output positions ``at`` (0 outside ``[0, L_out)``); with SiLU,
+    z is recomputed from x: SiLU'(z) = s * (1 + z * (1 - s)), s = sigmoid(z)."""
+    at_ok = d_ok[:, None] & ((at >= 0) & (at < L_out))[None, :]
+    g = tl.load(dy_base + at[None, :] * dy_sl, mask=at_ok, other=0).to(ACC_DTYPE)
+    if SILU:
+        z = _pre_activation(
+            x_base, x_sl, w_ptr, w_sd, w_sk, bias, d, d_ok, at, L_in,
+            PAD, WIDTH, ACC_DTYPE, BLOCK_D, BLOCK_L,
+        )  # fmt: skip
+        s = 1.0 / (1.0 + tl.exp(-z))
+        g = g * s * (1.0 + z * (1.0 - s))
+    return g
+
+
+@triton.jit
+def causal_conv1d_kernel(
+    x_ptr,
+    w_ptr,
+    b_ptr,
+    y_ptr,
+    D,
+    L_in,
+    L_out,
+    x_sb,
+    x_sd,
+    x_sl,
+    w_sd,
+    w_sk,
+    y_sb,
+    y_sd,
+    y_sl,
+    PAD: tl.constexpr,
+    WIDTH: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    SILU: tl.constexpr,
+    ACC_DTYPE: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_L: tl.constexpr,
+    INDEX_64: tl.constexpr,
+):
+    """y = act(z) on one ``[BLOCK_D, BLOCK_L]`` tile (module docstring); position blocks tile
+    ``L_in`` (at least ``L_out``), the store is masked to ``L_out``."""
+    b, d, pos = _tile(tl.program_id(0), L_in, D, BLOCK_D, BLOCK_L, INDEX_64)
+    d_ok = d < D
+    bias = tl.zeros([BLOCK_D], dtype=ACC_DTYPE)
+    if HAS_BIAS:
+        bias = tl.load(b_ptr + d, mask=d_ok, other=0).to(ACC_DTYPE)
+    x_base = x_ptr + b * x_sb + d[:, None] * x_sd
+    z = _pre_activation(
+        x_base, x_sl, w_ptr, w_sd, w_sk, bias, d, d_ok, pos, L_in,
+        PAD, WIDTH, ACC_DTYPE, BLOCK_D, BLOCK_L,
+    )  # fmt: skip
+    if SILU:
+        z = z / (1.0 + tl.exp(-z))
+    y = y_ptr + b * y_sb + d[:, None] * y_sd + pos[None, :] * y_sl
+    tl.store(y, z.to(y_ptr.dtype.element_ty), mask=d_ok[:, None] & (pos < L_out)[None, :])
+
+
+@triton.jit
+def causal_conv1d_backward_kernel(
+    x_ptr,
+    w_ptr,
+    b_ptr,
+    dy_ptr,
+    dx_ptr,
+    dw_part_ptr,
+    db_part_ptr,
+    D,
+    L_in,
+    L_out,
+    x_sb,
+    x_sd,
+    x_sl,
+    w_sd,
+    w_sk,
+    dy_sb,
+    dy_sd,
+    dy_sl,
+    dx_sb,
+    dx_sd,
+    dx_sl,
+    PAD: tl.constexpr,
+    WIDTH: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    SILU: tl.constexpr,
+    GRAD_INPUT: tl.constexpr,
+    GRAD_PARAMS: tl.constexpr,
+    ACC_DTYPE: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_L: tl.constexpr,
+    INDEX_64: tl.constexpr,
+):
+    """The backward in one pass over a ``[BLOCK_D, BLOCK_L]`` tile of input positions ``pos``.
+
+    g = dy * act'(z) (:func:`_output_grad`). Input position ``i`` is read by
+    output position ``i + PAD - k`` through tap ``k``, so with ``j = WIDTH - 1 - k``:
+    ``dx[i] = sum_j w[WIDTH-1-j] * g[i + PAD - (WIDTH-1) + j]``: g at WIDTH shifted position sets.
+    The set with ``j = WIDTH - 1 - PAD`` is g at the tile's own positions (as output
+    positions): from it the tile's partial sums ``dw[d, k] = sum_l g[l] * x[l - PAD + k]`` and
+    ``db[d] = sum_l g[l]`` are stored at index ``pid`` (``GRAD_PARAMS``), for a fixed-order sum
+    afterwards (bitwise reproducible; no atomics)."""
+    pid = tl.program_id(0)
+    b, d, pos = _tile(pid, L_in, D, BLOCK_D, BLOCK_L, INDEX_64)
+    d_ok = d < D
+    x_base = x_ptr + b * x_sb + d[:, None] * x_sd
+    dy_base = dy_ptr + b * dy_sb + d[:, None] * dy_sd
+    bias = tl.zeros([BLOCK_D], dtype=ACC_DTYPE)
+    if HAS_BIAS:
+        bias = tl.load(b_ptr + d, mask=d_ok, other=0).to(ACC_DTYPE)
+    dx = tl.zeros([BLOCK_D, BLOCK_L], dtype=ACC_DTYPE)
+    for j in tl.static_range(WIDTH):
+        at = pos + (PAD - (WIDTH - 1) + j)
+        if j == WIDTH - 1 - PAD:  # g at the tile's own positions (``at == pos``)
+            g = _output_grad(
+                dy_base, dy_sl, x_base, x_sl, w_ptr, w_sd, w_sk, bias, d, d_ok, at, L_in, L_out,
+                PAD, WIDTH, SILU, ACC_DTYPE, BLOCK_D, BLOCK_L,
+            )  # fmt: skip
+            if GRAD_INPUT:
+                wk = tl.load(w_ptr + d * w_sd + (WIDTH - 1 - j) * w_sk, mask=d_ok, other=0)
+                dx += g * wk.to(ACC_DTYPE)[:, None]
+            if GRAD_PARAMS:
+                part = pid * D + d
+                for k in tl.static_range(WIDTH):
+                    src = pos - PAD + k
+                    ok = d_ok[:, None] & ((src >= 0) & (src < L_in))[None, :]
+                    xs = tl.load(x_base + src[None, :] * x_sl, mask=ok, other=0).to(ACC_DTYPE)
+                    tl.store(dw_part_ptr + part * WIDTH + k, tl.sum(g * xs, 1), mask=d_ok)
+                tl.store(db_part_ptr + part, tl.sum(g, 1), mask=d_ok)
+        elif GRAD_INPUT:
+            g = _output_grad(
+                dy_base, dy_sl, x_base, x_sl, w_ptr, w_sd, w_sk, bias, d, d_ok, at, L_in, L_out,
+                PAD, WIDTH, SILU, ACC_DTYPE, BLOCK_D, BLOCK_L,
+            )  # fmt: skip
+            wk = tl.load(w_ptr + d * w_sd + (WIDTH - 1 - j) * w_sk, mask=d_ok, other=0)
+            dx += g * wk.to(ACC_DTYPE)[:, None]
+    if GRAD_INPUT:
+        out = dx_ptr + b * dx_sb + d[:, None] * dx_sd + pos[None, :] * dx_sl
+        tl.store(out, dx.to(dx_ptr.dtype.element_ty), mask=d_ok[:, None] & (pos < L_in)[None, :])

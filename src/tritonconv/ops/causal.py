@@ -1,0 +1,153 @@
+"""Launchers of the causal depthwise conv1d (``kernels/causal.py``): forward, and the backward's
+input, weight and bias gradients from one kernel pass.
+
+Arguments arrive validated (``functional.causal_conv1d``): ``x`` ``(batch, dim, L_in)`` in the
+weight's dtype, ``weight`` ``(dim, width)``, ``bias`` ``(dim,)`` dense or None, and the window
+shift ``pad`` in ``[0, width - 1]``. Outputs and the input gradient are dense in ``x``'s
+dimension order (channel-first x gives channel-first y, channel-last gives channel-last), as
+PyTorch's convolutions keep a layout.
+
+Tiles: a program covers ``BLOCK_D`` channels x ``BLOCK_L`` positions, long along whichever axis
+is contiguous in memory (16 x 256 channel-first, 128 x 16 channel-last: the probe's configs,
+``benchmarks/probe_causal_conv1d.py``), never longer than the problem (powers of two, at least
+16 on both axes so no reduction runs over a thinner axis than the layout's lanes; NOTES.md,
+issue 9), and large under the interpreter.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .._runtime import INTERPRETER, check_kernel_device
+from ..kernels.causal import causal_conv1d_backward_kernel, causal_conv1d_kernel
+from ..launch import allocate, launch, launch_plan
+from .common import (
+    accumulator_dtype,
+    cdiv,
+    clamped_power_of_2,
+    dense_strides,
+    needs_int64,
+    partial_dtype,
+    sum_partials,
+)
+from .crop import dim_order
+
+# (BLOCK_D, BLOCK_L) caps per layout: the long axis is the contiguous one.
+_TILES = {"channel_first": (16, 256), "channel_last": (128, 16)}
+_INTERPRETER_TILE = (64, 256)
+
+
+def output_length(length: int, width: int, pad: int) -> int:
+    """Output positions of a window of ``width`` shifted by ``pad`` over ``length`` inputs."""
+    return max(0, length - (width - 1) + pad)
+
+
+def _tiles(x: torch.Tensor, dim: int, length: int) -> tuple[int, int]:
+    if INTERPRETER:
+        cap_d, cap_l = _INTERPRETER_TILE
+    else:
+        cap_d, cap_l = _TILES["channel_last" if x.stride(1) == 1 and dim > 1 else "channel_first"]
+    return clamped_power_of_2(dim, 16, cap_d), clamped_power_of_2(length, 16, cap_l)
+
+
+def _like(x: torch.Tensor, shape, *, zero: bool = False) -> torch.Tensor:
+    """A dense tensor of ``shape`` in ``x``'s dtype, device and dimension order."""
+    return allocate(shape, x.dtype, x.device, dense_strides(shape, dim_order(x)), zero=zero)
+
+
+@launch_plan
+def causal_conv1d(x, weight, bias, pad: int, silu: bool) -> torch.Tensor:
+    """``y[b, d, l] = act(sum_k w[d, k] x[b, d, l - pad + k] + bias[d])``, ``l < L_out``."""
+    for name, t in (("x", x), ("weight", weight), ("bias", bias)):
+        if t is not None:
+            check_kernel_device(t, name)
+    batch, dim, length = x.shape
+    width = weight.shape[1]
+    y = _like(x, (batch, dim, output_length(length, width, pad)))
+    if y.numel() == 0:
+        return y
+    block_d, block_l = _tiles(x, dim, length)
+    launch(
+        causal_conv1d_kernel,
+        (batch * cdiv(length, block_l), cdiv(dim, block_d)),
+        x,
+        weight,
+        bias if bias is not None else weight,
+        y,
+        dim,
+        length,
+        y.shape[2],
+        *x.stride(),
+        *weight.stride(),
+        *y.stride(),
+        PAD=pad,
+        WIDTH=width,
+        HAS_BIAS=bias is not None,
+        SILU=silu,
+        ACC_DTYPE=accumulator_dtype(x.dtype),
+        BLOCK_D=block_d,
+        BLOCK_L=block_l,
+        INDEX_64=needs_int64(x, y),
+        num_warps=4,
+    )
+    return y
+
+
+@launch_plan
+def causal_conv1d_backward(grad_output, x, weight, bias, pad: int, silu: bool, output_mask):
+    """(grad_x, grad_weight, grad_bias) of :func:`causal_conv1d`; a gradient ``output_mask``
+    leaves out (or the bias's, without a bias) is an empty tensor. One kernel pass computes
+    what is asked for; the weight and bias gradients are per-tile partial sums reduced in a
+    fixed order (bitwise reproducible)."""
+    for name, t in (("grad_output", grad_output), ("x", x), ("weight", weight)):
+        check_kernel_device(t, name)
+    batch, dim, length = x.shape
+    width = weight.shape[1]
+    want_x, want_w, want_b = output_mask
+    want_b = want_b and bias is not None
+    nothing = x.numel() == 0 or grad_output.numel() == 0  # no gradient flows: zeros
+    grad_x = _like(x, x.shape, zero=nothing) if want_x else allocate((0,), x.dtype, x.device)
+    grad_w = allocate(weight.shape if want_w else (0,), weight.dtype, x.device, zero=nothing)
+    grad_b = allocate((dim,) if want_b else (0,), weight.dtype, x.device, zero=nothing)
+    params = want_w or want_b
+    if nothing or not (want_x or params):
+        return grad_x, grad_w, grad_b
+    block_d, block_l = _tiles(x, dim, length)
+    tiles = batch * cdiv(length, block_l)
+    part = partial_dtype(weight.dtype)
+    dw_part = allocate((tiles, dim, width) if params else (0,), part, x.device)
+    db_part = allocate((tiles, dim) if params else (0,), part, x.device)
+    launch(
+        causal_conv1d_backward_kernel,
+        (tiles, cdiv(dim, block_d)),
+        x,
+        weight,
+        bias if bias is not None else weight,
+        grad_output,
+        grad_x if want_x else x,
+        dw_part,
+        db_part,
+        dim,
+        length,
+        grad_output.shape[2],
+        *x.stride(),
+        *weight.stride(),
+        *grad_output.stride(),
+        *(grad_x if want_x else x).stride(),
+        PAD=pad,
+        WIDTH=width,
+        HAS_BIAS=bias is not None,
+        SILU=silu,
+        GRAD_INPUT=want_x,
+        GRAD_PARAMS=params,
+        ACC_DTYPE=accumulator_dtype(x.dtype),
+        BLOCK_D=block_d,
+        BLOCK_L=block_l,
+        INDEX_64=needs_int64(x, grad_output, grad_x, dw_part),
+        num_warps=4,
+    )
+    if want_w:
+        sum_partials(dw_part, grad_w)
+    if want_b:
+        sum_partials(db_part, grad_b)
+    return grad_x, grad_w, grad_b
