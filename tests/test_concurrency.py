@@ -3,7 +3,6 @@ caches, launch plans and compiled-kernel handles (``caches.BoundedCache``), and 
 choices of benchmark mode with their on-disk file shared by processes (DDP ranks, parallel jobs).
 """
 
-import functools
 import json
 import multiprocessing
 import threading
@@ -119,7 +118,7 @@ def test_threads_measure_and_record_choices_at_once(fresh, monkeypatch):
     processes, each algorithm is timed once after its warm-up: the timings do not matter, the
     interpreter is slow.)"""
     tc.set_benchmark(True)
-    monkeypatch.setattr(choice, "_time_ms", functools.partial(choice._time_ms, reps=1))
+    monkeypatch.setattr(choice, "MEASURE_REPS", 1)
     shapes = [((1, 4, 3, 3), (8, 4, 3, 3)), ((1, 4, 3, 4), (8, 4, 1, 1))]
     barrier = threading.Barrier(4)
 
@@ -161,7 +160,7 @@ def _process_worker(cache_dir: str, tag: int, barrier, results) -> None:
         from tritonconv import choice
 
         tc.set_benchmark(True)
-        choice._time_ms = functools.partial(choice._time_ms, reps=1)  # quick (see above)
+        choice.MEASURE_REPS = 1  # quick (see above)
         shapes = [PROCESS_SHAPES[0], PROCESS_SHAPES[1 + tag]]
         tensors = [(torch.randn(xs), torch.randn(ws)) for xs, ws in shapes]
         keys = [f"direct store {tag}-{i}" for i in range(25)]

@@ -20,9 +20,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import statistics
 import threading
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,6 +29,7 @@ import torch
 from .caches import clear_caches
 from .geometry import FLOAT_DTYPES
 from .ops import implicit_gemm
+from .timing import median_ms
 
 _benchmark: bool | None = None  # None: follow the environment and cudnn.benchmark
 _BENCHMARK_ENV = os.environ.get("TRITONCONV_BENCHMARK", "") not in ("", "0")
@@ -190,25 +189,8 @@ def _make_like(t: torch.Tensor | None) -> torch.Tensor | None:
     return new.random_(-8, 8)
 
 
-def _time_ms(run, reps: int = 5) -> float:
-    run()  # compile and warm up
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
-        times = []
-        for _ in range(reps):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            run()
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end))
-        return statistics.median(times)
-    times = []
-    for _ in range(reps):
-        begin = time.perf_counter()
-        run()
-        times.append((time.perf_counter() - begin) * 1e3)
-    return statistics.median(times)
+# Timed calls per candidate in benchmark mode (after one untimed warm-up call).
+MEASURE_REPS = 5
 
 
 def measured(key: str, candidates: list[str], run_algo) -> Choice:
@@ -218,7 +200,9 @@ def measured(key: str, candidates: list[str], run_algo) -> Choice:
     found = recorded(key, candidates)
     if found is None:
         with torch.no_grad():
-            timings = {algo: _time_ms(lambda a=algo: run_algo(a)) for algo in candidates}
+            timings = {
+                algo: median_ms(lambda _, a=algo: run_algo(a), MEASURE_REPS) for algo in candidates
+            }
         best = min(timings, key=timings.get)
         entry = {"algo": best, "timings": timings}
         with _lock:

@@ -19,6 +19,8 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
+from ..timing import median_ms
+
 SuiteFn = Callable[["Options"], Iterator["Row"]]
 SUITES: dict[str, SuiteFn] = {}
 
@@ -95,26 +97,7 @@ def time_ms(fn: Callable[[int], object], n_inputs: int, opts: Options) -> float:
     """Median milliseconds of ``fn(i)``, ``i`` cycling over ``n_inputs`` input sets."""
     reps = max(3, opts.reps // 10) if opts.quick else opts.reps
     warmup = 1 if opts.quick else opts.warmup
-    for i in range(warmup):
-        fn(i % n_inputs)
-    if not torch.cuda.is_available():
-        times = []
-        for i in range(reps):
-            start = time.perf_counter()
-            fn(i % n_inputs)
-            times.append((time.perf_counter() - start) * 1e3)
-        return statistics.median(times)
-    torch.cuda.synchronize()
-    events = [
-        (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-        for _ in range(reps)
-    ]
-    for i, (start, end) in enumerate(events):
-        start.record()
-        fn(i % n_inputs)
-        end.record()
-    torch.cuda.synchronize()
-    return statistics.median(start.elapsed_time(end) for start, end in events)
+    return median_ms(fn, reps, warmup=warmup, inputs=n_inputs)
 
 
 def kernel_ms(fn: Callable[[int], object], n_inputs: int, opts: Options) -> float | None:
