@@ -1,0 +1,209 @@
+"""Compile every kernel configuration a CPU workload launches for a Hopper GPU, without a GPU.
+
+Device time is scarce; a kernel that fails to *compile* for sm_90 (a construct the interpreter
+accepts and the compiler does not, a dtype mismatch the interpreter's NumPy casts hide) should
+not cost a GPU call to find. This runs the random-geometry fuzz and a few calls per op through
+Triton's interpreter, records each launch's kernel, argument types (pointer dtypes, integers
+equal to 1 specialised as Triton's JIT does) and constexprs, then compiles each distinct
+configuration with ``triton.compile`` for ``GPUTarget("cuda", 90, 128)`` down to a cubin in a
+process with the interpreter off. It does not prove a kernel right on the GPU (only the GPU
+script's tests and fuzz do); it proves it compiles, with this machine's Triton.
+
+    .venv/bin/python scripts/compile_check.py [--draws 120] [--workers 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+# Options of a launch that are not constexprs of the kernel.
+LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
+
+
+def _describe(value):
+    """The Triton signature type of one runtime argument (or ``("constexpr", v)``)."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return "*" + _ty(value.dtype)
+    if value is None:
+        return ("constexpr", None)
+    if isinstance(value, bool):
+        return "i1"
+    if isinstance(value, int):
+        if value == 1:
+            return ("one", 1)
+        return "i32" if -(2**31) <= value < 2**31 else "i64"
+    if isinstance(value, float):
+        return "fp32"
+    raise TypeError(f"unexpected kernel argument {type(value).__name__}")
+
+
+def _ty(dtype) -> str:
+    import torch
+
+    return {
+        torch.float16: "fp16",
+        torch.bfloat16: "bf16",
+        torch.float32: "fp32",
+        torch.float64: "fp64",
+        torch.int8: "i8",
+        torch.uint8: "u8",
+        torch.int16: "i16",
+        torch.int32: "i32",
+        torch.int64: "i64",
+        torch.bool: "i1",
+    }[dtype]
+
+
+def _meta_value(v):
+    """A constexpr as JSON (Triton dtypes by name)."""
+    import triton.language as tl
+
+    if isinstance(v, tl.dtype):
+        return {"dtype": str(v)}
+    return v
+
+
+def record(draws: int, seed: int) -> list[dict]:
+    """Run the workload through the interpreter; the distinct launch configurations."""
+    os.environ.setdefault("TRITONCONV_CPU_KERNELS", "1")
+    import torch
+
+    import tritonconv as tc
+    from tritonconv import fuzz, launch
+
+    assert tc.INTERPRETER, "record runs on CPU tensors through Triton's interpreter"
+    seen: dict[str, dict] = {}
+    real = launch._interpret
+
+    def recording(kernel, grid, args, meta):
+        fn = getattr(kernel, "fn", kernel)
+        entry = {
+            "module": fn.__module__,
+            "name": fn.__name__,
+            "args": [_describe(a) for a in args],
+            "meta": {k: _meta_value(v) for k, v in meta.items()},
+        }
+        seen.setdefault(json.dumps(entry, sort_keys=True), entry)
+        real(kernel, grid, args, meta)
+
+    launch._interpret = recording
+    try:
+        fuzz.run(draws=draws, seed=seed, max_elements=3000, max_macs=150_000)
+        x = torch.randn(2, 3, 5, 6, 7)
+        for dtype in (torch.float32, torch.int32, torch.bfloat16):
+            v = x.to(dtype)
+            cols = tc.unfold(v, (2, 3, 2), padding=1)
+            tc.fold(cols, (5, 6, 7), (2, 3, 2), padding=1)
+            cols = tc.unfold(v[:, :, 0], 3, padding=1, stride=2)
+            tc.fold(cols, (6, 7), 3, padding=1, stride=2)
+            t = v.detach().requires_grad_(dtype.is_floating_point)
+            out = tc.crop(t, v[:, :, 1:, 2:5], axis=2, offset=(1, 1, 0))
+            if dtype.is_floating_point:
+                out.sum().backward()
+        for dtype in (torch.bfloat16, torch.float32):  # the depthwise band kernels (7+ wide)
+            xb = torch.randn(1, 8, 12, 12, dtype=dtype, requires_grad=True)
+            wb = torch.randn(8, 1, 7, 7, dtype=dtype, requires_grad=True)
+            tc.conv2d(xb, wb, padding=3, groups=8).sum().backward()
+    finally:
+        launch._interpret = real
+    return list(seen.values())
+
+
+def _compile_one(entry: dict, arch: int) -> str | None:
+    """None if ``entry`` compiles to a cubin for sm_``arch``, else the error."""
+    import importlib
+
+    import triton
+    import triton.language as tl
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    kernel = getattr(importlib.import_module(entry["module"]), entry["name"])
+    names = kernel.arg_names
+    constexpr_params = {p.name for p in kernel.params if p.is_constexpr}
+    unspecialised = {p.name for p in kernel.params if p.do_not_specialize}
+    dtypes = {str(getattr(tl, n)): getattr(tl, n) for n in ("float16", "bfloat16", "float32",
+              "float64", "int8", "uint8", "int16", "int32", "int64", "int1")}  # fmt: skip
+    meta = {k: (dtypes[v["dtype"]] if isinstance(v, dict) else v) for k, v in entry["meta"].items()}
+    options = {k: meta.pop(k) for k in LAUNCH_OPTIONS if k in meta}
+    signature, constexprs = {}, {}
+    runtime = [n for n in names if n not in constexpr_params]
+    for name, kind in zip(runtime, entry["args"], strict=True):
+        if isinstance(kind, list) and kind[0] == "constexpr":
+            signature[name], constexprs[name] = "constexpr", kind[1]
+        elif isinstance(kind, list) and kind[0] == "one":
+            if name in unspecialised:
+                signature[name] = "i32"
+            else:
+                signature[name], constexprs[name] = "constexpr", 1
+        else:
+            signature[name] = kind
+    for name in names:
+        if name in constexpr_params:
+            signature[name] = "constexpr"
+            constexprs[name] = meta.get(name, kernel.params[names.index(name)].default)
+    try:
+        compiled = triton.compile(
+            ASTSource(kernel, signature, constexprs),
+            target=GPUTarget("cuda", arch, 128),
+            options=options,
+        )
+        if "cubin" not in compiled.asm:
+            return "no cubin produced"
+    except Exception as e:  # the finding itself
+        return f"{type(e).__name__}: {str(e).strip().splitlines()[-1][:400]}"
+    return None
+
+
+def _compile_worker(path: str, arch: int, index: int, workers: int) -> list[tuple[str, str | None]]:
+    with open(path) as f:
+        entries = json.load(f)[index::workers]
+    return [(f"{e['name']} {e['meta']}", _compile_one(e, arch)) for e in entries]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--draws", type=int, default=120, help="fuzz draws in the workload")
+    ap.add_argument("--seed", type=int, default=90)
+    ap.add_argument("--arch", type=int, default=90)
+    ap.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--compile", help=argparse.SUPPRESS)  # internal: the compiling process
+    args = ap.parse_args()
+    if args.compile:
+        workers = args.workers
+        with concurrent.futures.ProcessPoolExecutor(workers) as pool:
+            parts = pool.map(_compile_worker, [args.compile] * workers, [args.arch] * workers,
+                             range(workers), [workers] * workers)  # fmt: skip
+            results = [r for part in parts for r in part]
+        failures = [(what, err) for what, err in results if err]
+        for what, err in failures:
+            print(f"FAIL {what}\n     {err}")
+        print(
+            f"compiled {len(results) - len(failures)}/{len(results)} configurations for sm_{args.arch}"
+        )
+        return 1 if failures else 0
+    start = time.perf_counter()
+    entries = record(args.draws, args.seed)
+    kernels = sorted({e["name"] for e in entries})
+    print(f"recorded {len(entries)} launch configurations of {len(kernels)} kernels "
+          f"in {time.perf_counter() - start:.0f} s: {', '.join(kernels)}", flush=True)  # fmt: skip
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump(entries, f)
+    env = dict(os.environ, TRITON_INTERPRET="0", TRITON_DEFAULT_FP_FUSION="1")
+    command = [sys.executable, __file__, "--compile", f.name, "--arch", str(args.arch)]
+    code = subprocess.call([*command, "--workers", str(args.workers)], env=env)
+    os.unlink(f.name)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

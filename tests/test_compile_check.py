@@ -1,0 +1,30 @@
+"""scripts/compile_check.py: its compiling half turns a recorded launch into an sm_90 cubin
+(interpreter off, in a subprocess) and reports a configuration that does not compile."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "compile_check.py"
+
+# sum_partials_kernel(partial_ptr, out_ptr, splits, numel, BLOCK, INDEX_64), as recorded
+GOOD = {
+    "module": "tritonconv.kernels.reduce",
+    "name": "sum_partials_kernel",
+    "args": ["*fp32", "*bf16", "i32", ["one", 1]],
+    "meta": {"BLOCK": 1024, "INDEX_64": False, "num_warps": 4},
+}
+BAD = dict(GOOD, meta=dict(GOOD["meta"], BLOCK=1000))  # not a power of two: tl.arange refuses
+
+
+def test_compiles_a_recorded_launch_and_reports_one_that_does_not(tmp_path):
+    path = tmp_path / "launches.json"
+    path.write_text(json.dumps([GOOD, BAD]))
+    env = dict(os.environ, TRITON_INTERPRET="0", TRITON_DEFAULT_FP_FUSION="1")
+    command = [sys.executable, str(SCRIPT), "--compile", str(path), "--workers", "1"]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "compiled 1/2 configurations for sm_90" in done.stdout
+    assert "FAIL sum_partials_kernel" in done.stdout and "1000" in done.stdout
