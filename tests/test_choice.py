@@ -62,6 +62,46 @@ def test_benchmark_mode_measures_once_and_a_new_process_reads_the_disk(
     assert y.shape == (1, 16, 6, 6)
 
 
+def test_benchmark_mode_tunes_the_implicit_gemm_tiles(cache_dir, device, monkeypatch):
+    """Every tuning configuration is timed; the fastest is recorded with the choice, on disk
+    too, and the call (and explain) use it; a configuration that fails is passed over."""
+    from tritonconv.ops import implicit_gemm
+
+    alternative = (32, 16, 16, 4, 1)
+    broken = (48, 16, 16, 4, 1)  # not a power of two: the kernel cannot take it
+    monkeypatch.setattr(implicit_gemm, "tuning_configs", lambda *a: [(), broken, alternative])
+    seen = []
+    real_forward = implicit_gemm.conv_forward
+
+    def forward(x, w, b, geometry, groups, config=None):
+        seen.append(tuple(config) if config else ())
+        return real_forward(x, w, b, geometry, groups, config)
+
+    monkeypatch.setattr(implicit_gemm, "conv_forward", forward)
+
+    def timer(fn, reps, **_):  # the alternative tiles are the fastest of everything
+        fn(0)
+        return 1.0 if seen and seen[-1] == alternative else 5.0
+
+    monkeypatch.setattr(choice, "median_ms", timer)
+    x = torch.randn(1, 16, 6, 6, device=device)
+    w = torch.randn(16, 16, 3, 3, device=device)
+    tc.set_benchmark(True)
+    first = tc.explain(x, w, padding=1)
+    assert first.algo == "implicit_gemm" and first.config == alternative
+    assert {(), broken, alternative} <= set(seen)
+    assert "32x16x16 w4 s1 (measured)" in first.reason
+    stored = json.loads(choice.cache_file().read_text())
+    assert [v["config"] for v in stored.values()] == [list(alternative)]
+    choice.forget_measurements()
+    tc.clear_caches()
+    seen.clear()
+    y = tc.conv2d(x, w, padding=1)  # from the disk: the measured tiles, not measured again
+    assert seen == [alternative]
+    expected = torch.nn.functional.conv2d(x.double().cpu(), w.double().cpu(), padding=1)
+    assert torch.allclose(y.double().cpu(), expected, atol=1e-4)
+
+
 def test_processes_share_the_cache_file(cache_dir):
     """Two processes adding choices at once: the file keeps both (lock + atomic replace)."""
     code = (

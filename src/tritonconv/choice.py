@@ -6,7 +6,9 @@ Two ways to choose:
 * **Measurement**, when asked for (``tritonconv.set_benchmark(True)``, the environment variable
   ``TRITONCONV_BENCHMARK=1``, or ``torch.backends.cudnn.benchmark = True``, the switch PyTorch
   users already set for cuDNN): every algorithm that accepts the call is timed on inputs of the
-  call's exact signature (shapes, strides, dtype, device; forward pass), and the fastest runs.
+  call's exact signature (shapes, strides, dtype, device; forward pass), the implicit GEMM with
+  each of its tuning tile configurations (``implicit_gemm.tuning_configs``), and the fastest
+  algorithm runs, with its fastest tiles.
   Measured choices are kept in memory and **on disk**, and a choice on record is used from then
   on, benchmark mode or not, so a second process starts tuned (``tune`` fills the record for a
   whole model): one
@@ -40,11 +42,14 @@ _loaded: set[Path] = set()
 
 @dataclass(frozen=True)
 class Choice:
-    """The algorithm a call runs and why; ``timings`` (ms per algorithm) when measured."""
+    """The algorithm a call runs and why; ``timings`` (ms per algorithm) when measured, and
+    ``config``: the tile configuration measured fastest for it (the implicit GEMM's forward
+    tiles, ``Config`` fields), empty for its heuristic's."""
 
     algo: str
     reason: str
     timings: dict = field(default_factory=dict)
+    config: tuple = ()
 
     def __str__(self) -> str:
         text = f"{self.algo}: {self.reason}"
@@ -193,22 +198,37 @@ def _make_like(t: torch.Tensor | None) -> torch.Tensor | None:
 MEASURE_REPS = 5
 
 
-def measured(key: str, candidates: list[str], run_algo) -> Choice:
-    """The fastest of ``candidates`` for the call ``key`` names; ``run_algo(algo)`` runs the
-    call once with that algorithm. Looked up in memory, then on disk, else measured and
-    stored."""
+def measured(key: str, candidates: list[str], run_algo, configs=None) -> Choice:
+    """The fastest of ``candidates`` for the call ``key`` names; ``run_algo(algo, config)``
+    runs the call once with that algorithm and tile configuration (``()``: its heuristic's).
+    ``configs`` maps an algorithm to the configurations to try for it (the first, the
+    heuristic's, also decides when every other fails): the algorithm's time is that of its
+    fastest, which is recorded with the choice. Looked up in memory, then on disk, else
+    measured and stored."""
     found = recorded(key, candidates)
     if found is None:
+        timings, best_config = {}, {}
         with torch.no_grad():
-            timings = {
-                algo: median_ms(lambda _, a=algo: run_algo(a), MEASURE_REPS) for algo in candidates
-            }
+            for algo in candidates:
+                options = (configs or {}).get(algo) or [()]
+                times = {}
+                for config in options:
+                    try:
+                        times[config] = median_ms(
+                            lambda _, a=algo, c=config: run_algo(a, c), MEASURE_REPS
+                        )
+                    except Exception:  # e.g. tiles that need more shared memory than there is
+                        if config == options[0]:
+                            raise
+                best_config[algo] = min(times, key=times.get)
+                timings[algo] = times[best_config[algo]]
         best = min(timings, key=timings.get)
-        entry = {"algo": best, "timings": timings}
+        config = list(best_config[best])
+        entry = {"algo": best, "timings": timings, "config": config}
         with _lock:
             _memory[key] = entry
         _store(key, entry)
-        found = Choice(best, "fastest when measured", timings)
+        found = Choice(best, "fastest when measured", timings, tuple(config))
     return _report(key, found)
 
 
@@ -226,7 +246,8 @@ def recorded(key: str, candidates: list[str], *, disk: bool = True) -> Choice | 
     entry = _memory.get(key)
     if entry is None or entry.get("algo") not in candidates:
         return None
-    return Choice(entry["algo"], "fastest when measured (cached)", dict(entry["timings"]))
+    config = tuple(entry.get("config", ()))
+    return Choice(entry["algo"], "fastest when measured (cached)", dict(entry["timings"]), config)
 
 
 def tune(model: torch.nn.Module, *example_inputs) -> dict[str, Choice]:

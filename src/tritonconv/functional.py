@@ -371,10 +371,12 @@ def _convolution(cache, ndim: int, input, weight, bias, options, *, transposed=F
 def _conv_plan(input, weight, bias, *options, ndim: int, transposed: bool) -> Plan:
     args, algo, name, limit = _validated(input, weight, bias, options, ndim, transposed)
     params = _params(args, ndim, transposed, limit)
+    config = ()
     if algo == "auto":
-        algo = _auto(input, weight, bias, args, params, name, ndim, transposed).algo
+        found = _auto(input, weight, bias, args, params, name, ndim, transposed)
+        algo, config = found.algo, found.config
     ops = TRANSPOSED_OPS if transposed else CONV_OPS
-    return Plan(ops[algo], params(algo), args.batched)
+    return Plan(ops[algo], params(algo, config), args.batched)
 
 
 def _validated(input, weight, bias, options, ndim: int, transposed: bool):
@@ -411,10 +413,10 @@ def _params(args, ndim: int, transposed: bool, limit: int):
     if transposed:  # the transposed convolution's output size
         common.append(([1] if ndim == 1 else []) + list(g.input))
 
-    def params(algo: str) -> tuple:
+    def params(algo: str, config: tuple = ()) -> tuple:
         option = {
-            "im2col_gemm": limit, "direct": False, "depthwise": True, "implicit_gemm": [],
-            "aten": None,
+            "im2col_gemm": limit, "direct": False, "depthwise": True,
+            "implicit_gemm": list(config), "aten": None,
         }  # fmt: skip
         return (*common, option[algo])
 
@@ -443,7 +445,24 @@ def _auto(input, weight, bias, args, params, name, ndim, transposed) -> choice.C
         return choice.recorded(key, candidates) or rule
     ops = TRANSPOSED_OPS if transposed else CONV_OPS
     xs, ws, bs = choice.measure_inputs(x, w, bias)
-    return choice.measured(key, candidates, lambda a: _body(ops[a])(xs, ws, bs, *params(a)))
+    configs = {
+        "implicit_gemm": implicit_gemm.tuning_configs(
+            input.dtype, *_launch_args(args, transposed, input)
+        )
+    }
+    return choice.measured(
+        key, candidates, lambda a, c: _body(ops[a])(xs, ws, bs, *params(a, c)), configs
+    )
+
+
+def _launch_args(args, transposed: bool, input) -> tuple:
+    """What ``implicit_gemm.launch_config`` takes after the dtype, for this call."""
+    g = args.geometry  # of the convolution; a transposed call is that convolution's dX
+    if transposed:
+        sides, spatial = (args.out_per_group, args.in_per_group), g.input
+    else:
+        sides, spatial = (args.in_per_group, args.out_per_group), g.output
+    return (args.batch, *sides, spatial, g.stride, args.groups, transposed, input.device)
 
 
 def explain(
@@ -478,15 +497,11 @@ def explain(
         found = _auto(input, weight, bias, args, params, name, ndim, transposed)
     if found.algo != "implicit_gemm":
         return found
-    g = args.geometry  # of the convolution; a transposed call is that convolution's dX
-    if transposed:
-        sides, spatial = (args.out_per_group, args.in_per_group), g.input
+    if found.config:
+        tiles = f"{implicit_gemm.Config(*found.config)} (measured)"
     else:
-        sides, spatial = (args.in_per_group, args.out_per_group), g.output
-    config = implicit_gemm.launch_config(
-        input.dtype, args.batch, *sides, spatial, g.stride, args.groups, transposed, input.device
-    )
-    return dataclasses.replace(found, reason=f"{found.reason}; forward tiles {config}")
+        tiles = implicit_gemm.launch_config(input.dtype, *_launch_args(args, transposed, input))
+    return dataclasses.replace(found, reason=f"{found.reason}; forward tiles {tiles}")
 
 
 def conv2d_workspace(

@@ -171,6 +171,45 @@ def launch_config(dtype, batch, src_per_group, dst_per_group, dst_spatial, strid
     return forward_config(dtype, rows, src_per_group, dst_per_group, groups, device)
 
 
+# Forward tiles benchmark mode tries besides the heuristic's (``tuning_configs``): each the
+# fastest on some dense layer of the H100 sweep (benchmarks/sweep-h100-2026-11-23-igemm.json),
+# where the best configuration beat the heuristic's by up to 1.5x (r50 3x3 at 7x7: 52.7 ->
+# 35.0 µs; pointwise 40 -> 120 at 28x28: 29.0 -> 20.9 µs).
+TUNING_CONFIGS = {
+    "16-bit": (
+        Config(128, 64, 64, 4, 4),
+        Config(64, 64, 64, 4, 4),
+        Config(128, 64, 32, 4, 5),
+        Config(128, 128, 32, 8, 4),
+        Config(128, 128, 64, 8, 3),
+        Config(256, 128, 64, 8, 3),
+        Config(64, 64, 128, 4, 3),
+        Config(128, 64, 16, 4, 4),
+    ),
+    "fp32": (
+        Config(64, 64, 64, 4, 3),
+        Config(64, 64, 32, 4, 4),
+        Config(64, 128, 32, 4, 4),
+        Config(128, 128, 32, 8, 3),
+        Config(128, 64, 16, 4, 4),
+    ),
+    # Under the interpreter one alternative, so the tuning itself is exercised on CPU.
+    "interpreter": (Config(32, 16, 16, 4, 1),),
+}
+
+
+def tuning_configs(dtype, *launch_args) -> list[tuple]:
+    """The forward tile configurations benchmark mode times for a call (``launch_args`` as
+    :func:`launch_config` takes them after the dtype): ``()`` first (the heuristic's, which
+    also decides when the others fail), then every listed configuration that differs from
+    it. Only tensor-core dtypes have tiles to tune."""
+    if dtype not in DOT_DTYPES:
+        return [()]
+    heuristic = launch_config(dtype, *launch_args)
+    family = "interpreter" if INTERPRETER else ("fp32" if dtype == torch.float32 else "16-bit")
+    return [(), *(tuple(c) for c in TUNING_CONFIGS[family] if c != heuristic)]
+
+
 @launch_plan
 def _launch_conv(src, weight, bias, dst, geometry: Geometry, groups: int, transposed, config):
     """dst = implicit-GEMM conv of src (or, ``transposed``, its input gradient); see the kernel."""
