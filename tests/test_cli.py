@@ -2,6 +2,7 @@
 
 import json
 
+import tritonconv
 from tritonconv.cli import main
 
 
@@ -85,3 +86,18 @@ def test_explain_channels_last_needs_a_4d_or_5d_input(capsys):
     assert "--channels-last needs a 4-D or 5-D input" in capsys.readouterr().out
     assert main(["explain", "1,16,4,6,6", "16,16,3,3,3", "--channels-last"]) == 0
     assert "implicit_gemm" in capsys.readouterr().out
+
+
+def test_bench_dense_suite_with_the_benchmark_mode_row(tmp_path):
+    """The implicit GEMM vs cuDNN suite end to end (toy size, one case): forward, backward,
+    and the forward ``auto`` picks in benchmark mode, named in its note."""
+    args = ["bench", "--quick", "--suite", "dense", "--case", "pw_40_120_28", "--dtype"]
+    args += ["bfloat16", "--out", str(tmp_path)]
+    try:
+        assert main(args) == 0
+    finally:
+        tritonconv.choice.forget_measurements()
+        tritonconv.clear_caches()
+    rows = json.loads((tmp_path / "bench.json").read_text())["rows"]
+    assert [r["op"] for r in rows] == ["fwd", "bwd (dX+dW)", "fwd (auto, benchmark mode)"]
+    assert rows[2]["note"].startswith("auto: ") and rows[2]["extra"]["auto"]

@@ -11,6 +11,10 @@ NCHW (PyTorch's default; rows ``<case>_nchw``), forward and backward (dX + dW),
   convolutions) and ``fp32`` (TF32 off in both), the latter with each side's relative error
   against a float64 convolution of the same data in ``extra``.
 
+Each case also has a forward row for ``algo="auto"`` in benchmark mode (cuDNN has
+``cudnn.benchmark`` on too): the algorithm, and for the implicit GEMM the tiles, measured
+fastest for that shape, named in the note.
+
 ``Options.quick`` shrinks every case to a toy size (the CPU path).
 """
 
@@ -23,6 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from .. import functional
+from ..ops import implicit_gemm
 from ..testing import DEVICE
 from . import Options, Row, input_sets, kernel_ms, suite, time_ms
 from .conv import BY_NAME, ConvCase
@@ -72,12 +77,18 @@ def _ours(x, w, **kwargs):
     return functional.conv2d(x, w, algo="implicit_gemm", **kwargs)
 
 
+def _auto(x, w, **kwargs):
+    """What a user with ``cudnn.benchmark`` on gets: ``auto`` measures every algorithm and the
+    implicit GEMM's tuning tiles once per shape (``precision`` turns benchmark mode on)."""
+    return functional.conv2d(x, w, **kwargs)
+
+
 def _times(case: ConvCase, dtype, opts: Options, layout=CHANNELS_LAST):
     """{side: (fwd ms, bwd ms, fwd kernel ms, bwd kernel ms)} for ours and cuDNN on the same
     inputs: per call, and on the GPU alone (``kernel_ms``)."""
     sets = _inputs(case, dtype, layout)
     times = {}
-    for side, fn in (("ours", _ours), ("ref", F.conv2d)):
+    for side, fn in (("ours", _ours), ("ref", F.conv2d), ("auto", _auto)):
 
         def forward(i, fn=fn):
             with torch.no_grad():
@@ -85,6 +96,10 @@ def _times(case: ConvCase, dtype, opts: Options, layout=CHANNELS_LAST):
 
         fwd = time_ms(forward, len(sets), opts)
         fwd_kernel = kernel_ms(forward, len(sets), opts)
+        if side == "auto":  # forward only: what benchmark mode picks, and how fast it runs
+            x, w = sets[0]
+            times[side] = (fwd, None, fwd_kernel, None, functional.explain(x, w, **case.kwargs))
+            continue
         outs = [fn(x, w, **case.kwargs) for x, w in sets]
         grads = [torch.randn_like(y) for y in outs]
 
@@ -149,4 +164,13 @@ def dense_suite(opts: Options) -> Iterator[Row]:
                     **common, op="bwd (dX+dW)", ours_ms=times["ours"][1], ref_ms=times["ref"][1],
                     ours_kernel_ms=times["ours"][3], ref_kernel_ms=times["ref"][3],
                     work=2 * flops,
+                )  # fmt: skip
+                auto = times["auto"]
+                picked = auto[4].algo
+                if auto[4].config:
+                    picked += f" {implicit_gemm.Config(*auto[4].config)}"
+                yield Row(
+                    **dict(common, extra={"auto": picked}), op="fwd (auto, benchmark mode)",
+                    ours_ms=auto[0], ref_ms=times["ref"][0], ours_kernel_ms=auto[2],
+                    ref_kernel_ms=times["ref"][2], work=flops, note=f"auto: {picked}",
                 )  # fmt: skip
