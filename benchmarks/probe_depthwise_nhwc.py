@@ -8,7 +8,8 @@ contiguous along channels (16-byte vector loads), times that tap's ``[BLOCK_C]``
 an fp32 accumulator. Neighbouring taps and rows re-read the same lines from L1/L2, so DRAM sees
 each input byte about once when a row band fits in cache; no shared-memory staging, no atomics.
 The input gradient of a stride-1 depthwise convolution is the same kernel on dy with the taps
-flipped and padding ``dil*(k-1) - pad``.
+flipped and padding ``dil*(k-1) - pad``; of any stride, a gather kernel over input rows whose
+taps off the stride grid are masked lanes (``dw_nhwc_dgrad``).
 
     PYTHONPATH=src python benchmarks/probe_depthwise_nhwc.py             # GPU: check + time
     PYTHONPATH=src python benchmarks/probe_depthwise_nhwc.py --check-only  # CPU (interpreter)
@@ -119,6 +120,86 @@ def dw_nhwc(x, w, b, stride, padding, dilation, config, *, flip=False):
         FLIP=flip, HAS_BIAS=b is not None, BLOCK_W=block_w, BLOCK_C=block_c, num_warps=warps,
     )  # fmt: skip
     return y
+
+
+@triton.jit
+def dw_nhwc_dgrad_kernel(
+    dy_ptr,
+    w_ptr,
+    dx_ptr,
+    H,
+    W,
+    C,
+    OH,
+    OW,
+    KH: tl.constexpr,
+    KW: tl.constexpr,
+    stride,
+    pad_h,
+    pad_w,
+    dil,
+    dy_sn,
+    dy_sh,
+    dy_sw,
+    dx_sn,
+    dx_sh,
+    dx_sw,
+    BLOCK_W: tl.constexpr,
+    BLOCK_C: tl.constexpr,
+):
+    """dx[n, ih, iw, c] = sum over taps with ``ih + p - kh*d`` and ``iw + p - kw*d`` multiples
+    of the stride (and inside dy) of dy[n, those / stride, c] * w[c, kh, kw]: the input
+    gradient of any stride as a gather (no atomics), one input row and ``BLOCK_W`` columns
+    x ``BLOCK_C`` channels per program; taps that miss the stride grid are masked lanes."""
+    pid_row = tl.program_id(0)  # n * H + ih
+    pid_w = tl.program_id(1)
+    pid_c = tl.program_id(2)
+    n = pid_row // H
+    ih = pid_row % H
+    iw = pid_w * BLOCK_W + tl.arange(0, BLOCK_W)
+    c = pid_c * BLOCK_C + tl.arange(0, BLOCK_C)
+    c_ok = c < C
+    iw_ok = iw < W
+    dy_img = dy_ptr + n.to(tl.int64) * dy_sn
+    acc = tl.zeros([BLOCK_W, BLOCK_C], dtype=tl.float32)
+    for kh in tl.static_range(KH):
+        num_h = ih + pad_h - kh * dil + iw * 0  # as a vector: see dw_nhwc_kernel
+        oh = num_h // stride
+        h_ok = (num_h >= 0) & (num_h % stride == 0) & (oh < OH)
+        for kw in tl.static_range(KW):
+            num_w = iw + pad_w - kw * dil
+            ow = num_w // stride
+            ok = iw_ok & h_ok & (num_w >= 0) & (num_w % stride == 0) & (ow < OW)
+            g = tl.load(
+                dy_img + oh[:, None] * dy_sh + ow[:, None] * dy_sw + c[None, :],
+                mask=ok[:, None] & c_ok[None, :],
+                other=0,
+            )
+            wv = tl.load(w_ptr + c * (KH * KW) + kh * KW + kw, mask=c_ok, other=0)
+            acc += g.to(tl.float32) * wv.to(tl.float32)[None, :]
+    dx = dx_ptr + n.to(tl.int64) * dx_sn + ih * dx_sh + iw[:, None] * dx_sw + c[None, :]
+    tl.store(dx, acc.to(dx_ptr.dtype.element_ty), mask=iw_ok[:, None] & c_ok[None, :])
+
+
+def dw_nhwc_dgrad(dy, w, input_hw, stride, padding, dilation, config):
+    """dX of a depthwise convolution of any stride, channels-last dy (``w``: [C, 1, KH, KW]);
+    ``input_hw``: the input's (H, W)."""
+    block_w, block_c, warps = config
+    N, C, OH, OW = dy.shape
+    H, W = input_hw
+    KH, KW = w.shape[2], w.shape[3]
+    dx = torch.empty((N, C, H, W), device=dy.device, dtype=dy.dtype).to(
+        memory_format=torch.channels_last
+    )
+    assert dy.stride(1) == 1 and dx.stride(1) == 1
+    wc = w.reshape(C, KH * KW).contiguous()
+    grid = (N * H, triton.cdiv(W, block_w), triton.cdiv(C, block_c))
+    dw_nhwc_dgrad_kernel[grid](
+        dy, wc, dx, H, W, C, OH, OW, KH, KW, stride, padding, padding, dilation,
+        dy.stride(0), dy.stride(2), dy.stride(3), dx.stride(0), dx.stride(2), dx.stride(3),
+        BLOCK_W=block_w, BLOCK_C=block_c, num_warps=warps,
+    )  # fmt: skip
+    return dx
 
 
 @triton.jit
@@ -245,13 +326,14 @@ def check(name, config, device, dtype, small) -> tuple[float, float | None]:
         x.double(), w.shape, dy.double(), stride=s, padding=p, groups=x.shape[1]
     )
     err = max(err, ((dw.double() - ref_dw).abs().max() / ref_dw.abs().max()).item())
-    if s != 1:
-        return err, None
-    dx = dw_nhwc(dy, w, None, 1, k - 1 - p, 1, config, flip=True)
     ref_dx = torch.nn.grad.conv2d_input(
-        x.shape, w.double(), dy.double(), padding=p, groups=x.shape[1]
+        x.shape, w.double(), dy.double(), stride=s, padding=p, groups=x.shape[1]
     )
-    return err, ((dx.double() - ref_dx).abs().max() / ref_dx.abs().max()).item()
+    # stride 1: the forward kernel with flipped taps; any stride: the gather kernel
+    dxs = [dw_nhwc_dgrad(dy, w, x.shape[2:], s, p, 1, config)]
+    if s == 1:
+        dxs.append(dw_nhwc(dy, w, None, 1, k - 1 - p, 1, config, flip=True))
+    return err, max(((dx.double() - ref_dx).abs().max() / ref_dx.abs().max()).item() for dx in dxs)
 
 
 def graph_ms(fn) -> float:
@@ -267,13 +349,17 @@ def _torch_step(leaves, dy, kw, module=F):
     torch.autograd.grad(module.conv2d(*leaves, **kw), leaves, dy)
 
 
-def _probe_step(x, w, b, dy, padding, config):
-    """The probe's forward, input gradient and weight gradient of a stride-1 layer (the bias
-    gradient, a channel sum, left out on this side)."""
+def _probe_step(x, w, b, dy, stride, padding, config):
+    """The probe's forward, input gradient and weight gradient (the bias gradient, a channel
+    sum, left out on this side); stride 1 takes its input gradient from the forward kernel with
+    flipped taps, other strides from the gather kernel."""
     k = w.shape[2]
-    dw_nhwc(x, w, b, 1, padding, 1, config)
-    dw_nhwc(dy, w, None, 1, k - 1 - padding, 1, config, flip=True)
-    dw_nhwc_wgrad(x, dy, (k, k), 1, padding, 1, config)
+    dw_nhwc(x, w, b, stride, padding, 1, config)
+    if stride == 1:
+        dw_nhwc(dy, w, None, 1, k - 1 - padding, 1, config, flip=True)
+    else:
+        dw_nhwc_dgrad(dy, w, x.shape[2:], stride, padding, 1, config)
+    dw_nhwc_wgrad(x, dy, (k, k), stride, padding, 1, config)
 
 
 def main():
@@ -321,28 +407,24 @@ def main():
                 probe_ms=best[0], probe_config=best[1], probe_gbs=nbytes / best[0] / 1e6,
                 cudnn_gbs=nbytes / cudnn / 1e6,
             )  # fmt: skip
-            if s == 1:  # forward + backward (the probe's dgrad is the stride-1 one)
-                dy = torch.randn_like(y)
-                leaves = [t.detach().requires_grad_() for t in args]
-                row["cudnn_fwd_bwd_ms"] = graph_ms(functools.partial(_torch_step, leaves, dy, kw))
-                row["now_fwd_bwd_ms"] = graph_ms(
-                    functools.partial(_torch_step, leaves, dy, dict(kw, algo="depthwise"), tc)
-                )
-                row["probe_fwd_bwd_ms"] = graph_ms(
-                    functools.partial(_probe_step, *args, dy, p, best[1])
-                )
+            # forward + backward, every layer (a strided dX by the gather kernel)
+            dy = torch.randn_like(y)
+            leaves = [t.detach().requires_grad_() for t in args]
+            row["cudnn_fwd_bwd_ms"] = graph_ms(functools.partial(_torch_step, leaves, dy, kw))
+            row["now_fwd_bwd_ms"] = graph_ms(
+                functools.partial(_torch_step, leaves, dy, dict(kw, algo="depthwise"), tc)
+            )
+            row["probe_fwd_bwd_ms"] = graph_ms(
+                functools.partial(_probe_step, *args, dy, s, p, best[1])
+            )
             rows.append(row)
             print(
                 f"{name:20} {dtype!s:15} cuDNN {cudnn:.4f} ms ({row['cudnn_gbs']:.0f} GB/s)  "
                 f"depthwise now {ours_now:.4f} ({cudnn / ours_now:.2f}x)  probe {best[0]:.4f} "
                 f"({cudnn / best[0]:.2f}x, {row['probe_gbs']:.0f} GB/s) {best[1]}"
-                + (
-                    f" | fwd+bwd cuDNN {row['cudnn_fwd_bwd_ms']:.4f} now "
-                    f"{row['now_fwd_bwd_ms']:.4f} probe {row['probe_fwd_bwd_ms']:.4f} "
-                    f"({row['cudnn_fwd_bwd_ms'] / row['probe_fwd_bwd_ms']:.2f}x)"
-                    if s == 1
-                    else ""
-                ),
+                + f" | fwd+bwd cuDNN {row['cudnn_fwd_bwd_ms']:.4f} now "
+                f"{row['now_fwd_bwd_ms']:.4f} probe {row['probe_fwd_bwd_ms']:.4f} "
+                f"({row['cudnn_fwd_bwd_ms'] / row['probe_fwd_bwd_ms']:.2f}x)",
                 flush=True,
             )
     if args.json:
