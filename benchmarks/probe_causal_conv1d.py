@@ -1,13 +1,14 @@
-"""Probe (issue 12): a dedicated causal depthwise conv1d forward, fused SiLU, at HBM speed.
+"""Probe (issue 12): the causal depthwise conv1d kernels' tiles, against the reference formula.
 
-Today ``tritonconv.causal_conv1d`` runs the depthwise kernels on a height-1 plane and reaches
-about the reference formula's speed (``F.conv1d(padding=width-1)[..., :L]`` + SiLU: 0.70 ms on an
-H100 at batch 8, dim 2048, seqlen 4096, width 4, against ~0.09 ms to read and write the tensors
-once). Issue 12 asks for >= 3x that and >= 70 % of HBM bandwidth. This kernel gives a program a
-``[BLOCK_D, BLOCK_L]`` tile of one sequence: per tap ``k`` one load of x shifted by
-``width - 1 - k`` positions (the shifted loads hit L1/L2: DRAM reads each byte about once), the
-tap's ``[BLOCK_D]`` weights, fp32 accumulation, bias and SiLU fused, one store. Both layouts:
-channel-first x ``(B, D, L)`` with L contiguous, and channel-last (D contiguous), by strides.
+The kernels are the library's (``tritonconv/kernels/causal.py``, since 2026-11-24; before, the
+library ran the depthwise kernels on a height-1 plane at about the reference formula's speed,
+``F.conv1d(padding=width-1)[..., :L]`` + SiLU: 0.70 ms on an H100 at batch 8, dim 2048, seqlen
+4096, width 4, against ~0.09 ms to read and write the tensors once). Issue 12 asks for >= 3x
+that and >= 70 % of HBM bandwidth. A program owns a ``[BLOCK_D, BLOCK_L]`` tile of one
+sequence; this probe checks the kernels at its tile configurations against float64, then times
+each configuration, the library's own launch (``tritonconv now``) and the reference, forward
+and forward + backward, by kernel time. Both layouts: channel-first x ``(B, D, L)`` with L
+contiguous, and channel-last (D contiguous).
 
     PYTHONPATH=src python benchmarks/probe_causal_conv1d.py               # GPU: check + time
     PYTHONPATH=src python benchmarks/probe_causal_conv1d.py --check-only  # CPU (interpreter)
@@ -29,150 +30,44 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
-
-@triton.jit
-def causal_conv1d_kernel(
-    x_ptr,
-    w_ptr,
-    b_ptr,
-    y_ptr,
-    D,
-    L,
-    x_sb,
-    x_sd,
-    x_sl,
-    y_sb,
-    y_sd,
-    y_sl,
-    WIDTH: tl.constexpr,
-    HAS_BIAS: tl.constexpr,
-    SILU: tl.constexpr,
-    BLOCK_D: tl.constexpr,
-    BLOCK_L: tl.constexpr,
-):
-    """y[b, d, l] = act(sum_k w[d, k] * x[b, d, l - (WIDTH - 1) + k] + bias[d]), x = 0 before
-    the sequence starts; w is ``(D, WIDTH)`` contiguous."""
-    pid_b = tl.program_id(0)
-    pid_l = tl.program_id(1)
-    pid_d = tl.program_id(2)
-    d = pid_d * BLOCK_D + tl.arange(0, BLOCK_D)
-    pos = pid_l * BLOCK_L + tl.arange(0, BLOCK_L)
-    d_ok = d < D
-    x_base = x_ptr + pid_b.to(tl.int64) * x_sb + d[:, None] * x_sd
-    acc = tl.zeros([BLOCK_D, BLOCK_L], dtype=tl.float32)
-    for k in tl.static_range(WIDTH):
-        src = pos - (WIDTH - 1) + k
-        ok = d_ok[:, None] & ((src >= 0) & (src < L))[None, :]
-        xs = tl.load(x_base + src[None, :] * x_sl, mask=ok, other=0)
-        wk = tl.load(w_ptr + d * WIDTH + k, mask=d_ok, other=0)
-        acc += xs.to(tl.float32) * wk.to(tl.float32)[:, None]
-    if HAS_BIAS:
-        acc += tl.load(b_ptr + d, mask=d_ok, other=0).to(tl.float32)[:, None]
-    if SILU:
-        acc = acc / (1.0 + tl.exp(-acc))
-    y = y_ptr + pid_b.to(tl.int64) * y_sb + d[:, None] * y_sd + pos[None, :] * y_sl
-    tl.store(y, acc.to(y_ptr.dtype.element_ty), mask=d_ok[:, None] & (pos < L)[None, :])
-
-
-@triton.jit
-def causal_conv1d_bwd_kernel(
-    x_ptr,
-    w_ptr,
-    b_ptr,
-    dy_ptr,
-    dx_ptr,
-    dw_part_ptr,
-    db_part_ptr,
-    D,
-    L,
-    x_sb,
-    x_sd,
-    x_sl,
-    dy_sb,
-    dy_sd,
-    dy_sl,
-    dx_sb,
-    dx_sd,
-    dx_sl,
-    WIDTH: tl.constexpr,
-    HAS_BIAS: tl.constexpr,
-    SILU: tl.constexpr,
-    BLOCK_D: tl.constexpr,
-    BLOCK_L: tl.constexpr,
-):
-    """One pass of the backward: g = dy * act'(z) (z recomputed from x), then
-    dx[l] = sum_k w[k] g[l + WIDTH-1-k] (g at WIDTH shifted position sets, each recomputed from
-    cached loads) and this tile's partial sums of dw[d, k] = sum_l g[l] x[l - (WIDTH-1) + k] and
-    db[d] = sum_l g[l], written per (batch, position block) for a fixed-order reduction."""
-    pid_b = tl.program_id(0)
-    pid_l = tl.program_id(1)
-    pid_d = tl.program_id(2)
-    d = pid_d * BLOCK_D + tl.arange(0, BLOCK_D)
-    pos = pid_l * BLOCK_L + tl.arange(0, BLOCK_L)
-    d_ok = d < D
-    x_base = x_ptr + pid_b.to(tl.int64) * x_sb + d[:, None] * x_sd
-    dy_base = dy_ptr + pid_b.to(tl.int64) * dy_sb + d[:, None] * dy_sd
-    bias = tl.zeros([BLOCK_D], dtype=tl.float32)
-    if HAS_BIAS:
-        bias = tl.load(b_ptr + d, mask=d_ok, other=0).to(tl.float32)
-    dx = tl.zeros([BLOCK_D, BLOCK_L], dtype=tl.float32)
-    for j in tl.static_range(WIDTH):  # g at positions pos + j, which dx[pos] needs with w[W-1-j]
-        at = pos + j
-        at_ok = d_ok[:, None] & (at < L)[None, :]
-        g = tl.load(dy_base + at[None, :] * dy_sl, mask=at_ok, other=0).to(tl.float32)
-        if SILU:
-            z = tl.zeros([BLOCK_D, BLOCK_L], dtype=tl.float32) + bias[:, None]
-            for k in tl.static_range(WIDTH):
-                src = at - (WIDTH - 1) + k
-                ok = d_ok[:, None] & ((src >= 0) & (src < L))[None, :]
-                xs = tl.load(x_base + src[None, :] * x_sl, mask=ok, other=0).to(tl.float32)
-                wk = tl.load(w_ptr + d * WIDTH + k, mask=d_ok, other=0).to(tl.float32)
-                z += xs * wk[:, None]
-            s = 1.0 / (1.0 + tl.exp(-z))
-            g = g * s * (1.0 + z * (1.0 - s))
-        wj = tl.load(w_ptr + d * WIDTH + (WIDTH - 1 - j), mask=d_ok, other=0).to(tl.float32)
-        dx += g * wj[:, None]
-        if j == 0:  # g at the tile's own positions: the weight and bias gradients' partials
-            part = (pid_b * tl.num_programs(1) + pid_l).to(tl.int64)
-            for k in tl.static_range(WIDTH):
-                src = pos - (WIDTH - 1) + k
-                ok = d_ok[:, None] & ((src >= 0) & (src < L))[None, :]
-                xs = tl.load(x_base + src[None, :] * x_sl, mask=ok, other=0).to(tl.float32)
-                tl.store(dw_part_ptr + (part * D + d) * WIDTH + k, tl.sum(g * xs, 1), mask=d_ok)
-            tl.store(db_part_ptr + part * D + d, tl.sum(g, 1), mask=d_ok)
-    out = dx_ptr + pid_b.to(tl.int64) * dx_sb + d[:, None] * dx_sd + pos[None, :] * dx_sl
-    tl.store(out, dx.to(dx_ptr.dtype.element_ty), mask=d_ok[:, None] & (pos < L)[None, :])
+from tritonconv.kernels.causal import causal_conv1d_backward_kernel, causal_conv1d_kernel
 
 
 def causal_conv1d_backward(x, w, b, dy, silu, config):
-    """(dx, dw, db): one kernel pass, then a fixed-order sum of the per-tile partials."""
+    """(dx, dw, db) by the library's backward kernel with the tiles of ``config``: one kernel
+    pass, then a fixed-order sum of the per-tile partials."""
     block_d, block_l, warps = config
     B, D, L = x.shape
+    width = w.shape[1]
     dx = torch.empty_like(x)
     tiles = B * triton.cdiv(L, block_l)
-    dw_part = torch.empty((tiles, D, w.shape[1]), device=x.device, dtype=torch.float32)
+    dw_part = torch.empty((tiles, D, width), device=x.device, dtype=torch.float32)
     db_part = torch.empty((tiles, D), device=x.device, dtype=torch.float32)
-    grid = (B, triton.cdiv(L, block_l), triton.cdiv(D, block_d))
-    causal_conv1d_bwd_kernel[grid](
-        x, w.contiguous(), b if b is not None else w, dy, dx, dw_part, db_part, D, L,
-        *x.stride(), *dy.stride(), *dx.stride(),
-        WIDTH=w.shape[1], HAS_BIAS=b is not None, SILU=silu,
-        BLOCK_D=block_d, BLOCK_L=block_l, num_warps=warps,
+    grid = (tiles, triton.cdiv(D, block_d))
+    causal_conv1d_backward_kernel[grid](
+        x, w, b if b is not None else w, dy, dx, dw_part, db_part, D, L, L,
+        *x.stride(), *w.stride(), *dy.stride(), *dx.stride(),
+        PAD=width - 1, WIDTH=width, HAS_BIAS=b is not None, SILU=silu, GRAD_INPUT=True,
+        GRAD_PARAMS=True, ACC_DTYPE=tl.float32, BLOCK_D=block_d, BLOCK_L=block_l,
+        INDEX_64=False, num_warps=warps,
     )  # fmt: skip
     return dx, dw_part.sum(0).to(w.dtype), db_part.sum(0).to(w.dtype)
 
 
 def causal_conv1d(x, w, b, silu, config):
-    """x (B, D, L) in either layout (channel-last: ``x.stride(1) == 1``); y in x's layout."""
+    """The library's forward kernel with the tiles of ``config``; x (B, D, L) in either layout
+    (channel-last: ``x.stride(1) == 1``), y in x's layout."""
     block_d, block_l, warps = config
     B, D, L = x.shape
+    width = w.shape[1]
     y = torch.empty_like(x)  # keeps x's strides (dense)
-    grid = (B, triton.cdiv(L, block_l), triton.cdiv(D, block_d))
+    grid = (B * triton.cdiv(L, block_l), triton.cdiv(D, block_d))
     causal_conv1d_kernel[grid](
-        x, w.contiguous(), b if b is not None else w, y, D, L,
-        *x.stride(), *y.stride(),
-        WIDTH=w.shape[1], HAS_BIAS=b is not None, SILU=silu,
-        BLOCK_D=block_d, BLOCK_L=block_l, num_warps=warps,
+        x, w, b if b is not None else w, y, D, L, L,
+        *x.stride(), *w.stride(), *y.stride(),
+        PAD=width - 1, WIDTH=width, HAS_BIAS=b is not None, SILU=silu,
+        ACC_DTYPE=tl.float32, BLOCK_D=block_d, BLOCK_L=block_l, INDEX_64=False,
+        num_warps=warps,
     )  # fmt: skip
     return y
 

@@ -129,38 +129,12 @@ class Case:
 
     def spec(self) -> str:
         """One line :meth:`parse` reads back."""
-        parts = []
-        for f in dataclasses.fields(self):
-            v = getattr(self, f.name)
-            if isinstance(v, tuple):
-                v = ",".join(map(str, v))
-            elif isinstance(v, bool):
-                v = int(v)
-            parts.append(f"{f.name}={v}")
-        return " ".join(parts)
+        return _spec(self)
 
     @classmethod
     def parse(cls, spec: str) -> Case:
         """The case :meth:`spec` wrote; ``ValueError`` naming what is missing or malformed."""
-        values = dict(item.split("=", 1) for item in spec.split() if "=" in item)
-        required = [f for f in dataclasses.fields(cls) if f.default is dataclasses.MISSING]
-        missing = [f.name for f in required if f.name not in values]
-        if missing:
-            raise ValueError(f"missing field(s) {missing} in {spec!r}")
-        kwargs = {}
-        for f in dataclasses.fields(cls):
-            if f.name not in values:
-                continue
-            v = values[f.name]
-            if f.name in ("stride", "dilation") or (f.name == "padding" and "," in v):
-                kwargs[f.name] = tuple(int(p) for p in v.split(","))
-            elif f.name in ("bias", "transposed"):
-                kwargs[f.name] = v not in ("0", "False")
-            elif f.name in ("padding", "dtype") or f.name.endswith("layout"):
-                kwargs[f.name] = v
-            else:
-                kwargs[f.name] = int(v)
-        return cls(**kwargs)
+        return _parse(cls, spec)
 
     @property
     def torch_dtype(self) -> torch.dtype:
@@ -220,6 +194,43 @@ class Case:
         w = torch.empty((self.k, self.c // self.groups, *self.kernel), device="meta")
         args = check_conv(x, w, None, *self.window(), self.groups, ndim=self.ndim)
         return args.geometry.output
+
+
+def _spec(case) -> str:
+    """A case as one line of ``field=value`` (tuples comma-joined, booleans 0/1)."""
+    parts = []
+    for f in dataclasses.fields(case):
+        v = getattr(case, f.name)
+        if isinstance(v, tuple):
+            v = ",".join(map(str, v))
+        elif isinstance(v, bool):
+            v = int(v)
+        parts.append(f"{f.name}={v}")
+    return " ".join(parts)
+
+
+def _parse(cls, spec: str):
+    """The ``cls`` case :func:`_spec` wrote, each value read as its field's annotation says;
+    ``ValueError`` naming what is missing or malformed."""
+    values = dict(item.split("=", 1) for item in spec.split() if "=" in item)
+    required = [f for f in dataclasses.fields(cls) if f.default is dataclasses.MISSING]
+    missing = [f.name for f in required if f.name not in values]
+    if missing:
+        raise ValueError(f"missing field(s) {missing} in {spec!r}")
+    kwargs = {}
+    for f in dataclasses.fields(cls):
+        if f.name not in values:
+            continue
+        v, kind = values[f.name], str(f.type)
+        if kind == "bool":
+            kwargs[f.name] = v not in ("0", "False")
+        elif kind == "int":
+            kwargs[f.name] = int(v)
+        elif kind.startswith("tuple") and ("," in v or "str" not in kind):
+            kwargs[f.name] = tuple(int(p) for p in v.split(","))
+        else:
+            kwargs[f.name] = v
+    return cls(**kwargs)
 
 
 def _draw_padding(rng: random.Random, stride) -> tuple[int, int] | str:
@@ -645,29 +656,11 @@ class CausalCase:
     op: str = "causal"
 
     def spec(self) -> str:
-        return " ".join(
-            f"{f.name}={int(v) if isinstance(v, bool) else v}"
-            for f in dataclasses.fields(self)
-            for v in [getattr(self, f.name)]
-        )
+        return _spec(self)
 
     @classmethod
     def parse(cls, spec: str) -> CausalCase:
-        values = dict(item.split("=", 1) for item in spec.split() if "=" in item)
-        kwargs = {}
-        for f in dataclasses.fields(cls):
-            if f.name not in values:
-                if f.default is dataclasses.MISSING:
-                    raise ValueError(f"missing field {f.name!r} in {spec!r}")
-                continue
-            v = values[f.name]
-            if f.name in ("bias", "silu", "state"):
-                kwargs[f.name] = v not in ("0", "False")
-            elif f.name in ("dtype", "layout", "dy_layout", "op"):
-                kwargs[f.name] = v
-            else:
-                kwargs[f.name] = int(v)
-        return cls(**kwargs)
+        return _parse(cls, spec)
 
     @property
     def torch_dtype(self) -> torch.dtype:
