@@ -170,6 +170,23 @@ def test_depthwise_geometry(kw, kernel, device):
     _check(x, w, algo="depthwise", groups=2, **kw)
 
 
+def test_band_kernels_take_channels_last_only_from_15_wide(device):
+    """In channels-last memory the band kernels' plane tiles read strided: the FMA kernels
+    serve channels-last kernels up to 13 wide; the band ones still serve 15+ (checked too)."""
+    from tritonconv.geometry import make_geometry
+    from tritonconv.ops import depthwise
+
+    x = random_tensor((1, 2, 16, 16), torch.bfloat16, device)
+    cl = x.to(memory_format=torch.channels_last)
+    for k, nchw, nhwc in ((7, True, False), (13, True, False), (15, True, True)):
+        geometry = make_geometry((16, 16), (k, k), (1, 1), (k // 2,) * 2, (k // 2,) * 2, (1, 1))
+        assert depthwise.uses_band(geometry, x) is nchw
+        assert depthwise.uses_band(geometry, cl) is nhwc
+        assert depthwise.uses_band(geometry, x, cl) is nhwc
+    w = random_tensor((2, 1, 15, 15), torch.bfloat16, device)
+    _check(cl, w, algo="depthwise", padding=7, groups=2)
+
+
 def test_depthwise_bf16_band(device):
     x = random_tensor((1, 2, 12, 12), torch.bfloat16, device)
     w = random_tensor((2, 1, 9, 9), torch.bfloat16, device)

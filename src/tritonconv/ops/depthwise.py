@@ -3,9 +3,10 @@ gradient and weight gradient.
 
 Which kernel (``kernels/depthwise.py``) runs:
 
-* fp16/bf16/fp32 with ``KW >= BAND_MIN_KW``: the banded tensor-core kernels (forward, stride-1
-  input gradient, weight gradient). Their redundant multiplies are about ``BLOCK_J / KW``, so
-  below a 7-wide kernel the FMA kernel, which is memory-bound there anyway, is the better one.
+* fp16/bf16/fp32 with ``KW >= BAND_MIN_KW`` (``BAND_MIN_KW_CHANNELS_LAST`` for channels-last
+  tensors): the banded tensor-core kernels (forward, stride-1 input gradient, weight
+  gradient). Their redundant multiplies are about ``BLOCK_J / KW``, so below a 7-wide kernel
+  the FMA kernel, which is memory-bound there anyway, is the better one.
 * otherwise (small kernels, fp64, integers): the FMA kernels.
 * the input gradient of a strided depthwise convolution is not a convolution of ``dy``; it is
   gathered by the general direct kernel (``ops/direct.py``, ``TRANSPOSED``).
@@ -70,8 +71,22 @@ DEPTHWISE_CONFIG = {
 SMALL_MAX_TAPS = 25
 
 
-def uses_band(dtype: torch.dtype, geometry: Geometry) -> bool:
-    return direct.uses_dot(dtype, 16) and geometry.kernel[1] >= BAND_MIN_KW
+# The same threshold for channels-last tensors. The band kernels tile one (n, c) plane, so in
+# channels-last memory consecutive elements of a tile are C apart: a 32-byte sector fetched per
+# 2- or 4-byte element, the likely cause of the 0.11-0.14x cuDNN issue 13 measured on ConvNeXt's
+# 7x7 bf16 channels-last layers. The FMA kernels tile a block of contiguous channels there, so
+# they take channels-last kernels up to 13 wide; from 15 wide the tensor cores' share of the
+# work outweighs the strided reads (31x31 bf16 channels-last: 2.7-4.2x cuDNN with the band).
+BAND_MIN_KW_CHANNELS_LAST = 15
+
+
+def uses_band(geometry: Geometry, *tensors: torch.Tensor) -> bool:
+    """Whether the banded tensor-core kernels run a depthwise call over ``tensors`` (the
+    ones the kernel reads and writes): floating point, and a kernel at least ``BAND_MIN_KW``
+    wide, or ``BAND_MIN_KW_CHANNELS_LAST`` when one of them is channels-last."""
+    channels_last = any(_is_channels_last(t) for t in tensors)
+    min_kw = BAND_MIN_KW_CHANNELS_LAST if channels_last else BAND_MIN_KW
+    return direct.uses_dot(tensors[0].dtype, 16) and geometry.kernel[1] >= min_kw
 
 
 def _is_channels_last(t: torch.Tensor) -> bool:
@@ -143,7 +158,7 @@ def _launch(src, weight, bias, dst, geometry: Geometry, R: int, DIV: int, flip: 
         *_weight_walk(weight, flip),
     )
     index_64 = needs_int64(src, dst, weight)
-    if uses_band(src.dtype, geometry):
+    if uses_band(geometry, src, dst):
         block_h, block_w = clamped_power_of_2(DH, 16, 32), clamped_power_of_2(DW, 16, 32)
         grid = (N * C_dst, cdiv(DH, block_h) * cdiv(DW, block_w))
         launch(
@@ -241,7 +256,7 @@ def depthwise_grad_weight(grad_out, x, weight_shape, geometry: Geometry) -> torc
     geometry_args = (*geometry.stride, *geometry.pad_before, *geometry.dilation)
     strides = (*grad_out.stride(), *x.stride())
     acc_dtype = partial_dtype(x.dtype)  # int64 for integers: exact
-    if uses_band(x.dtype, geometry):
+    if uses_band(geometry, x, grad_out):
         block_kh, block_kw = clamped_power_of_2(KH, 16, 32), clamped_power_of_2(KW, 16, 32)
         tap_tiles = cdiv(KH, block_kh) * cdiv(KW, block_kw)
         if INTERPRETER:  # two splits, so the split reduction is tested on CPU too
