@@ -1,12 +1,14 @@
-"""Compile every kernel configuration a CPU workload launches for a Hopper GPU, without a GPU.
+"""Compile every kernel configuration a GPU would launch for a workload, for Hopper, without a GPU.
 
 Device time is scarce; a kernel that fails to *compile* for sm_90 (a construct the interpreter
 accepts and the compiler does not, a dtype mismatch the interpreter's NumPy casts hide) should
-not cost a GPU call to find. This runs the random-geometry fuzz and a few calls per op through
-Triton's interpreter, records each launch's kernel, argument types (pointer dtypes, integers
-equal to 1 specialised as Triton's JIT does) and constexprs, then compiles each distinct
-configuration with ``triton.compile`` for ``GPUTarget("cuda", 90, 128)`` down to a cubin in a
-process with the interpreter off. It does not prove a kernel right on the GPU (only the GPU
+not cost a GPU call to find. This runs the random-geometry fuzz (GPU-sized draws) and a few
+calls per op on CPU tensors with the launchers making their GPU choices (tiles, warps, stages;
+an H100's 132 SMs) and no kernel executed, records each launch's kernel, argument types
+(pointer dtypes, integers equal to 1 specialised as Triton's JIT does) and constexprs, adds the
+implicit GEMM's benchmark-mode tile configurations, then compiles each distinct configuration
+with ``triton.compile`` for ``GPUTarget("cuda", 90, 128)`` down to a cubin in a process with the
+interpreter off. It does not prove a kernel right on the GPU (only the GPU
 script's tests and fuzz do); it proves it compiles, with this machine's Triton.
 
     .venv/bin/python scripts/compile_check.py [--draws 120] [--workers 2]
@@ -16,6 +18,8 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import contextlib
+import io
 import json
 import os
 import subprocess
@@ -72,15 +76,66 @@ def _meta_value(v):
     return v
 
 
+# The launchers' GPU choices depend on the SM count: an H100's.
+SMS = 132
+
+
+def _gpu_launchers() -> list:
+    """Make the launchers choose what they choose on a GPU (tiles, warps, stages, splits)
+    while the kernels stay behind the interpreter's launch hook; returns the undo list."""
+    from tritonconv.ops import (
+        causal,
+        common,
+        conv_gemm,
+        crop,
+        depthwise,
+        direct,
+        im2col,
+        implicit_gemm,
+    )
+
+    changes = [
+        (m, "INTERPRETER", False) for m in (causal, depthwise, direct, im2col, implicit_gemm)
+    ]
+    changes += [(crop, "TILE", 4096)]
+    changes += [(m, "multiprocessor_count", lambda device: SMS) for m in
+                (common, causal, conv_gemm, depthwise, direct, implicit_gemm, im2col)
+                if hasattr(m, "multiprocessor_count")]  # fmt: skip
+    undo = [(m, name, getattr(m, name)) for m, name, _ in changes]
+    for m, name, value in changes:
+        setattr(m, name, value)
+    return undo
+
+
+def _with_tuning_tiles(entries: list[dict]) -> list[dict]:
+    """Each tensor-core implicit-GEMM forward entry again with every tile configuration benchmark
+    mode may time for its dtype (``implicit_gemm.TUNING_CONFIGS``)."""
+    from tritonconv.ops import implicit_gemm
+
+    more = []
+    for e in entries:
+        if e["name"] != "conv_igemm_kernel" or not e["meta"].get("USE_DOT"):
+            continue
+        family = "fp32" if e["args"][0] == "*fp32" else "16-bit"
+        for c in implicit_gemm.TUNING_CONFIGS[family]:
+            tiles = dict(BLOCK_M=c.block_m, BLOCK_N=c.block_n, BLOCK_K=c.block_k)
+            more.append(dict(e, meta=dict(e["meta"], **tiles, num_warps=c.num_warps,
+                                          num_stages=c.num_stages)))  # fmt: skip
+    unique = {json.dumps(e, sort_keys=True): e for e in entries + more}
+    return list(unique.values())
+
+
 def record(draws: int, seed: int) -> list[dict]:
-    """Run the workload through the interpreter; the distinct launch configurations."""
+    """Run the workload with the launchers making their GPU choices and no kernel executed
+    (the recording hook stands in for the interpreter: results are garbage, the launches are
+    what a GPU would get); the distinct launch configurations."""
     os.environ.setdefault("TRITONCONV_CPU_KERNELS", "1")
     import torch
 
     import tritonconv as tc
     from tritonconv import fuzz, launch
 
-    assert tc.INTERPRETER, "record runs on CPU tensors through Triton's interpreter"
+    assert tc.INTERPRETER, "record runs on CPU tensors, with the interpreter's launch hook"
     seen: dict[str, dict] = {}
     real = launch._interpret
 
@@ -93,11 +148,12 @@ def record(draws: int, seed: int) -> list[dict]:
             "meta": {k: _meta_value(v) for k, v in meta.items()},
         }
         seen.setdefault(json.dumps(entry, sort_keys=True), entry)
-        real(kernel, grid, args, meta)
 
     launch._interpret = recording
+    undo = _gpu_launchers()
     try:
-        fuzz.run(draws=draws, seed=seed, max_elements=3000, max_macs=150_000)
+        with contextlib.redirect_stdout(io.StringIO()):  # the fuzz's mismatches: garbage in
+            fuzz.run(draws=draws, seed=seed, max_elements=60_000, max_macs=3_000_000)
         x = torch.randn(2, 3, 5, 6, 7)
         for dtype in (torch.float32, torch.int32, torch.bfloat16):
             v = x.to(dtype)
@@ -115,7 +171,10 @@ def record(draws: int, seed: int) -> list[dict]:
             tc.conv2d(xb, wb, padding=3, groups=8).sum().backward()
     finally:
         launch._interpret = real
-    return list(seen.values())
+        for m, name, value in undo:
+            setattr(m, name, value)
+        tc.clear_caches()
+    return _with_tuning_tiles(list(seen.values()))
 
 
 def _compile_one(entry: dict, arch: int) -> str | None:

@@ -305,3 +305,33 @@ def test_causal_compiles_to_one_graph_with_gradients(device):
     assert_close(out, ref, reduction=4)
     for g, e in zip(got, torch.autograd.grad(ref.sum(), leaves), strict=True):
         assert_close(g, e, reduction=26)
+
+
+def test_int64_indexing_path(monkeypatch, device):
+    """Force the 64-bit index arithmetic (used from 2**31 elements on) on small tensors."""
+    from tritonconv.ops import common
+
+    monkeypatch.setattr(common, "INDEX32_LIMIT", 16)
+    x = _channel_last(random_tensor((3, 7, 29), torch.float64, device))
+    w, b = random_tensor((7, 3), torch.float64, device), random_tensor((7,), torch.float64, device)
+    dy = random_tensor((3, 7, 29), torch.float64, device)
+    leaves = [t.cpu().requires_grad_() for t in (x, w, b)]
+    ref, _ = reference(*leaves, activation="silu")
+    want = torch.autograd.grad(ref, leaves, dy.cpu())
+    assert_close(library.causal_conv1d(x, w, b, 2, True), ref, reduction=3)
+    got = library.causal_conv1d_backward(dy, x, w, b, 2, True, [True] * 3)
+    for g, e in zip(got, want, strict=True):
+        assert_close(g, e, reduction=90)
+
+
+def test_zero_width_and_bad_op_arguments_are_refused(device):
+    x = torch.randn(1, 2, 5, device=device)
+    with pytest.raises(tc.TritonConvError, match="width >= 1"):
+        tc.causal_conv1d(x, torch.randn(2, 0, device=device))
+    w = torch.randn(2, 3, device=device)
+    with pytest.raises(tc.TritonConvError, match=r"pad must be in \[0, 2\]"):
+        library.causal_conv1d(x, w, None, 3, False)
+    with pytest.raises(tc.TritonConvError, match=r"x is torch\.float64 but weight"):
+        library.causal_conv1d(x.double(), w, None, 2, False)
+    with pytest.raises(tc.TritonConvError, match="grad_output must be"):
+        library.causal_conv1d_backward(x[..., :4], x, w, None, 2, False, [True] * 3)

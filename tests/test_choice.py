@@ -102,6 +102,31 @@ def test_benchmark_mode_tunes_the_implicit_gemm_tiles(cache_dir, device, monkeyp
     assert torch.allclose(y.double().cpu(), expected, atol=1e-4)
 
 
+def test_benchmark_mode_tunes_a_3d_call_too(cache_dir, device, monkeypatch):
+    """A 3-D call has one algorithm but still the implicit GEMM's tiles to choose."""
+    from tritonconv.ops import implicit_gemm
+
+    alternative = (32, 16, 16, 4, 1)
+    monkeypatch.setattr(implicit_gemm, "tuning_configs", lambda *a: [(), alternative])
+    seen = []
+    real_forward = implicit_gemm.conv_forward
+
+    def forward(x, w, b, geometry, groups, config=None):
+        seen.append(tuple(config) if config else ())
+        return real_forward(x, w, b, geometry, groups, config)
+
+    monkeypatch.setattr(implicit_gemm, "conv_forward", forward)
+    monkeypatch.setattr(
+        choice, "median_ms", lambda fn, reps, **_: (fn(0), 1.0 if seen[-1] else 5.0)[1]
+    )
+    x = torch.randn(1, 16, 3, 4, 4, device=device)
+    w = torch.randn(16, 16, 3, 3, 3, device=device)
+    tc.set_benchmark(True)
+    found = tc.explain(x, w, padding=1)
+    assert found.algo == "implicit_gemm" and found.config == alternative
+    assert "(measured)" in found.reason
+
+
 def test_processes_share_the_cache_file(cache_dir):
     """Two processes adding choices at once: the file keeps both (lock + atomic replace)."""
     code = (

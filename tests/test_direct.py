@@ -183,6 +183,10 @@ def test_band_kernels_take_channels_last_only_from_15_wide(device):
         assert depthwise.uses_band(geometry, x) is nchw
         assert depthwise.uses_band(geometry, cl) is nhwc
         assert depthwise.uses_band(geometry, x, cl) is nhwc
+    # an NCHW output of one pixel has stride(1) == 1 too; it is still not channels-last
+    one_pixel = random_tensor((1, 2, 1, 1), torch.bfloat16, device)
+    geometry = make_geometry((7, 7), (7, 7), (1, 1), (0, 0), (0, 0), (1, 1))
+    assert depthwise.uses_band(geometry, x[..., :7, :7].contiguous(), one_pixel)
     w = random_tensor((2, 1, 15, 15), torch.bfloat16, device)
     _check(cl, w, algo="depthwise", padding=7, groups=2)
 

@@ -99,9 +99,9 @@ def _keep_replay(op: ops.Op, plan, args) -> None:
 
 
 def _backward_call(ctx, backward_op: ops.Op, *args):
-    """``backward_op(*args)`` (grad_output first, the mask of wanted gradients last), replayed from the
-    launch plan the forward's plan keeps per output-gradient layout and mask: a repeated
-    eager backward runs none of the op's Python. ``ctx.plan`` is None under torch.compile's
+    """``backward_op(*args)`` (grad_output first, the mask of wanted gradients last),
+    replayed from the launch plan the forward's plan keeps per output-gradient layout and
+    mask: a repeated eager backward runs none of the op's Python. ``ctx.plan`` is None under torch.compile's
     registered autograd and for direct op calls: then the op itself."""
     plan = getattr(ctx, "plan", None)
     if plan is None:
@@ -224,6 +224,8 @@ def _conv_transpose_backward(forward_op: ops.Op, backward_op: ops.Op):
     def backward(ctx, grad_output):
         input, weight = ctx.saved_tensors
         stride, pad_before, pad_after, dilation, groups, _, option = ctx.params
+        if isinstance(option, list):  # the implicit GEMM's tiles, measured for this op's own
+            option = []  # launch: the convolution below has its channel sides swapped
         geometry = (stride, pad_before, pad_after, dilation, groups, option)
         grad_input = grad_weight = grad_bias = None
         if ctx.needs_input_grad[0]:

@@ -429,8 +429,12 @@ def _auto(input, weight, bias, args, params, name, ndim, transposed) -> choice.C
     for (never while torch.compile traces); else the heuristic."""
     candidates = _candidates(input, args)
     rule = choice.heuristic(input.dtype, args, candidates)
-    if len(candidates) == 1:
-        return rule
+    configs = {}
+    if "implicit_gemm" in candidates:
+        launch_args = _launch_args(args, transposed, input)
+        configs["implicit_gemm"] = implicit_gemm.tuning_configs(input.dtype, *launch_args)
+    if len(candidates) == 1 and len(configs.get(candidates[0], ())) < 2:
+        return rule  # nothing to choose (a 3-D call still has the implicit GEMM's tiles)
     x = input if args.batched else input.unsqueeze(0)
     w = weight
     if ndim == 1:
@@ -445,11 +449,6 @@ def _auto(input, weight, bias, args, params, name, ndim, transposed) -> choice.C
         return choice.recorded(key, candidates) or rule
     ops = TRANSPOSED_OPS if transposed else CONV_OPS
     xs, ws, bs = choice.measure_inputs(x, w, bias)
-    configs = {
-        "implicit_gemm": implicit_gemm.tuning_configs(
-            input.dtype, *_launch_args(args, transposed, input)
-        )
-    }
     return choice.measured(
         key, candidates, lambda a, c: _body(ops[a])(xs, ws, bs, *params(a, c)), configs
     )
@@ -577,9 +576,10 @@ def _check_causal(x, weight, bias, activation, op: str):
     for name, t in (("x", x), ("weight", weight)):
         if not isinstance(t, torch.Tensor):
             raise TritonConvError(f"{op}: {name} must be a Tensor, got {type(t).__name__}")
-    if weight.dim() != 2:
+    if weight.dim() != 2 or weight.shape[1] < 1:
         raise TritonConvError(
-            f"{op}: weight must be (dim, width), got weight of size {shape_str(weight.shape)}"
+            f"{op}: weight must be (dim, width) with width >= 1, got weight of size "
+            f"{shape_str(weight.shape)}"
         )
     if x.dim() not in (2, 3):
         raise TritonConvError(

@@ -560,6 +560,10 @@ def check_case(
     """Run ``case`` through ``algos`` (default: all that accept it); yield a Failure per
     algorithm that mismatches or raises, ``(algo, None)`` per algorithm that passes."""
     if isinstance(case, CausalCase):
+        wrong = [a for a in algos or () if a != "causal"]
+        if wrong:
+            yield Failure(case, wrong[0], [f"ERROR a causal case runs algo 'causal', not {wrong}"])
+            return
         try:
             with exact_fp32():
                 problems = check_causal_case(case, device)

@@ -386,4 +386,5 @@ def causal_conv1d_backward(
     output_mask: list[bool],
 ) -> tuple[Tensor, Tensor, Tensor]:
     """(grad_x, grad_weight, grad_bias); one left out by ``output_mask`` is an empty tensor."""
+    _dense_bias(bias)
     return causal_ops.causal_conv1d_backward(grad_output, x, weight, bias, pad, silu, output_mask)

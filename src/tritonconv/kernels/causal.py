@@ -157,6 +157,7 @@ def causal_conv1d_backward_kernel(
     D,
     L_in,
     L_out,
+    chunk_blocks,
     x_sb,
     x_sd,
     x_sl,
@@ -170,6 +171,7 @@ def causal_conv1d_backward_kernel(
     dx_sl,
     PAD: tl.constexpr,
     WIDTH: tl.constexpr,
+    WIDTH_P2: tl.constexpr,
     HAS_BIAS: tl.constexpr,
     SILU: tl.constexpr,
     GRAD_INPUT: tl.constexpr,
@@ -179,49 +181,72 @@ def causal_conv1d_backward_kernel(
     BLOCK_L: tl.constexpr,
     INDEX_64: tl.constexpr,
 ):
-    """The backward in one pass over a ``[BLOCK_D, BLOCK_L]`` tile of input positions ``pos``.
+    """The backward in one pass. A program owns ``BLOCK_D`` channels of one sequence and a
+    chunk of ``chunk_blocks`` consecutive ``BLOCK_L``-position blocks (axis 0: sequences x
+    chunks, chunks fastest; axis 1: channel blocks), walked one block at a time.
 
-    g = dy * act'(z) (:func:`_output_grad`). Input position ``i`` is read by
-    output position ``i + PAD - k`` through tap ``k``, so with ``j = WIDTH - 1 - k``:
+    g = dy * act'(z) (:func:`_output_grad`). Input position ``i`` is read by output position
+    ``i + PAD - k`` through tap ``k``, so with ``j = WIDTH - 1 - k``:
     ``dx[i] = sum_j w[WIDTH-1-j] * g[i + PAD - (WIDTH-1) + j]``: g at WIDTH shifted position sets.
-    The set with ``j = WIDTH - 1 - PAD`` is g at the tile's own positions (as output
-    positions): from it the tile's partial sums ``dw[d, k] = sum_l g[l] * x[l - PAD + k]`` and
-    ``db[d] = sum_l g[l]`` are stored at index ``pid`` (``GRAD_PARAMS``), for a fixed-order sum
-    afterwards (bitwise reproducible; no atomics)."""
+    The set with ``j = WIDTH - 1 - PAD`` is g at the block's own positions (as output
+    positions): from it the chunk's sums ``dw[d, k] = sum_l g[l] * x[l - PAD + k]`` and
+    ``db[d] = sum_l g[l]`` accumulate in registers, stored once at partial index ``pid`` for a
+    fixed-order sum afterwards (bitwise reproducible; no atomics)."""
     pid = tl.program_id(0)
-    b, d, pos = _tile(pid, L_in, D, BLOCK_D, BLOCK_L, INDEX_64)
+    if INDEX_64:
+        pid = pid.to(tl.int64)
+    l_blocks = tl.cdiv(L_in, BLOCK_L)
+    chunks = tl.cdiv(l_blocks, chunk_blocks)
+    b = pid // chunks
+    first_block = (pid % chunks) * chunk_blocks
+    d = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
+    if INDEX_64:
+        d = d.to(tl.int64)
     d_ok = d < D
     x_base = x_ptr + b * x_sb + d[:, None] * x_sd
     dy_base = dy_ptr + b * dy_sb + d[:, None] * dy_sd
     bias = tl.zeros([BLOCK_D], dtype=ACC_DTYPE)
     if HAS_BIAS:
         bias = tl.load(b_ptr + d, mask=d_ok, other=0).to(ACC_DTYPE)
-    dx = tl.zeros([BLOCK_D, BLOCK_L], dtype=ACC_DTYPE)
-    for j in tl.static_range(WIDTH):
-        at = pos + (PAD - (WIDTH - 1) + j)
-        if j == WIDTH - 1 - PAD:  # g at the tile's own positions (``at == pos``)
-            g = _output_grad(
-                dy_base, dy_sl, x_base, x_sl, w_ptr, w_sd, w_sk, bias, d, d_ok, at, L_in, L_out,
-                PAD, WIDTH, SILU, ACC_DTYPE, BLOCK_D, BLOCK_L,
-            )  # fmt: skip
-            if GRAD_INPUT:
+    taps = tl.arange(0, WIDTH_P2)
+    dw_acc = tl.zeros([BLOCK_D, WIDTH_P2], dtype=ACC_DTYPE)
+    db_acc = tl.zeros([BLOCK_D], dtype=ACC_DTYPE)
+    for block in range(first_block, tl.minimum(first_block + chunk_blocks, l_blocks)):
+        pos = block * BLOCK_L + tl.arange(0, BLOCK_L)
+        if INDEX_64:
+            pos = pos.to(tl.int64)
+        dx = tl.zeros([BLOCK_D, BLOCK_L], dtype=ACC_DTYPE)
+        for j in tl.static_range(WIDTH):
+            at = pos + (PAD - (WIDTH - 1) + j)
+            if j == WIDTH - 1 - PAD:  # g at the block's own positions (``at == pos``)
+                g = _output_grad(
+                    dy_base, dy_sl, x_base, x_sl, w_ptr, w_sd, w_sk, bias, d, d_ok, at, L_in,
+                    L_out, PAD, WIDTH, SILU, ACC_DTYPE, BLOCK_D, BLOCK_L,
+                )  # fmt: skip
+                if GRAD_INPUT:
+                    wk = tl.load(w_ptr + d * w_sd + (WIDTH - 1 - j) * w_sk, mask=d_ok, other=0)
+                    dx += g * wk.to(ACC_DTYPE)[:, None]
+                if GRAD_PARAMS:
+                    for k in tl.static_range(WIDTH):
+                        src = pos - PAD + k
+                        ok = d_ok[:, None] & ((src >= 0) & (src < L_in))[None, :]
+                        xs = tl.load(x_base + src[None, :] * x_sl, mask=ok, other=0)
+                        term = tl.sum(g * xs.to(ACC_DTYPE), 1)
+                        dw_acc += tl.where(taps[None, :] == k, term[:, None], 0)
+                    db_acc += tl.sum(g, 1)
+            elif GRAD_INPUT:
+                g = _output_grad(
+                    dy_base, dy_sl, x_base, x_sl, w_ptr, w_sd, w_sk, bias, d, d_ok, at, L_in,
+                    L_out, PAD, WIDTH, SILU, ACC_DTYPE, BLOCK_D, BLOCK_L,
+                )  # fmt: skip
                 wk = tl.load(w_ptr + d * w_sd + (WIDTH - 1 - j) * w_sk, mask=d_ok, other=0)
                 dx += g * wk.to(ACC_DTYPE)[:, None]
-            if GRAD_PARAMS:
-                part = pid * D + d
-                for k in tl.static_range(WIDTH):
-                    src = pos - PAD + k
-                    ok = d_ok[:, None] & ((src >= 0) & (src < L_in))[None, :]
-                    xs = tl.load(x_base + src[None, :] * x_sl, mask=ok, other=0).to(ACC_DTYPE)
-                    tl.store(dw_part_ptr + part * WIDTH + k, tl.sum(g * xs, 1), mask=d_ok)
-                tl.store(db_part_ptr + part, tl.sum(g, 1), mask=d_ok)
-        elif GRAD_INPUT:
-            g = _output_grad(
-                dy_base, dy_sl, x_base, x_sl, w_ptr, w_sd, w_sk, bias, d, d_ok, at, L_in, L_out,
-                PAD, WIDTH, SILU, ACC_DTYPE, BLOCK_D, BLOCK_L,
-            )  # fmt: skip
-            wk = tl.load(w_ptr + d * w_sd + (WIDTH - 1 - j) * w_sk, mask=d_ok, other=0)
-            dx += g * wk.to(ACC_DTYPE)[:, None]
-    if GRAD_INPUT:
-        out = dx_ptr + b * dx_sb + d[:, None] * dx_sd + pos[None, :] * dx_sl
-        tl.store(out, dx.to(dx_ptr.dtype.element_ty), mask=d_ok[:, None] & (pos < L_in)[None, :])
+        if GRAD_INPUT:
+            out = dx_ptr + b * dx_sb + d[:, None] * dx_sd + pos[None, :] * dx_sl
+            ok = d_ok[:, None] & (pos < L_in)[None, :]
+            tl.store(out, dx.to(dx_ptr.dtype.element_ty), mask=ok)
+    if GRAD_PARAMS:
+        part = pid * D + d
+        dw_ok = d_ok[:, None] & (taps < WIDTH)[None, :]
+        tl.store(dw_part_ptr + part[:, None] * WIDTH + taps[None, :], dw_acc, mask=dw_ok)
+        tl.store(db_part_ptr + part, db_acc, mask=d_ok)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import torch
 
 from .._runtime import INTERPRETER, check_kernel_device
+from ..geometry import TritonConvError
 from ..kernels.causal import causal_conv1d_backward_kernel, causal_conv1d_kernel
 from ..launch import allocate, launch, launch_plan
 from .common import (
@@ -26,12 +27,16 @@ from .common import (
     cdiv,
     clamped_power_of_2,
     dense_strides,
+    multiprocessor_count,
     needs_int64,
+    next_power_of_2,
     partial_dtype,
     sum_partials,
 )
 from .crop import dim_order
 
+# Backward programs per SM the position chunks aim for (see ``_chunk_blocks``).
+PROGRAMS_PER_SM = 4
 # (BLOCK_D, BLOCK_L) caps per layout: the long axis is the contiguous one.
 _TILES = {"channel_first": (16, 256), "channel_last": (128, 16)}
 _INTERPRETER_TILE = (64, 256)
@@ -50,9 +55,36 @@ def _tiles(x: torch.Tensor, dim: int, length: int) -> tuple[int, int]:
     return clamped_power_of_2(dim, 16, cap_d), clamped_power_of_2(length, 16, cap_l)
 
 
+def _check(x, weight, pad: int) -> None:
+    """What the kernels assume (the public functions guarantee it; the ops are reachable
+    directly through ``torch.ops.tritonconv``): a window shift inside the window, matching
+    channels and dtypes."""
+    width = weight.shape[1] if weight.dim() == 2 else 0
+    if x.dim() != 3 or weight.dim() != 2 or width < 1 or x.shape[1] != weight.shape[0]:
+        raise TritonConvError(
+            f"causal_conv1d op: x must be (batch, dim, L) and weight (dim, width >= 1), got "
+            f"{tuple(x.shape)} and {tuple(weight.shape)}"
+        )
+    if not 0 <= pad <= width - 1:
+        raise TritonConvError(f"causal_conv1d op: pad must be in [0, {width - 1}], got {pad}")
+    if x.dtype != weight.dtype:
+        raise TritonConvError(f"causal_conv1d op: x is {x.dtype} but weight is {weight.dtype}")
+
+
 def _like(x: torch.Tensor, shape, *, zero: bool = False) -> torch.Tensor:
     """A dense tensor of ``shape`` in ``x``'s dtype, device and dimension order."""
     return allocate(shape, x.dtype, x.device, dense_strides(shape, dim_order(x)), zero=zero)
+
+
+def _chunk_blocks(batch: int, l_blocks: int, d_blocks: int, device) -> int:
+    """Position blocks per backward program: as many as keep about ``PROGRAMS_PER_SM`` programs
+    per SM busy, so the weight and bias partials (one per program and channel) stay few and
+    their fixed-order sum short. Under the interpreter every sequence's blocks in two chunks
+    (fewer Python-level programs; two partials, so the sum is exercised)."""
+    if INTERPRETER:
+        return max(1, cdiv(l_blocks, 2))
+    wanted = cdiv(PROGRAMS_PER_SM * multiprocessor_count(device), batch * d_blocks)
+    return cdiv(l_blocks, max(1, min(l_blocks, wanted)))
 
 
 @launch_plan
@@ -61,6 +93,7 @@ def causal_conv1d(x, weight, bias, pad: int, silu: bool) -> torch.Tensor:
     for name, t in (("x", x), ("weight", weight), ("bias", bias)):
         if t is not None:
             check_kernel_device(t, name)
+    _check(x, weight, pad)
     batch, dim, length = x.shape
     width = weight.shape[1]
     y = _like(x, (batch, dim, output_length(length, width, pad)))
@@ -101,7 +134,13 @@ def causal_conv1d_backward(grad_output, x, weight, bias, pad: int, silu: bool, o
     fixed order (bitwise reproducible)."""
     for name, t in (("grad_output", grad_output), ("x", x), ("weight", weight)):
         check_kernel_device(t, name)
+    _check(x, weight, pad)
     batch, dim, length = x.shape
+    expected = (batch, dim, output_length(length, weight.shape[1], pad))
+    if tuple(grad_output.shape) != expected:
+        raise TritonConvError(
+            f"causal_conv1d op: grad_output must be {expected}, got {tuple(grad_output.shape)}"
+        )
     width = weight.shape[1]
     want_x, want_w, want_b = output_mask
     want_b = want_b and bias is not None
@@ -113,13 +152,15 @@ def causal_conv1d_backward(grad_output, x, weight, bias, pad: int, silu: bool, o
     if nothing or not (want_x or params):
         return grad_x, grad_w, grad_b
     block_d, block_l = _tiles(x, dim, length)
-    tiles = batch * cdiv(length, block_l)
+    l_blocks = cdiv(length, block_l)
+    chunk_blocks = _chunk_blocks(batch, l_blocks, cdiv(dim, block_d), x.device)
+    programs = batch * cdiv(l_blocks, chunk_blocks)
     part = partial_dtype(weight.dtype)
-    dw_part = allocate((tiles, dim, width) if params else (0,), part, x.device)
-    db_part = allocate((tiles, dim) if params else (0,), part, x.device)
+    dw_part = allocate((programs, dim, width) if params else (0,), part, x.device)
+    db_part = allocate((programs, dim) if params else (0,), part, x.device)
     launch(
         causal_conv1d_backward_kernel,
-        (tiles, cdiv(dim, block_d)),
+        (programs, cdiv(dim, block_d)),
         x,
         weight,
         bias if bias is not None else weight,
@@ -130,12 +171,14 @@ def causal_conv1d_backward(grad_output, x, weight, bias, pad: int, silu: bool, o
         dim,
         length,
         grad_output.shape[2],
+        chunk_blocks,
         *x.stride(),
         *weight.stride(),
         *grad_output.stride(),
         *(grad_x if want_x else x).stride(),
         PAD=pad,
         WIDTH=width,
+        WIDTH_P2=next_power_of_2(width),
         HAS_BIAS=bias is not None,
         SILU=silu,
         GRAD_INPUT=want_x,

@@ -39,6 +39,7 @@ from .common import (
     cdiv,
     clamped_power_of_2,
     empty_like_format,
+    is_channels_last,
     multiprocessor_count,
     needs_int64,
     partial_dtype,
@@ -84,7 +85,7 @@ def uses_band(geometry: Geometry, *tensors: torch.Tensor) -> bool:
     """Whether the banded tensor-core kernels run a depthwise call over ``tensors`` (the
     ones the kernel reads and writes): floating point, and a kernel at least ``BAND_MIN_KW``
     wide, or ``BAND_MIN_KW_CHANNELS_LAST`` when one of them is channels-last."""
-    channels_last = any(_is_channels_last(t) for t in tensors)
+    channels_last = any(is_channels_last(t) for t in tensors)
     min_kw = BAND_MIN_KW_CHANNELS_LAST if channels_last else BAND_MIN_KW
     return direct.uses_dot(tensors[0].dtype, 16) and geometry.kernel[1] >= min_kw
 
