@@ -644,7 +644,9 @@ CAUSAL_DIMS = (1, 2, 3, 5, 15, 16, 17, 31, 64, 127, 128, 129, 200)
 
 @dataclass(frozen=True)
 class CausalCase:
-    """One ``causal_conv1d(x, weight, bias, activation, initial_states, True)`` call."""
+    """One ``causal_conv1d(x, weight, bias, activation, initial_states, True)`` call (with
+    ``state``, also ``causal_conv1d_update`` over the first steps from the same state);
+    ``w_transposed``: the weight stored width-major (a non-contiguous view)."""
 
     batch: int
     dim: int
@@ -657,6 +659,7 @@ class CausalCase:
     layout: str
     dy_layout: str
     seed: int
+    w_transposed: bool = False
     op: str = "causal"
 
     def spec(self) -> str:
@@ -695,6 +698,7 @@ def draw_causal_case(seed: int, *, max_elements: int = 60_000) -> CausalCase:
             layout=rng.choice(CAUSAL_LAYOUTS),
             dy_layout=rng.choice(CAUSAL_LAYOUTS),
             seed=seed,
+            w_transposed=rng.random() < 0.25,
         )
         if max(1, case.batch) * case.dim * (case.seqlen + case.width) <= max_elements:
             return case
@@ -762,6 +766,8 @@ def check_causal_case(case: CausalCase, device=DEVICE) -> list[str]:
 
     xd, dyd = on_device(x, case.layout), on_device(dy, case.dy_layout)
     wd, bd = w.to(device, dtype), (b.to(device, dtype) if b is not None else None)
+    if case.w_transposed:
+        wd = wd.t().contiguous().t()
     initd = on_device(init)
     _poison_allocator(8 * (xd.numel() + dyd.numel() + wd.numel()), device)
     activation = "silu" if case.silu else None
@@ -792,6 +798,16 @@ def check_causal_case(case: CausalCase, device=DEVICE) -> list[str]:
             results.update(dinit=dfull[..., : case.width - 1], dx=dfull[..., case.width - 1 :])
         else:
             results["dx"] = dfull
+    if initd is not None:  # decoding the first steps from the same state, one at a time
+        state = initd.clone()
+        steps = [
+            functional.causal_conv1d_update(xd[..., t], state, wd, bd, activation)
+            for t in range(min(3, case.seqlen))
+        ]
+        if steps:
+            results["update"] = torch.stack(steps, -1)
+            ref["update"], mag["update"] = (r["y"][..., : len(steps)] for r in (ref, mag))
+            lengths["update"] = lengths["y"]
     problems = []
     for name, actual in results.items():
         if name == "final":
