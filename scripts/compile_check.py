@@ -177,14 +177,12 @@ def record(draws: int, seed: int) -> list[dict]:
     return _with_tuning_tiles(list(seen.values()))
 
 
-def _compile_one(entry: dict, arch: int) -> str | None:
-    """None if ``entry`` compiles to a cubin for sm_``arch``, else the error."""
+def _source(entry: dict):
+    """(kernel, signature, constexprs, options) of a recorded launch, as Triton's JIT would
+    specialise it (integers equal to 1 become constexprs unless the kernel opts out)."""
     import importlib
 
-    import triton
     import triton.language as tl
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
 
     kernel = getattr(importlib.import_module(entry["module"]), entry["name"])
     names = kernel.arg_names
@@ -210,6 +208,16 @@ def _compile_one(entry: dict, arch: int) -> str | None:
         if name in constexpr_params:
             signature[name] = "constexpr"
             constexprs[name] = meta.get(name, kernel.params[names.index(name)].default)
+    return kernel, signature, constexprs, options
+
+
+def _compile_one(entry: dict, arch: int) -> str | None:
+    """None if ``entry`` compiles to a cubin for sm_``arch``, else the error."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    kernel, signature, constexprs, options = _source(entry)
     try:
         compiled = triton.compile(
             ASTSource(kernel, signature, constexprs),
@@ -223,9 +231,20 @@ def _compile_one(entry: dict, arch: int) -> str | None:
     return None
 
 
+def _distinct(entries: list[dict]) -> list[dict]:
+    """One entry per distinct compilation (recorded launches that specialise alike)."""
+    unique = {}
+    for e in entries:
+        _, signature, constexprs, options = _source(e)
+        key = repr((e["module"], e["name"], signature, sorted(constexprs.items(), key=str),
+                    sorted(options.items())))  # fmt: skip
+        unique.setdefault(key, e)
+    return list(unique.values())
+
+
 def _compile_worker(path: str, arch: int, index: int, workers: int) -> list[tuple[str, str | None]]:
     with open(path) as f:
-        entries = json.load(f)[index::workers]
+        entries = _distinct(json.load(f))[index::workers]
     return [(f"{e['name']} {e['meta']}", _compile_one(e, arch)) for e in entries]
 
 

@@ -429,11 +429,7 @@ def _auto(input, weight, bias, args, params, name, ndim, transposed) -> choice.C
     for (never while torch.compile traces); else the heuristic."""
     candidates = _candidates(input, args)
     rule = choice.heuristic(input.dtype, args, candidates)
-    configs = {}
-    if "implicit_gemm" in candidates:
-        launch_args = _launch_args(args, transposed, input)
-        configs["implicit_gemm"] = implicit_gemm.tuning_configs(input.dtype, *launch_args)
-    if len(candidates) == 1 and len(configs.get(candidates[0], ())) < 2:
+    if len(candidates) == 1 and candidates != ["implicit_gemm"]:
         return rule  # nothing to choose (a 3-D call still has the implicit GEMM's tiles)
     x = input if args.batched else input.unsqueeze(0)
     w = weight
@@ -447,6 +443,12 @@ def _auto(input, weight, bias, args, params, name, ndim, transposed) -> choice.C
         return choice.recorded(key, candidates, disk=False) or rule
     if not choice.benchmark_enabled() or tracing(input, weight, bias):
         return choice.recorded(key, candidates) or rule
+    configs = {}  # (computed here only: torch.compile would trace it above)
+    if "implicit_gemm" in candidates:
+        launch_args = _launch_args(args, transposed, input)
+        configs["implicit_gemm"] = implicit_gemm.tuning_configs(input.dtype, *launch_args)
+    if len(candidates) == 1 and len(configs["implicit_gemm"]) < 2:
+        return rule
     ops = TRANSPOSED_OPS if transposed else CONV_OPS
     xs, ws, bs = choice.measure_inputs(x, w, bias)
     return choice.measured(
