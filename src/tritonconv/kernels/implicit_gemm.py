@@ -111,6 +111,9 @@ def conv_igemm_kernel(
     w_skd,
     w_skh,
     w_skw,
+    # the real channels per group when PACK groups share a program (else unused)
+    src_g,
+    dst_g,
     # meta-parameters
     TRANSPOSED: tl.constexpr,
     HAS_BIAS: tl.constexpr,
@@ -123,10 +126,17 @@ def conv_igemm_kernel(
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
     GROUP_M: tl.constexpr,
+    PACK: tl.constexpr,
     INDEX_64: tl.constexpr,
 ):
     """dst[n, g*Dg + d, pos] = sum over taps, s of src[n, g*Sg + s, source(pos, tap)] * w(s, d, tap)
-    (+ bias); ``M = N*QD*QH*QW`` rows per phase (forward: ``Q = D``, the output size)."""
+    (+ bias); ``M = N*QD*QH*QW`` rows per phase (forward: ``Q = D``, the output size).
+
+    ``PACK > 1``: ``PACK`` consecutive groups of ``src_g -> dst_g`` channels run as one group of
+    ``Sg = PACK*src_g -> Dg = PACK*dst_g`` (their channels are consecutive in memory), the
+    weight tile block-diagonal (source channel ``c`` meets destination channel ``d`` only when
+    ``c // src_g == d // dst_g``): full-width loads and fewer idle tensor-core lanes for
+    groups narrower than the 16-wide MMA."""
     pid = tl.program_id(0)
     g = tl.program_id(1)
     phase = tl.program_id(2)
@@ -184,7 +194,11 @@ def conv_igemm_kernel(
     # Every address of a row is its base plus a per-tap scalar: computed once here.
     src_rows = src_ptr + n * src_sn + (g * src_per_group) * src_sc
     src_rows += base_d * src_sd + base_h * src_sh + base_w * src_sw
-    w_cols = w_ptr + g * w_sg + d * w_sd + k0_d * w_skd + k0_h * w_skh + k0_w * w_skw
+    if PACK > 1:  # the real group and channel of each packed destination channel
+        w_cols = w_ptr + (g * PACK + d // dst_g) * w_sg + (d % dst_g) * w_sd
+    else:
+        w_cols = w_ptr + g * w_sg + d * w_sd
+    w_cols += k0_d * w_skd + k0_h * w_skh + k0_w * w_skw
     k = tl.arange(0, BLOCK_K)
 
     c_blocks = tl.cdiv(src_per_group, BLOCK_K)
@@ -206,14 +220,21 @@ def conv_igemm_kernel(
         src_tap = (jd * step_d) * src_sd + (jh * step_h) * src_sh + (jw * step_w) * src_sw
         a_ptrs = src_rows[:, None] + (src_tap + c * src_sc)[None, :]
         w_tap = (jd * kstep_d) * w_skd + (jh * kstep_h) * w_skh + (jw * kstep_w) * w_skw
-        b_ptrs = w_cols[None, :] + (w_tap + c)[:, None]
+        if PACK > 1:
+            b_ptrs = w_cols[None, :] + (w_tap + c % src_g)[:, None]
+            diagonal = (c // src_g)[:, None] == (d // dst_g)[None, :]
+        else:
+            b_ptrs = w_cols[None, :] + (w_tap + c)[:, None]
         if EVEN_K:
             a = tl.load(a_ptrs, mask=ok[:, None], other=0)
-            b = tl.load(b_ptrs, mask=d_ok[None, :], other=0)
+            b_mask = d_ok[None, :]
         else:
             c_ok = c < src_per_group
             a = tl.load(a_ptrs, mask=ok[:, None] & c_ok[None, :], other=0)
-            b = tl.load(b_ptrs, mask=c_ok[:, None] & d_ok[None, :], other=0)
+            b_mask = c_ok[:, None] & d_ok[None, :]
+        if PACK > 1:
+            b_mask = b_mask & diagonal
+        b = tl.load(b_ptrs, mask=b_mask, other=0)
         if USE_DOT:
             acc = tl.dot(a.to(DOT_DTYPE), b.to(DOT_DTYPE), acc, input_precision=DOT_PRECISION)
         else:  # BLOCK_K == 1: an outer product, exact in ACC_DTYPE (no cross-lane reduction)

@@ -162,13 +162,30 @@ def _row_grid(dst_spatial, stride, transposed: bool) -> tuple:
     return tuple(cdiv(size, s) for size, s in zip(dst_spatial, stride, strict=True))
 
 
+def group_pack(dtype, src_per_group: int, dst_per_group: int, groups: int) -> int:
+    """How many consecutive groups one program of the forward/input-gradient kernel runs as one
+    (block-diagonal weight tile): enough that both sides reach the 16-wide tensor-core step
+    (groups of 8 -> 8 channels: 2; of 4 -> 4: 4), a power of two dividing ``groups``; 1 for
+    groups of 16 channels or more on both sides and off tensor cores."""
+    if dtype not in DOT_DTYPES or groups == 1:
+        return 1
+    pack = 1
+    while pack * min(src_per_group, dst_per_group) < 16 and groups % (2 * pack) == 0:
+        pack *= 2
+    return pack
+
+
 def launch_config(dtype, batch, src_per_group, dst_per_group, dst_spatial, stride, groups,
                   transposed, device) -> Config:  # fmt: skip
     """The tile configuration the forward/input-gradient launcher picks for these shapes (what
-    ``tritonconv.explain`` reports): ``dst_spatial`` and ``stride`` per spatial axis."""
+    ``tritonconv.explain`` reports): ``dst_spatial`` and ``stride`` per spatial axis; small
+    groups as the launcher packs them (:func:`group_pack`)."""
     grid_q = _row_grid(_spatial3(dst_spatial, 1), _spatial3(stride, 1), transposed)
     rows = batch * math.prod(grid_q)
-    return forward_config(dtype, rows, src_per_group, dst_per_group, groups, device)
+    pack = group_pack(dtype, src_per_group, dst_per_group, groups)
+    return forward_config(
+        dtype, rows, pack * src_per_group, pack * dst_per_group, groups // pack, device
+    )
 
 
 # Forward tiles benchmark mode tries besides the heuristic's (``tuning_configs``): each the
@@ -237,6 +254,10 @@ def _launch_conv(src, weight, bias, dst, geometry: Geometry, groups: int, transp
     w_so, w_si, *w_taps = w.stride()
     out_per_group = weight.shape[0] // groups
     w_sd = w_si if transposed else w_so
+    # Small groups run ``pack`` at a time as one wider group (block-diagonal weight tile).
+    pack = group_pack(src.dtype, src_per_group, dst_per_group, groups)
+    src_g, dst_g = src_per_group, dst_per_group
+    src_per_group, dst_per_group, groups = pack * src_g, pack * dst_g, groups // pack
     grid = (cdiv(rows, block_m) * cdiv(dst_per_group, block_n), groups, phases)
     launch(
         conv_igemm_kernel,
@@ -261,6 +282,8 @@ def _launch_conv(src, weight, bias, dst, geometry: Geometry, groups: int, transp
         out_per_group * w_so,
         w_sd,
         *_spatial3(w_taps, 0),
+        src_g,
+        dst_g,
         TRANSPOSED=transposed,
         HAS_BIAS=bias is not None,
         EVEN_K=src_per_group % block_k == 0,
@@ -272,6 +295,7 @@ def _launch_conv(src, weight, bias, dst, geometry: Geometry, groups: int, transp
         BLOCK_N=block_n,
         BLOCK_K=block_k,
         GROUP_M=8,
+        PACK=pack,
         INDEX_64=needs_int64(src, dst, w),
         num_warps=num_warps,
         num_stages=num_stages,
