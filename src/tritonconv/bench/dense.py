@@ -11,9 +11,9 @@ NCHW (PyTorch's default; rows ``<case>_nchw``), forward and backward (dX + dW),
   convolutions) and ``fp32`` (TF32 off in both), the latter with each side's relative error
   against a float64 convolution of the same data in ``extra``.
 
-Each case also has a forward row for ``algo="auto"`` in benchmark mode (cuDNN has
-``cudnn.benchmark`` on too): the algorithm, and for the implicit GEMM the tiles, measured
-fastest for that shape, named in the note.
+Each 16-bit channels-last case also has a forward row for ``algo="auto"`` in benchmark mode
+(cuDNN has ``cudnn.benchmark`` on too): the algorithm, and for the implicit GEMM the tiles,
+measured fastest for that shape, named in the note.
 
 ``Options.quick`` shrinks every case to a toy size (the CPU path).
 """
@@ -83,12 +83,16 @@ def _auto(x, w, **kwargs):
     return functional.conv2d(x, w, **kwargs)
 
 
-def _times(case: ConvCase, dtype, opts: Options, layout=CHANNELS_LAST):
+def _times(case: ConvCase, dtype, opts: Options, layout=CHANNELS_LAST, tuned=False):
     """{side: (fwd ms, bwd ms, fwd kernel ms, bwd kernel ms)} for ours and cuDNN on the same
-    inputs: per call, and on the GPU alone (``kernel_ms``)."""
+    inputs: per call, and on the GPU alone (``kernel_ms``); ``tuned``: also side ``auto``
+    (benchmark mode's pick, forward only, with the :class:`Choice` fifth)."""
     sets = _inputs(case, dtype, layout)
     times = {}
-    for side, fn in (("ours", _ours), ("ref", F.conv2d), ("auto", _auto)):
+    sides = [("ours", _ours), ("ref", F.conv2d)]
+    if tuned:
+        sides.append(("auto", _auto))
+    for side, fn in sides:
 
         def forward(i, fn=fn):
             with torch.no_grad():
@@ -147,7 +151,10 @@ def dense_suite(opts: Options) -> Iterator[Row]:
                     continue
                 case = case.quick() if opts.quick else case
                 with precision(tf32):
-                    times = _times(case, dtype, opts, layout)
+                    # benchmark mode's pick: 16-bit channels-last only (each layer's first
+                    # measurement compiles ~9 tile configurations: minutes over the suite)
+                    tuned = label in ("bfloat16", "float16") and not nchw
+                    times = _times(case, dtype, opts, layout, tuned)
                     extra = _errors(case) if label == "fp32" and not nchw else {}
                 flops = case.flops()
                 common = dict(
@@ -165,6 +172,8 @@ def dense_suite(opts: Options) -> Iterator[Row]:
                     ours_kernel_ms=times["ours"][3], ref_kernel_ms=times["ref"][3],
                     work=2 * flops,
                 )  # fmt: skip
+                if "auto" not in times:
+                    continue
                 auto = times["auto"]
                 picked = auto[4].algo
                 if auto[4].config:
