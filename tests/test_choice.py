@@ -62,14 +62,15 @@ def test_benchmark_mode_measures_once_and_a_new_process_reads_the_disk(
     assert y.shape == (1, 16, 6, 6)
 
 
-def test_benchmark_mode_tunes_the_implicit_gemm_tiles(cache_dir, device, monkeypatch):
-    """Every tuning configuration is timed; the fastest is recorded with the choice, on disk
-    too, and the call (and explain) use it; a configuration that fails is passed over."""
+ALTERNATIVE = (32, 16, 16, 4, 1)  # tiles the interpreter takes
+
+
+def _tuning(monkeypatch, configs) -> list:
+    """Benchmark mode tries ``configs``; a timer makes :data:`ALTERNATIVE` the fastest of
+    everything; returns the list of forward tiles as the implicit GEMM receives them."""
     from tritonconv.ops import implicit_gemm
 
-    alternative = (32, 16, 16, 4, 1)
-    broken = (48, 16, 16, 4, 1)  # not a power of two: the kernel cannot take it
-    monkeypatch.setattr(implicit_gemm, "tuning_configs", lambda *a: [(), broken, alternative])
+    monkeypatch.setattr(implicit_gemm, "tuning_configs", lambda *a: configs)
     seen = []
     real_forward = implicit_gemm.conv_forward
 
@@ -77,13 +78,21 @@ def test_benchmark_mode_tunes_the_implicit_gemm_tiles(cache_dir, device, monkeyp
         seen.append(tuple(config) if config else ())
         return real_forward(x, w, b, geometry, groups, config)
 
-    monkeypatch.setattr(implicit_gemm, "conv_forward", forward)
-
-    def timer(fn, reps, **_):  # the alternative tiles are the fastest of everything
+    def timer(fn, reps, **_):
         fn(0)
-        return 1.0 if seen and seen[-1] == alternative else 5.0
+        return 1.0 if seen and seen[-1] == ALTERNATIVE else 5.0
 
+    monkeypatch.setattr(implicit_gemm, "conv_forward", forward)
     monkeypatch.setattr(choice, "median_ms", timer)
+    return seen
+
+
+def test_benchmark_mode_tunes_the_implicit_gemm_tiles(cache_dir, device, monkeypatch):
+    """Every tuning configuration is timed; the fastest is recorded with the choice, on disk
+    too, and the call (and explain) use it; a configuration that fails is passed over."""
+    alternative = ALTERNATIVE
+    broken = (48, 16, 16, 4, 1)  # not a power of two: the kernel cannot take it
+    seen = _tuning(monkeypatch, [(), broken, alternative])
     x = torch.randn(1, 16, 6, 6, device=device)
     w = torch.randn(16, 16, 3, 3, device=device)
     tc.set_benchmark(True)
@@ -104,21 +113,8 @@ def test_benchmark_mode_tunes_the_implicit_gemm_tiles(cache_dir, device, monkeyp
 
 def test_benchmark_mode_tunes_a_3d_call_too(cache_dir, device, monkeypatch):
     """A 3-D call has one algorithm but still the implicit GEMM's tiles to choose."""
-    from tritonconv.ops import implicit_gemm
-
-    alternative = (32, 16, 16, 4, 1)
-    monkeypatch.setattr(implicit_gemm, "tuning_configs", lambda *a: [(), alternative])
-    seen = []
-    real_forward = implicit_gemm.conv_forward
-
-    def forward(x, w, b, geometry, groups, config=None):
-        seen.append(tuple(config) if config else ())
-        return real_forward(x, w, b, geometry, groups, config)
-
-    monkeypatch.setattr(implicit_gemm, "conv_forward", forward)
-    monkeypatch.setattr(
-        choice, "median_ms", lambda fn, reps, **_: (fn(0), 1.0 if seen[-1] else 5.0)[1]
-    )
+    alternative = ALTERNATIVE
+    _tuning(monkeypatch, [(), alternative])
     x = torch.randn(1, 16, 3, 4, 4, device=device)
     w = torch.randn(16, 16, 3, 3, 3, device=device)
     tc.set_benchmark(True)
