@@ -101,8 +101,8 @@ def _keep_replay(op: ops.Op, plan, args) -> None:
 def _backward_call(ctx, backward_op: ops.Op, *args):
     """``backward_op(*args)`` (grad_output first, the mask of wanted gradients last),
     replayed from the launch plan the forward's plan keeps per output-gradient layout and
-    mask: a repeated eager backward runs none of the op's Python. ``ctx.plan`` is None under torch.compile's
-    registered autograd and for direct op calls: then the op itself."""
+    mask: a repeated eager backward runs none of the op's Python. ``ctx.plan`` is None under
+    torch.compile's registered autograd and for direct op calls: then the op itself."""
     plan = getattr(ctx, "plan", None)
     if plan is None:
         return backward_op(*args)

@@ -26,14 +26,13 @@ from .common import (
     accumulator_dtype,
     cdiv,
     clamped_power_of_2,
-    dense_strides,
     multiprocessor_count,
     needs_int64,
     next_power_of_2,
     partial_dtype,
     sum_partials,
 )
-from .crop import dim_order
+from .crop import dim_order, empty_in_order
 
 # Backward programs per SM the position chunks aim for (see ``_chunk_blocks``).
 PROGRAMS_PER_SM = 4
@@ -71,11 +70,6 @@ def _check(x, weight, pad: int) -> None:
         raise TritonConvError(f"causal_conv1d op: x is {x.dtype} but weight is {weight.dtype}")
 
 
-def _like(x: torch.Tensor, shape, *, zero: bool = False) -> torch.Tensor:
-    """A dense tensor of ``shape`` in ``x``'s dtype, device and dimension order."""
-    return allocate(shape, x.dtype, x.device, dense_strides(shape, dim_order(x)), zero=zero)
-
-
 def _chunk_blocks(batch: int, l_blocks: int, d_blocks: int, device) -> int:
     """Position blocks per backward program: as many as keep about ``PROGRAMS_PER_SM`` programs
     per SM busy, so the weight and bias partials (one per program and channel) stay few and
@@ -96,7 +90,7 @@ def causal_conv1d(x, weight, bias, pad: int, silu: bool) -> torch.Tensor:
     _check(x, weight, pad)
     batch, dim, length = x.shape
     width = weight.shape[1]
-    y = _like(x, (batch, dim, output_length(length, width, pad)))
+    y = empty_in_order(x, (batch, dim, output_length(length, width, pad)), dim_order(x))
     if y.numel() == 0:
         return y
     block_d, block_l = _tiles(x, dim, length)
@@ -145,7 +139,10 @@ def causal_conv1d_backward(grad_output, x, weight, bias, pad: int, silu: bool, o
     want_x, want_w, want_b = output_mask
     want_b = want_b and bias is not None
     nothing = x.numel() == 0 or grad_output.numel() == 0  # no gradient flows: zeros
-    grad_x = _like(x, x.shape, zero=nothing) if want_x else allocate((0,), x.dtype, x.device)
+    if want_x:
+        grad_x = empty_in_order(x, x.shape, dim_order(x), zero=nothing)
+    else:
+        grad_x = allocate((0,), x.dtype, x.device)
     grad_w = allocate(weight.shape if want_w else (0,), weight.dtype, x.device, zero=nothing)
     grad_b = allocate((dim,) if want_b else (0,), weight.dtype, x.device, zero=nothing)
     params = want_w or want_b
