@@ -335,3 +335,15 @@ def test_zero_width_and_bad_op_arguments_are_refused(device):
         library.causal_conv1d(x.double(), w, None, 2, False)
     with pytest.raises(tc.TritonConvError, match="grad_output must be"):
         library.causal_conv1d_backward(x[..., :4], x, w, None, 2, False, [True] * 3)
+    with pytest.raises(tc.TritonConvError, match=r"x must be \(batch, dim, L\)"):
+        library.causal_conv1d(x[0], w, None, 2, False)
+
+
+def test_a_causal_repro_refuses_other_algorithms():
+    case = fuzz.CausalCase.parse(
+        "batch=1 dim=2 seqlen=5 width=3 bias=0 silu=0 state=0 dtype=float32 "
+        "layout=channel_first dy_layout=channel_first seed=1"
+    )
+    (result,) = fuzz.check_case(case, ["direct"])
+    assert isinstance(result, fuzz.Failure)
+    assert "a causal case runs algo 'causal', not ['direct']" in result.problems[0]
