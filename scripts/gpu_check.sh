@@ -74,17 +74,7 @@ if [ -n "${SKIP_BENCH:-}" ]; then
 elif [ $bench_status -ne 0 ]; then
     echo "bench FAILED:"; tail -n 30 "$OUT_DIR/bench.log"; status=1
 else
-    python3 - "$OUT_DIR/bench.json" <<'PY'
-import json, sys
-rows = json.load(open(sys.argv[1]))["rows"]
-print(f"{'suite':8} {'case':16} {'op':12} {'dtype':8} {'ours ms':>9} {'ref ms':>9} {'speedup':>8} {'kernel x':>8} {'rate':>16}  ref")
-for r in rows:
-    sp = f"{r['speedup']:.2f}" if r["speedup"] else "-"
-    ksp = f"{r['kernel_speedup']:.2f}" if r.get("kernel_speedup") else "-"
-    ref = f"{r['ref_ms']:.3f}" if r["ref_ms"] else "-"
-    rate = f"{r['rate']:.1f} {r['unit']}" if r["rate"] is not None else "-"
-    print(f"{r['suite']:8} {r['case']:16} {r['op']:12} {r['dtype']:8} {r['ours_ms']:9.3f} {ref:>9} {sp:>8} {ksp:>8} {rate:>16}  {r['ref_name']}")
-PY
+    python3 scripts/bench_table.py "$OUT_DIR/bench.json"
 fi
 [ -f "$OUT_DIR/probe.log" ] && grep -E "^(geomean|check .*BAD)" "$OUT_DIR/probe.log"
 [ -f "$OUT_DIR/probe_dw.log" ] && grep -vE "^check .* ok$" "$OUT_DIR/probe_dw.log" | tail -n 14

@@ -161,8 +161,14 @@ def _process_worker(cache_dir: str, tag: int, barrier, results) -> None:
 
         tc.set_benchmark(True)
         choice.MEASURE_REPS = 1  # quick (see above)
+        from tritonconv.testing import DEVICE
+
         shapes = [PROCESS_SHAPES[0], PROCESS_SHAPES[1 + tag]]
-        tensors = [(torch.randn(xs), torch.randn(ws)) for xs, ws in shapes]
+        # on the kernels' device (CUDA on the GPU machine, where CPU tensors run PyTorch's CPU
+        # ops and nothing would be measured)
+        tensors = [
+            (torch.randn(xs, device=DEVICE), torch.randn(ws, device=DEVICE)) for xs, ws in shapes
+        ]
         keys = [f"direct store {tag}-{i}" for i in range(25)]
         barrier.wait(timeout=120)
         for x, w in tensors:

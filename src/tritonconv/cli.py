@@ -431,10 +431,9 @@ def cmd_bench(args) -> int:
         def progress(row):
             speed = f"{row.speedup:.2f}×" if row.speedup else "—"
             status.update(f"{row.suite} {row.case} {row.op} {row.dtype}: {speed}")
-            if bench_models.wanted(names):  # long runs: what is measured so far, on disk
-                so_far.append(row)
-                if not bench_models.is_detail(row) or len(so_far) % 25 == 0:
-                    (out / "bench.partial.json").write_text(bench.to_json(so_far, {}))
+            so_far.append(row)  # what is measured so far, on disk (a run cut off keeps it)
+            if not bench_models.is_detail(row) or len(so_far) % 25 == 0:
+                (out / "bench.partial.json").write_text(bench.to_json(so_far, {}))
             if bench_models.is_detail(row):
                 return  # per-layer rows: summarised below
             note = f" {row.note}" if bench_models.wanted([row.suite]) and row.note else ""

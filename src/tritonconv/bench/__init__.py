@@ -14,6 +14,7 @@ import json
 import math
 import statistics
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 
@@ -117,9 +118,12 @@ def kernel_ms(fn: Callable[[int], object], n_inputs: int, opts: Options) -> floa
         with torch.cuda.graph(graph):
             for i in range(n_inputs):
                 fn(i)
-    except Exception:  # a call that cannot be captured: the per-call figure stands alone
+    except Exception as exc:  # a call that cannot be captured: the per-call figure stands alone
         with contextlib.suppress(Exception):
             torch.cuda.synchronize()
+        _end_failed_capture()
+        name = getattr(fn, "__qualname__", repr(fn))
+        warnings.warn(f"{name} could not be captured in a CUDA graph: {exc!r}", stacklevel=2)
         return None
     graph.replay()
     reps = max(3, opts.reps // 10) if opts.quick else max(5, opts.reps // 2)
@@ -134,6 +138,20 @@ def kernel_ms(fn: Callable[[int], object], n_inputs: int, opts: Options) -> floa
     torch.cuda.synchronize()
     del graph
     return statistics.median(s.elapsed_time(e) for s, e in events) / n_inputs
+
+
+def _end_failed_capture() -> None:
+    """Put the CUDA random generators back in their normal state after a failed capture.
+
+    A capture registers the generators (their offsets start counting for the graph); when the
+    capture is invalidated, ``capture_end`` raises before it hands them back, and every later
+    random op in the process fails ("Offset increment outside graph capture"). Capturing one
+    trivial graph runs that hand-back."""
+    with contextlib.suppress(Exception):
+        repair = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(repair):
+            torch.empty(1, device="cuda").zero_()
+        del repair
 
 
 def run(names: list[str], opts: Options, progress=None) -> list[Row]:
