@@ -6,7 +6,8 @@ For each host case of ``tritonconv bench --suite host`` (batch-1 layers) and eac
 accepts it: host µs per call in a loop (synchronised once at the end: the host's cost per call
 once the GPU keeps up), forward and forward + backward, ours and ``F.conv2d``.
 ``--kernels`` adds the GPU kernels of one forward + backward (torch.profiler, µs each).
-``--profile`` prints the top of a cProfile of the forward calls. ``--stub`` replaces every
+``--profile`` prints the top of a cProfile of the forward calls, ``--profile-backward`` of
+forward + backward (ours and F.conv2d, the backward on the calling thread). ``--stub`` replaces every
 kernel launch by a no-op: what remains is tritonconv's own Python (for a CPU machine, where the
 interpreter would dominate).
 """
@@ -99,6 +100,24 @@ def profile_case(case, opts) -> None:
             tc.conv2d(x, w, b, **kwargs)
         profiler.disable()
         pstats.Stats(profiler).sort_stats("tottime").print_stats(15)
+    if opts.profile_backward:
+        # The autograd engine runs a CUDA backward on its device thread, which cProfile does
+        # not see: run it on this thread for the profile.
+        torch.autograd.set_multithreading_enabled(False)
+        try:
+            for name in ("auto", "F.conv2d"):
+                profiler = cProfile.Profile()
+                conv = convs[name]
+                profiler.enable()
+                for _ in range(opts.calls):
+                    for t in (xg, wg, bg):
+                        t.grad = None
+                    conv(xg, wg, bg, **kwargs).backward(dy)
+                profiler.disable()
+                print(f"  fwd+bwd profile, {name}:")
+                pstats.Stats(profiler).sort_stats("tottime").print_stats(14)
+        finally:
+            torch.autograd.set_multithreading_enabled(True)
 
 
 def main() -> None:
@@ -106,13 +125,16 @@ def main() -> None:
     parser.add_argument("--stub", action="store_true")
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--kernels", action="store_true")
+    parser.add_argument("--profile-backward", action="store_true")
+    parser.add_argument("--case", action="append", help="only these host cases")
     parser.add_argument("--calls", type=int, default=200)
     opts = parser.parse_args()
     if opts.stub:
         stub_launches()
     print("Triton launch hooks:", launch._hooks(), "installed:", launch._hooks_installed())
     for case in HOST_CASES:
-        profile_case(case, opts)
+        if not opts.case or case.name in opts.case:
+            profile_case(case, opts)
     print("launch-signature cache entries:", len(launch._cache.entries))
 
 

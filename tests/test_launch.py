@@ -303,3 +303,66 @@ def test_eager_backward_replays_per_gradient_layout_and_mask(algo, device):
                 assert_close(g, e, reduction=36)
     (plan,) = functional._CONV_PLANS.entries.values()
     assert len(plan.backward) == 3 * 3  # three layouts x three masks, each recorded once
+
+
+class _Wrapper36:
+    """Stands in for Triton 3.6's ``CudaLauncher``: the wrapper the direct launcher skips."""
+
+    def __init__(self, scratch=0):
+        self.calls = []
+        self.launch = lambda *args: self.calls.append(args)
+        self.launch_cooperative_grid, self.launch_pdl = False, True
+        self.global_scratch_size = scratch
+        self.profile_scratch_size = 0
+
+    def __call__(self, gridX, gridY, gridZ, stream, function, *args):
+        raise AssertionError("the direct launcher must not go through the wrapper")
+
+
+class _Compiled:
+    def __init__(self, run):
+        self.run, self.function, self.packed_metadata = run, "fn", ("meta",)
+
+
+def test_direct_launcher_passes_what_tritons_wrapper_would():
+    """Triton 3.6's wrapper calls its C launcher with (grid, stream, function, flags, two
+    scratch pointers, packed metadata, launch metadata, two hooks, kernel args): the direct
+    launcher passes exactly that, scratch pointers and hooks None."""
+    wrapper = _Wrapper36()
+    direct = launch._direct_launcher(_Compiled(wrapper))
+    direct(3, 2, 1, 77, "x", 5, 1.5, 64)
+    assert wrapper.calls == [
+        (3, 2, 1, 77, "fn", False, True, None, None, ("meta",), None, None, None, "x", 5, 1.5, 64)
+    ]
+
+
+def test_direct_launcher_only_where_it_is_exact():
+    """Kernels that need scratch memory, and wrappers of another form (other Triton versions),
+    keep Triton's own wrapper."""
+    assert launch._direct_launcher(_Compiled(_Wrapper36(scratch=128))) is None
+
+    class Other(_Wrapper36):
+        def __call__(self, gridX, gridY, gridZ, stream, function, kernel_metadata, *args):
+            pass
+
+    assert launch._direct_launcher(_Compiled(Other())) is None
+    assert launch._direct_launcher(_Compiled(lambda *args: None)) is None
+
+
+@pytest.mark.skipif(tc.INTERPRETER, reason="compiled kernels only")
+def test_lean_launches_on_the_gpu_match_tritons_own(device):
+    """On the GPU: repeated lean launches (direct where Triton's wrapper allows) compute what
+    Triton's own launch computes, and Triton 3.6 gets the direct launcher."""
+    _axpy.plans.clear()
+    for trial in range(4):
+        x, y = torch.randn(1000, device=device), torch.randn(1000, device=device)
+        out = torch.full((1000,), float("nan"), device=device)
+        _axpy(x, y, out, trial)
+        torch.testing.assert_close(out, trial * x + y)
+    plan = next(iter(_axpy.plans.entries.values()))
+    entries = [
+        e for step in plan.steps if hasattr(step, "compiled") for e in step.compiled.values()
+    ]
+    assert entries
+    if triton.__version__.startswith("3.6"):
+        assert all(direct is not None for _, _, direct in entries)

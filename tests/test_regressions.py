@@ -40,6 +40,11 @@ def test_issue_9_every_algorithm(geometry, dtype, layout):
     assert not failures, "\n".join(f.line() for f in failures)
 
 
+@pytest.mark.skipif(
+    not tritonconv.INTERPRETER,
+    reason="a CPU machine's case: on the GPU machine (Triton 3.6, numpy 2.5) Triton's own "
+    "interpreter cannot run a loop whose bound depends on program_id, Triton first or not",
+)
 def test_triton_imported_before_tritonconv_on_a_cpu_machine():
     """``import torchvision`` (or anything importing Triton) before tritonconv on a machine
     without CUDA left Triton's own helpers (tl.cdiv, tl.sum) built for compilation, and every

@@ -128,14 +128,18 @@ def _interpret(kernel, grid, args, meta) -> None:
 
 
 def _run_compiled(entry, grid, device: int, args) -> None:
-    """Launch a compiled kernel (``entry``: it and its trailing constexpr values) directly."""
-    compiled, tail = entry
+    """Launch a compiled kernel directly (``entry``: see :func:`_entry`)."""
+    compiled, tail, direct = entry
     grid = (*grid, 1, 1)
+    stream = torch._C._cuda_getCurrentRawStream(device)
+    if direct is not None:
+        direct(grid[0], grid[1], grid[2], stream, *args, *tail)
+        return
     compiled.run(
         grid[0],
         grid[1],
         grid[2],
-        torch._C._cuda_getCurrentRawStream(device),
+        stream,
         compiled.function,
         compiled.packed_metadata,
         None,  # launch metadata: only read by launch hooks (none installed)
@@ -148,11 +152,48 @@ def _run_compiled(entry, grid, device: int, args) -> None:
 
 def _entry(compiled, kernel, args, meta) -> tuple | None:
     """What a lean launch needs of what ``kernel[grid](*args, **meta)`` returned: the compiled
-    kernel and its trailing constexpr values; None when it cannot be launched that way."""
+    kernel, its trailing constexpr values and its :func:`_direct_launcher` (or None); None
+    when it cannot be launched that way."""
     tail = _tail(kernel, len(args), meta)
     if compiled is None or tail is None:
         return None
-    return compiled, tail
+    return compiled, tail, _direct_launcher(compiled)
+
+
+# The parameters of Triton 3.6's ``CudaLauncher.__call__``, the wrapper whose work
+# :func:`_direct_launcher` does once instead of per launch.
+_WRAPPER_PARAMETERS = ("self", "gridX", "gridY", "gridZ", "stream", "function", "args")
+
+
+def _direct_launcher(compiled):
+    """``launch(gx, gy, gz, stream, *kernel_args)`` calling Triton's C launcher itself, or None.
+
+    Triton's Python wrapper around its C launcher (``CudaLauncher.__call__``) allocates the
+    kernel's global and profile scratch memory on every launch and passes the launcher's
+    constant flags. Our kernels need no scratch memory (both sizes are 0), so the wrapper only
+    adds a Python call with two closures to each launch (benchmarks/NOTES.md: several µs on
+    the H100 machine's host). Bound only where the wrapper is the one this was written against
+    (its parameter list and attributes; Triton 3.6) and passes no scratch; anything else keeps
+    Triton's wrapper."""
+    wrapper = compiled.run
+    try:
+        parameters = tuple(inspect.signature(type(wrapper).__call__).parameters)
+        c_launch = wrapper.launch
+        flags = (wrapper.launch_cooperative_grid, wrapper.launch_pdl)
+        scratch = wrapper.global_scratch_size or wrapper.profile_scratch_size
+    except (AttributeError, TypeError, ValueError):
+        return None
+    if parameters != _WRAPPER_PARAMETERS or scratch or not callable(c_launch):
+        return None
+    function, metadata = compiled.function, compiled.packed_metadata
+
+    def direct(gx, gy, gz, stream, *args):
+        # (..., scratch pointers, packed metadata, launch metadata, enter and exit hooks, args)
+        c_launch(
+            gx, gy, gz, stream, function, *flags, None, None, metadata, None, None, None, *args
+        )
+
+    return direct
 
 
 def _tail(kernel, leading: int, meta: dict) -> tuple | None:

@@ -104,23 +104,26 @@ def _times(case: ConvCase, dtype, opts: Options, layout=CHANNELS_LAST, tuned=Fal
             x, w = sets[0]
             times[side] = (fwd, None, fwd_kernel, None, functional.explain(x, w, **case.kwargs))
             continue
-        outs = [fn(x, w, **case.kwargs) for x, w in sets]
-        grads = [torch.randn_like(y) for y in outs]
-
-        def backward(i, outs=outs, grads=grads):
-            torch.autograd.grad(outs[i], sets[i], grads[i], retain_graph=True)
-
-        bwd = time_ms(backward, len(sets), opts)
+        with torch.no_grad():
+            grads = [torch.randn_like(fn(x, w, **case.kwargs)) for x, w in sets]
 
         def forward_backward(i, fn=fn, grads=grads):
             torch.autograd.grad(fn(*sets[i], **case.kwargs), sets[i], grads[i])
 
         # The backward's kernels are captured with their forward (a graph cannot take the
-        # backward of a forward run outside it: its nodes are on the forward's stream).
+        # backward of a forward run outside it: its nodes are on the forward's stream), and
+        # before any graph of these inputs is kept alive: a live graph's gradient nodes stay
+        # on the default stream, and using them from the capture stream invalidates it.
         both = kernel_ms(forward_backward, len(sets), opts)
         bwd_kernel = both - fwd_kernel if both is not None and fwd_kernel is not None else None
+        outs = [fn(x, w, **case.kwargs) for x, w in sets]
+
+        def backward(i, outs=outs, grads=grads):
+            torch.autograd.grad(outs[i], sets[i], grads[i], retain_graph=True)
+
+        bwd = time_ms(backward, len(sets), opts)
         times[side] = (fwd, bwd, fwd_kernel, bwd_kernel)
-        del outs, grads
+        del outs, grads, backward
     return times
 
 

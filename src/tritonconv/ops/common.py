@@ -10,6 +10,7 @@ import functools
 import math
 
 import torch
+import triton
 import triton.language as tl
 
 from ..geometry import INT_DTYPES
@@ -74,18 +75,28 @@ def sum_partials(partial: torch.Tensor, out: torch.Tensor) -> None:
     numel = out.numel()
     if numel == 0:
         return
-    block = 1024
+    splits = partial.shape[0]
+    block, split_block = sum_partials_tiles(numel, splits)
     launch(
         sum_partials_kernel,
         (cdiv(numel, block),),
         partial,
         out,
-        partial.shape[0],
+        splits,
         numel,
         BLOCK=block,
+        SPLIT_BLOCK=split_block,
         INDEX_64=needs_int64(partial, out),
         num_warps=4,
     )
+
+
+def sum_partials_tiles(numel: int, splits: int) -> tuple[int, int]:
+    """(elements, partials) per step of :func:`sum_partials`: about 128 programs over the
+    elements (1024 each at most, 32 at least), and steps of about 4096 values."""
+    block = min(1024, max(32, triton.next_power_of_2(cdiv(numel, 128))))
+    split_block = min(max(1, 4096 // block), triton.next_power_of_2(splits))
+    return block, split_block
 
 
 @functools.cache
