@@ -4,6 +4,7 @@ shared by processes, tritonconv.explain and the CLI."""
 import json
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
@@ -55,7 +56,7 @@ def test_benchmark_mode_measures_once_and_a_new_process_reads_the_disk(
     stored = json.loads(choice.cache_file().read_text())
     assert [v["algo"] for v in stored.values()] == [first.algo]
     choice.forget_measurements()  # as a new process would start
-    monkeypatch.setattr(choice, "median_ms", lambda *a, **k: pytest.fail("measured again"))
+    monkeypatch.setattr(choice, "device_ms", lambda *a, **k: pytest.fail("measured again"))
     again = tc.explain(x, w, padding=1)
     y = tc.conv2d(x, w, padding=1)  # the call itself uses the cached choice
     assert again.algo == first.algo and "cached" in again.reason
@@ -83,7 +84,7 @@ def _tuning(monkeypatch, configs) -> list:
         return 1.0 if seen and seen[-1] == ALTERNATIVE else 5.0
 
     monkeypatch.setattr(implicit_gemm, "conv_forward", forward)
-    monkeypatch.setattr(choice, "median_ms", timer)
+    monkeypatch.setattr(choice, "device_ms", timer)
     return seen
 
 
@@ -230,3 +231,17 @@ def test_cli_explain_model(capsys, monkeypatch):
     monkeypatch.setitem(sys.modules, "torchvision", None)  # as if not installed
     assert main(["explain", "resnet50"]) == 2
     assert "pip install torchvision" in capsys.readouterr().out
+
+
+@pytest.mark.skipif(tc.INTERPRETER, reason="GPU timing")
+def test_device_ms_times_the_kernels_not_the_host():
+    """Benchmark mode's timer: a call whose kernel spins 200 000 cycles (~0.1 ms at the H100's
+    clock) measures about that, however slow the host side of the call is."""
+    from tritonconv.timing import device_ms
+
+    def call(_):
+        time.sleep(0.002)  # a host far slower than the kernel
+        torch.cuda._sleep(200_000)
+
+    ms = device_ms(call, 3, calls=4)
+    assert 0.05 < ms < 0.5, ms

@@ -31,7 +31,7 @@ import torch
 from .caches import clear_caches
 from .geometry import FLOAT_DTYPES
 from .ops import implicit_gemm
-from .timing import median_ms
+from .timing import device_ms
 
 _benchmark: bool | None = None  # None: follow the environment and cudnn.benchmark
 _BENCHMARK_ENV = os.environ.get("TRITONCONV_BENCHMARK", "") not in ("", "0")
@@ -194,7 +194,8 @@ def _make_like(t: torch.Tensor | None) -> torch.Tensor | None:
     return new.random_(-8, 8)
 
 
-# Timed calls per candidate in benchmark mode (after one untimed warm-up call).
+# Timed samples per candidate in benchmark mode (after one untimed warm-up call), each of
+# ``timing.device_ms``'s calls back to back on the GPU.
 MEASURE_REPS = 5
 
 
@@ -214,7 +215,7 @@ def measured(key: str, candidates: list[str], run_algo, configs=None) -> Choice:
                 times = {}
                 for config in options:
                     try:
-                        times[config] = median_ms(
+                        times[config] = device_ms(
                             lambda _, a=algo, c=config: run_algo(a, c), MEASURE_REPS
                         )
                     except Exception:  # e.g. tiles that need more shared memory than there is

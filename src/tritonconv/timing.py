@@ -1,5 +1,6 @@
-"""The one wall-clock timer: benchmark mode (``choice.measured``) and the benchmark suites
-(``bench.time_ms``) both time calls with it."""
+"""The timers: :func:`median_ms`, the wall time of a call as a user calling it in a loop feels
+it (the benchmark suites, ``bench.time_ms``), and :func:`device_ms`, the GPU time of its
+kernels alone (benchmark mode's choice among algorithms and tiles, ``choice.measured``)."""
 
 from __future__ import annotations
 
@@ -35,3 +36,38 @@ def median_ms(fn: Callable[[int], object], reps: int, *, warmup: int = 1, inputs
         end.record()
     torch.cuda.synchronize()
     return statistics.median(start.elapsed_time(end) for start, end in events)
+
+
+# Cycles per second ``torch.cuda._sleep`` spins at, rounded up (H100/H200 boost clock ~2 GHz):
+# a longer sleep than needed costs only time.
+_SLEEP_CYCLES_PER_S = 2.2e9
+
+
+def device_ms(fn: Callable[[int], object], reps: int, *, calls: int = 8, warmup: int = 1) -> float:
+    """Median milliseconds per call of ``fn(i)`` on the GPU alone: each of ``reps`` samples
+    queues ``calls`` calls behind a sleeping kernel long enough for the host to launch them
+    all, so the events around them time the kernels back to back, not the host's launch work
+    (on small layers the host takes longer than the kernels, and per-call events would time
+    it: every configuration would look alike and noise would choose). Without CUDA,
+    :func:`median_ms` (wall clock)."""
+    if not torch.cuda.is_available():
+        return median_ms(fn, reps, warmup=warmup)
+    for i in range(warmup):
+        fn(i)
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    fn(0)
+    torch.cuda.synchronize()
+    per_call = time.perf_counter() - start  # host + GPU: an upper bound of the host's share
+    cycles = int(min(2 * per_call * calls + 50e-6, 0.05) * _SLEEP_CYCLES_PER_S)
+    samples = []
+    for _ in range(reps):
+        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(cycles)
+        begin.record()
+        for i in range(calls):
+            fn(i)
+        end.record()
+        end.synchronize()
+        samples.append(begin.elapsed_time(end) / calls)
+    return statistics.median(samples)
