@@ -354,15 +354,15 @@ def test_lean_launches_on_the_gpu_match_tritons_own(device):
     """On the GPU: repeated lean launches (direct where Triton's wrapper allows) compute what
     Triton's own launch computes, and Triton 3.6 gets the direct launcher."""
     _axpy.plans.clear()
-    for trial in range(4):
-        x, y = torch.randn(1000, device=device), torch.randn(1000, device=device)
-        out = torch.full((1000,), float("nan"), device=device)
-        _axpy(x, y, out, trial)
-        torch.testing.assert_close(out, trial * x + y)
-    plan = next(iter(_axpy.plans.entries.values()))
-    entries = [
-        e for step in plan.steps if hasattr(step, "compiled") for e in step.compiled.values()
-    ]
-    assert entries
+    for alpha in (2, 3):  # a signature each: recorded once (Triton's launch), then replayed
+        for _ in range(3):
+            x, y = torch.randn(1000, device=device), torch.randn(1000, device=device)
+            out = torch.full((1000,), float("nan"), device=device)
+            _axpy(x, y, out, alpha)
+            torch.testing.assert_close(out, alpha * x + y)
+    plans = list(_axpy.plans.entries.values())
+    assert len(plans) == 2
+    entries = [e for plan in plans for step in plan.steps for e in step.compiled.values()]
+    assert len(entries) == 2  # each replay found its compiled kernel
     if triton.__version__.startswith("3.6"):
         assert all(direct is not None for _, _, direct in entries)
