@@ -75,7 +75,10 @@ fi
 echo "================ summary ================"
 if [ -z "${SKIP_TESTS:-}" ]; then
     echo "pytest: $(grep -E '^=+ .*(passed|failed|error)' "$OUT_DIR/pytest.log" | tail -n 1)"
-    grep -E "(FAILED|ERROR) tests/" "$OUT_DIR/pytest.log" | sed 's/^\[gw[0-9]*\] \[ *[0-9]*%\] //' | sort -u | head -n 20
+    # one line per failing test, from either form of -v output (with xdist: "[gw3] [ 5%] FAILED
+    # tests/...", without: "tests/... FAILED [ 5%]") and from -rfE's summary
+    grep -oE '(FAILED|ERROR) tests/[^ ]+|^tests/[^ ]+ (FAILED|ERROR)' "$OUT_DIR/pytest.log" \
+        | sed -E 's/^(tests\/[^ ]+) (FAILED|ERROR)$/\2 \1/' | sort -u | head -n 20
 fi
 [ -f "$OUT_DIR/fuzz.log" ] && grep -E "^fuzz: [0-9]+ draws" "$OUT_DIR/fuzz.log" | tail -n 1
 grep -E "ok|MISMATCH" "$OUT_DIR/demo.log" | grep -c ok | sed 's/^/demo checks ok: /'
@@ -83,6 +86,8 @@ if [ -n "${SKIP_BENCH:-}" ]; then
     :
 elif [ $bench_status -ne 0 ]; then
     echo "bench FAILED:"; tail -n 30 "$OUT_DIR/bench.log"; status=1
+    # what was measured before it stopped
+    [ -f "$OUT_DIR/bench.partial.json" ] && python3 scripts/bench_table.py "$OUT_DIR/bench.partial.json"
 else
     python3 scripts/bench_table.py "$OUT_DIR/bench.json"
 fi

@@ -236,12 +236,13 @@ def test_cli_explain_model(capsys, monkeypatch):
 @pytest.mark.skipif(tc.INTERPRETER, reason="GPU timing")
 def test_device_ms_times_the_kernels_not_the_host():
     """Benchmark mode's timer: a call whose kernel spins 200 000 cycles (~0.1 ms at the H100's
-    clock) measures about that, however slow the host side of the call is."""
+    clock) measures about that, not the 5 ms its host side takes (the bound leaves room for
+    other test processes sharing the GPU)."""
     from tritonconv.timing import device_ms
 
     def call(_):
-        time.sleep(0.002)  # a host far slower than the kernel
+        time.sleep(0.005)  # a host far slower than the kernel
         torch.cuda._sleep(200_000)
 
     ms = device_ms(call, 3, calls=4)
-    assert 0.05 < ms < 0.5, ms
+    assert 0.05 < ms < 2.0, ms

@@ -324,7 +324,13 @@ class _Compiled:
         self.run, self.function, self.packed_metadata = run, "fn", ("meta",)
 
 
-def test_direct_launcher_passes_what_tritons_wrapper_would():
+@pytest.fixture
+def triton_36(monkeypatch):
+    """The direct launcher is bound on Triton 3.6 only: these tests describe 3.6's wrapper."""
+    monkeypatch.setattr(launch, "_direct_triton", lambda: True)
+
+
+def test_direct_launcher_passes_what_tritons_wrapper_would(triton_36):
     """Triton 3.6's wrapper calls its C launcher with (grid, stream, function, flags, two
     scratch pointers, packed metadata, launch metadata, two hooks, kernel args): the direct
     launcher passes exactly that, scratch pointers and hooks None."""
@@ -336,7 +342,7 @@ def test_direct_launcher_passes_what_tritons_wrapper_would():
     ]
 
 
-def test_direct_launcher_only_where_it_is_exact():
+def test_direct_launcher_only_where_it_is_exact(triton_36, monkeypatch):
     """Kernels that need scratch memory, and wrappers of another form (other Triton versions),
     keep Triton's own wrapper."""
     assert launch._direct_launcher(_Compiled(_Wrapper36(scratch=128))) is None
@@ -347,6 +353,8 @@ def test_direct_launcher_only_where_it_is_exact():
 
     assert launch._direct_launcher(_Compiled(Other())) is None
     assert launch._direct_launcher(_Compiled(lambda *args: None)) is None
+    monkeypatch.setattr(launch, "_direct_triton", lambda: False)  # another Triton version
+    assert launch._direct_launcher(_Compiled(_Wrapper36())) is None
 
 
 @pytest.mark.skipif(tc.INTERPRETER, reason="compiled kernels only")
@@ -364,5 +372,21 @@ def test_lean_launches_on_the_gpu_match_tritons_own(device):
     assert len(plans) == 2
     entries = [e for plan in plans for step in plan.steps for e in step.compiled.values()]
     assert len(entries) == 2  # each replay found its compiled kernel
-    if triton.__version__.startswith("3.6"):
-        assert all(direct is not None for _, _, direct in entries)
+    if not triton.__version__.startswith("3.6."):
+        return
+    assert all(direct is not None for _, _, direct in entries)
+    # Triton's own wrapper and the direct launcher give its C launcher the same arguments.
+    compiled, tail, _ = entries[0]
+    wrapper, seen = compiled.run, []
+    c_launch = wrapper.launch
+    wrapper.launch = lambda *args: seen.append(args)
+    try:
+        args = ("x", "y", "out", 1000, 2, *tail)
+        type(wrapper).__call__(
+            wrapper, 16, 1, 1, 7, compiled.function, compiled.packed_metadata, None, None, None,
+            *args,
+        )  # fmt: skip
+        launch._direct_launcher(compiled)(16, 1, 1, 7, *args)
+    finally:
+        wrapper.launch = c_launch
+    assert len(seen) == 2 and seen[0] == seen[1]

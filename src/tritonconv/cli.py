@@ -433,7 +433,9 @@ def cmd_bench(args) -> int:
             status.update(f"{row.suite} {row.case} {row.op} {row.dtype}: {speed}")
             so_far.append(row)  # what is measured so far, on disk (a run cut off keeps it)
             if not bench_models.is_detail(row) or len(so_far) % 25 == 0:
-                (out / "bench.partial.json").write_text(bench.to_json(so_far, {}))
+                partial = out / "bench.partial.json"  # replaced whole: never half written
+                partial.with_suffix(".tmp").write_text(bench.to_json(so_far, {}))
+                partial.with_suffix(".tmp").replace(partial)
             if bench_models.is_detail(row):
                 return  # per-layer rows: summarised below
             note = f" {row.note}" if bench_models.wanted([row.suite]) and row.note else ""

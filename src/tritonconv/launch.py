@@ -161,8 +161,32 @@ def _entry(compiled, kernel, args, meta) -> tuple | None:
 
 
 # The parameters of Triton 3.6's ``CudaLauncher.__call__``, the wrapper whose work
-# :func:`_direct_launcher` does once instead of per launch.
+# :func:`_direct_launcher` does once instead of per launch, and the Triton versions whose C
+# launcher takes the arguments in the order it passes them (checked on the GPU machine).
 _WRAPPER_PARAMETERS = ("self", "gridX", "gridY", "gridZ", "stream", "function", "args")
+
+
+@functools.cache
+def _direct_triton() -> bool:
+    import triton
+
+    return triton.__version__.startswith("3.6.")
+
+
+# Wrapper types checked already: True where their ``__call__`` is the one above.
+_wrapper_matches: dict[type, bool] = {}
+
+
+def _wrapper_is_known(wrapper) -> bool:
+    kind = type(wrapper)
+    known = _wrapper_matches.get(kind)
+    if known is None:
+        try:
+            parameters = tuple(inspect.signature(kind.__call__).parameters)
+        except (AttributeError, TypeError, ValueError):
+            parameters = ()
+        known = _wrapper_matches[kind] = parameters == _WRAPPER_PARAMETERS
+    return known
 
 
 def _direct_launcher(compiled):
@@ -173,17 +197,18 @@ def _direct_launcher(compiled):
     constant flags. Our kernels need no scratch memory (both sizes are 0), so the wrapper only
     adds a Python call with two closures to each launch (benchmarks/NOTES.md: several µs on
     the H100 machine's host). Bound only where the wrapper is the one this was written against
-    (its parameter list and attributes; Triton 3.6) and passes no scratch; anything else keeps
+    (Triton 3.6, its parameter list and attributes) and passes no scratch; anything else keeps
     Triton's wrapper."""
     wrapper = compiled.run
+    if not _direct_triton() or not _wrapper_is_known(wrapper):
+        return None
     try:
-        parameters = tuple(inspect.signature(type(wrapper).__call__).parameters)
         c_launch = wrapper.launch
         flags = (wrapper.launch_cooperative_grid, wrapper.launch_pdl)
         scratch = wrapper.global_scratch_size or wrapper.profile_scratch_size
-    except (AttributeError, TypeError, ValueError):
+    except AttributeError:
         return None
-    if parameters != _WRAPPER_PARAMETERS or scratch or not callable(c_launch):
+    if scratch or not callable(c_launch):
         return None
     function, metadata = compiled.function, compiled.packed_metadata
 

@@ -57,9 +57,11 @@ def device_ms(fn: Callable[[int], object], reps: int, *, calls: int = 8, warmup:
     torch.cuda.synchronize()
     start = time.perf_counter()
     fn(0)
+    host = time.perf_counter() - start  # the host's share of a call (the GPU was idle)
     torch.cuda.synchronize()
-    per_call = time.perf_counter() - start  # host + GPU: an upper bound of the host's share
-    cycles = int(min(2 * per_call * calls + 50e-6, 0.05) * _SLEEP_CYCLES_PER_S)
+    # twice the host's time for the calls, at most 50 ms (a call with more host work than
+    # ~3 ms is timed with gaps: a host-bound call, whose GPU time hardly matters then)
+    cycles = int(min(2 * host * calls + 50e-6, 0.05) * _SLEEP_CYCLES_PER_S)
     samples = []
     for _ in range(reps):
         begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)

@@ -30,7 +30,7 @@ k*dil``: both walk ``source = base + j*step`` per axis.
 ``conv_igemm_wgrad_kernel``: ``dW[g, co, ci, tap] = sum over positions p of dy[p, co] *
 x[p shifted by the tap, ci]``, a GEMM per (group, tap) reducing over ``N * output positions``.
 The positions are cut into fixed *splits*, each program writes its split's fp32 partial tile,
-and ``sum_partials`` adds the splits in order: deterministic, bitwise reproducible.
+and ``sum_partials`` adds the splits in a fixed order: deterministic, bitwise reproducible.
 
 Floats of 16 and 32 bits multiply on tensor cores (``USE_DOT``) and accumulate in fp32;
 ``DOT_PRECISION`` decides whether fp32 operands use TF32 or stay fp32-accurate (``tf32x3``).

@@ -10,7 +10,6 @@ import functools
 import math
 
 import torch
-import triton
 import triton.language as tl
 
 from ..geometry import INT_DTYPES
@@ -77,6 +76,8 @@ def sum_partials(partial: torch.Tensor, out: torch.Tensor) -> None:
         return
     splits = partial.shape[0]
     block, split_block = sum_partials_tiles(numel, splits)
+    # The last step's masked rows reach past ``splits``: their offsets must fit too.
+    reach = cdiv(splits, split_block) * split_block * numel + cdiv(numel, block) * block
     launch(
         sum_partials_kernel,
         (cdiv(numel, block),),
@@ -86,7 +87,7 @@ def sum_partials(partial: torch.Tensor, out: torch.Tensor) -> None:
         numel,
         BLOCK=block,
         SPLIT_BLOCK=split_block,
-        INDEX_64=needs_int64(partial, out),
+        INDEX_64=needs_int64(partial, out) or reach > INDEX32_LIMIT,
         num_warps=4,
     )
 
@@ -94,8 +95,8 @@ def sum_partials(partial: torch.Tensor, out: torch.Tensor) -> None:
 def sum_partials_tiles(numel: int, splits: int) -> tuple[int, int]:
     """(elements, partials) per step of :func:`sum_partials`: about 128 programs over the
     elements (1024 each at most, 32 at least), and steps of about 4096 values."""
-    block = min(1024, max(32, triton.next_power_of_2(cdiv(numel, 128))))
-    split_block = min(max(1, 4096 // block), triton.next_power_of_2(splits))
+    block = min(1024, max(32, next_power_of_2(cdiv(numel, 128))))
+    split_block = min(max(1, 4096 // block), next_power_of_2(splits))
     return block, split_block
 
 

@@ -388,8 +388,8 @@ def conv_grad_weight(
     grad_out, x, weight_shape, geometry: Geometry, groups: int, config=None
 ) -> torch.Tensor:
     """dW of the convolution: a GEMM per (group, tap) over all positions, split into fixed
-    parts whose partials (fp32; int64 or float64 for those dtypes) are summed in order
-    (deterministic)."""
+    parts whose partials (fp32; int64 or float64 for those dtypes) are summed in a fixed
+    order (deterministic)."""
     check_kernel_device(x, "input")
     N, C = x.shape[:2]
     C_out = weight_shape[0]
