@@ -48,3 +48,22 @@ def test_convert_swaps_every_conv(device):
     converted = tc.nn.convert(model).to(device)
     assert isinstance(converted[0], tc.nn.Conv2d) and isinstance(converted[1][1], tc.nn.Conv2d)
     assert_close(converted(x.to(device)), expected, reduction=72)
+
+
+@pytest.mark.skipif(tc.INTERPRETER, reason="a whole video network: GPU machine (torchvision)")
+def test_convert_r2plus1d_swaps_all_37_convolutions(device):
+    """Issue 12's check: torchvision's (2+1)D video ResNet, every one of its 37 convolutions
+    swapped (1x3x3 and 3x1x1 conv3d, 1x1x1 shortcuts); in eval mode and float64 (exact
+    arithmetic on both sides) its output matches the same model run by PyTorch."""
+    video = pytest.importorskip("torchvision.models.video")
+    torch.manual_seed(0)
+    model = video.r2plus1d_18(weights=None).double().eval().to(device)
+    x = torch.randn(1, 3, 4, 32, 32, dtype=torch.float64, device=device)
+    with torch.no_grad():
+        expected = model(x)
+        torch_convs = [m for m in model.modules() if isinstance(m, torch.nn.Conv3d)]
+        converted = tc.nn.convert(model)
+        ours = [m for m in converted.modules() if isinstance(m, tc.nn.Conv3d)]
+        assert len(torch_convs) == len(ours) == 37
+        actual = converted(x)
+    assert_close(actual, expected, reduction=27 * 512)
