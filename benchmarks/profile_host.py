@@ -7,9 +7,9 @@ accepts it: host µs per call in a loop (synchronised once at the end: the host'
 once the GPU keeps up), forward and forward + backward, ours and ``F.conv2d``.
 ``--kernels`` adds the GPU kernels of one forward + backward (torch.profiler, µs each).
 ``--profile`` prints the top of a cProfile of the forward calls, ``--profile-backward`` of
-forward + backward (ours and F.conv2d, the backward on the calling thread). ``--stub`` replaces every
-kernel launch by a no-op: what remains is tritonconv's own Python (for a CPU machine, where the
-interpreter would dominate).
+forward + backward (ours and F.conv2d, the backward on the calling thread). ``--stub``
+replaces every kernel launch by a no-op: what remains is tritonconv's own Python (for a CPU
+machine, where the interpreter would dominate). ``--case NAME`` (repeatable) picks cases.
 """
 
 from __future__ import annotations

@@ -434,8 +434,9 @@ def cmd_bench(args) -> int:
             so_far.append(row)  # what is measured so far, on disk (a run cut off keeps it)
             if not bench_models.is_detail(row) or len(so_far) % 25 == 0:
                 partial = out / "bench.partial.json"  # replaced whole: never half written
-                partial.with_suffix(".tmp").write_text(bench.to_json(so_far, {}))
-                partial.with_suffix(".tmp").replace(partial)
+                written = partial.with_suffix(".tmp")
+                written.write_text(bench.to_json(so_far, {}))
+                written.replace(partial)
             if bench_models.is_detail(row):
                 return  # per-layer rows: summarised below
             note = f" {row.note}" if bench_models.wanted([row.suite]) and row.note else ""

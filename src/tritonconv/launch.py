@@ -161,32 +161,26 @@ def _entry(compiled, kernel, args, meta) -> tuple | None:
 
 
 # The parameters of Triton 3.6's ``CudaLauncher.__call__``, the wrapper whose work
-# :func:`_direct_launcher` does once instead of per launch, and the Triton versions whose C
-# launcher takes the arguments in the order it passes them (checked on the GPU machine).
+# :func:`_direct_launcher` does once instead of per launch.
 _WRAPPER_PARAMETERS = ("self", "gridX", "gridY", "gridZ", "stream", "function", "args")
 
 
 @functools.cache
 def _direct_triton() -> bool:
+    """True on the Triton versions whose C launcher takes the arguments in the order
+    :func:`_direct_launcher` passes them (checked on the GPU machine: 3.6)."""
     import triton
 
     return triton.__version__.startswith("3.6.")
 
 
-# Wrapper types checked already: True where their ``__call__`` is the one above.
-_wrapper_matches: dict[type, bool] = {}
-
-
-def _wrapper_is_known(wrapper) -> bool:
-    kind = type(wrapper)
-    known = _wrapper_matches.get(kind)
-    if known is None:
-        try:
-            parameters = tuple(inspect.signature(kind.__call__).parameters)
-        except (AttributeError, TypeError, ValueError):
-            parameters = ()
-        known = _wrapper_matches[kind] = parameters == _WRAPPER_PARAMETERS
-    return known
+@functools.cache
+def _wrapper_is_known(kind: type) -> bool:
+    """True when the wrapper type's ``__call__`` has 3.6's parameter list."""
+    try:
+        return tuple(inspect.signature(kind.__call__).parameters) == _WRAPPER_PARAMETERS
+    except (AttributeError, TypeError, ValueError):
+        return False
 
 
 def _direct_launcher(compiled):
@@ -200,7 +194,7 @@ def _direct_launcher(compiled):
     (Triton 3.6, its parameter list and attributes) and passes no scratch; anything else keeps
     Triton's wrapper."""
     wrapper = compiled.run
-    if not _direct_triton() or not _wrapper_is_known(wrapper):
+    if not _direct_triton() or not _wrapper_is_known(type(wrapper)):
         return None
     try:
         c_launch = wrapper.launch

@@ -9,9 +9,9 @@ PyTorch's convolutions keep a layout.
 
 Tiles: a program covers ``BLOCK_D`` channels x ``BLOCK_L`` positions, long along whichever axis
 is contiguous in memory (16 x 256 channel-first, 128 x 16 channel-last: the configurations a
-first probe of these kernels picked, benchmarks/NOTES.md), never longer than the problem (powers of two, at least
-16 on both axes so no reduction runs over a thinner axis than the layout's lanes; NOTES.md,
-issue 9), and large under the interpreter.
+first probe of these kernels picked, benchmarks/NOTES.md), never longer than the problem
+(powers of two, at least 16 on both axes so no reduction runs over a thinner axis than the
+layout's lanes; NOTES.md, issue 9), and large under the interpreter.
 """
 
 from __future__ import annotations
