@@ -52,7 +52,7 @@ def sweep(dtype, channels_last):
     launchers = {
         "fwd": (lambda: ops.depthwise_forward(x, w, None, GEOMETRY), y_ref),
         "dX": (lambda: ops.depthwise_grad_input(dy, w, x, GEOMETRY), dx_ref),
-        "dW": (lambda: ops.depthwise_grad_weight(dy, x, w.shape, GEOMETRY), dw_ref),
+        "dW": (lambda: ops.depthwise_grad_weight(dy, x, w.shape, GEOMETRY)[0], dw_ref),
     }
     layout = "channels-last" if channels_last else "NCHW"
     name = f"dw3x3_56 {str(dtype).removeprefix('torch.')} {layout}"

@@ -10,9 +10,9 @@
 #   SKIP_TESTS=1 scripts/gpu_check.sh    # benchmarks only
 #   SKIP_BENCH=1 scripts/gpu_check.sh    # tests and demo only
 #   PYTEST_ARGS="-k crop" scripts/gpu_check.sh
-#   PROBE=1 scripts/gpu_check.sh         # also the probes: TMA implicit GEMM (issue 11), NHWC
-#                                        # depthwise (13); kernel times (the causal kernels are
-#                                        # timed by the `more` suite's Mamba row)
+#   PROBES="tma dw causal" scripts/gpu_check.sh  # also these probes: TMA implicit GEMM
+#                                        # (issue 11), NHWC depthwise (13), the causal backward's
+#                                        # two versions (12); PROBE=1: all three
 #
 # Runs from source (PYTHONPATH=src), so it needs only the machine's torch and triton. Results
 # go to $OUT (the device tool's folder) or bench-out/.
@@ -64,13 +64,16 @@ if [ -z "${SKIP_BENCH:-}" ]; then
     bench_status=$?
 fi
 
-if [ -n "${PROBE:-}" ]; then
-    timeout "${PROBE_TIMEOUT:-300}" python3 benchmarks/probe_tma_igemm.py --json "$OUT_DIR/probe.json" \
-        > "$OUT_DIR/probe.log" 2>&1 || echo "probe FAILED or timed out (see probe.log)"
-    timeout "${PROBE_TIMEOUT:-300}" python3 benchmarks/probe_depthwise_nhwc.py \
-        --json "$OUT_DIR/probe_dw.json" > "$OUT_DIR/probe_dw.log" 2>&1 \
-        || echo "depthwise probe FAILED or timed out (see probe_dw.log)"
-fi
+PROBES=${PROBES:-}
+[ -n "${PROBE:-}" ] && PROBES="tma dw causal"
+declare -A PROBE_SCRIPTS=(
+    [tma]=probe_tma_igemm.py [dw]=probe_depthwise_nhwc.py [causal]=probe_causal_backward.py
+)
+for p in $PROBES; do
+    timeout "${PROBE_TIMEOUT:-300}" python3 "benchmarks/${PROBE_SCRIPTS[$p]}" \
+        --json "$OUT_DIR/probe_$p.json" > "$OUT_DIR/probe_$p.log" 2>&1 \
+        || echo "probe $p FAILED or timed out (see probe_$p.log)"
+done
 
 echo "================ summary ================"
 if [ -z "${SKIP_TESTS:-}" ]; then
@@ -91,6 +94,7 @@ elif [ $bench_status -ne 0 ]; then
 else
     python3 scripts/bench_table.py "$OUT_DIR/bench.json"
 fi
-[ -f "$OUT_DIR/probe.log" ] && grep -E "^(geomean|check .*BAD)" "$OUT_DIR/probe.log"
+[ -f "$OUT_DIR/probe_tma.log" ] && grep -E "^(geomean|check .*BAD)" "$OUT_DIR/probe_tma.log"
 [ -f "$OUT_DIR/probe_dw.log" ] && grep -vE "^check .* ok$" "$OUT_DIR/probe_dw.log" | tail -n 14
+[ -f "$OUT_DIR/probe_causal.log" ] && tail -n 14 "$OUT_DIR/probe_causal.log"
 exit $status

@@ -9,13 +9,19 @@ from pathlib import Path
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "compile_check.py"
 
-# sum_partials_kernel(partial_ptr, out_ptr, splits, numel, BLOCK, SPLIT_BLOCK, INDEX_64), as
-# recorded
+# sum_partials_kernel(partial_ptr, out_ptr, out2_ptr, splits, numel, split_at, BLOCK,
+# SPLIT_BLOCK, TWO_OUTPUTS, INDEX_64), as recorded
 GOOD = {
     "module": "tritonconv.kernels.reduce",
     "name": "sum_partials_kernel",
-    "args": ["*fp32", "*bf16", "i32", ["one", 1]],
-    "meta": {"BLOCK": 1024, "SPLIT_BLOCK": 4, "INDEX_64": False, "num_warps": 4},
+    "args": ["*fp32", "*bf16", "*bf16", "i32", "i32", "i32"],
+    "meta": {
+        "BLOCK": 1024,
+        "SPLIT_BLOCK": 4,
+        "TWO_OUTPUTS": True,
+        "INDEX_64": False,
+        "num_warps": 4,
+    },
 }
 BAD = dict(GOOD, meta=dict(GOOD["meta"], BLOCK=1000))  # not a power of two: tl.arange refuses
 

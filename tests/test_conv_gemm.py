@@ -209,9 +209,9 @@ def test_custom_ops_pass_opcheck(device):
     dy = torch.randn_like(y)
     cases = [
         (ops.conv2d_gemm, (x, w, None, *geometry, 1 << 30)),
-        (ops.conv2d_gemm_backward, (dy, x, w, *geometry, 1 << 30, [True, True])),
+        (ops.conv2d_gemm_backward, (dy, x, w, *geometry, 1 << 30, [True, True, True])),
         (ops.conv2d_direct, (x, w, None, *geometry, False)),
-        (ops.conv2d_direct_backward, (dy, x, w, *geometry, False, [True, False])),
+        (ops.conv2d_direct_backward, (dy, x, w, *geometry, False, [True, False, True])),
         (ops.unfold, (x, [2, 3], [1, 1], [1, 0], [1, 2])),
     ]
     cols = ops.unfold(x, [2, 3], [1, 1], [1, 0], [1, 2])

@@ -166,7 +166,7 @@ def test_custom_ops_pass_opcheck(device):
     dy = torch.randn_like(y)
     for op, args in (
         (ops.conv_implicit_gemm, (x, w, torch.randn(6, device=device), *geometry, [])),
-        (ops.conv_implicit_gemm_backward, (dy, x, w, *geometry, [], [True, True])),
+        (ops.conv_implicit_gemm_backward, (dy, x, w, *geometry, [], [True, True, True])),
         (ops.conv_transpose_implicit_gemm, (y, w, None, *geometry, [6, 5], [])),
     ):
         torch.library.opcheck(op, args)

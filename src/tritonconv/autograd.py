@@ -159,11 +159,6 @@ Fold = _differentiable("Fold", ops.fold, _fold_setup, _fold_backward)
 # --------------------------------------------------------------------------------------------
 
 
-def _bias_grad(grad_output):
-    """The bias gradient: the output gradient summed over every dimension but the channels."""
-    return grad_output.sum(dim=(0, *range(2, grad_output.dim())))
-
-
 def _conv_setup(ctx, inputs, output):
     input, weight, bias, *params = inputs
     ctx.params = params
@@ -174,17 +169,13 @@ def _conv_setup(ctx, inputs, output):
 def _conv_backward(backward_op: ops.Op):
     def backward(ctx, grad_output):
         input, weight = ctx.saved_tensors
-        grad_input = grad_weight = grad_bias = None
-        mask = list(ctx.needs_input_grad[:2])
-        if any(mask):
-            grad_input, grad_weight = _backward_call(
-                ctx, backward_op, grad_output, input, weight, *ctx.params, mask
-            )
-            grad_input = grad_input if mask[0] else None
-            grad_weight = grad_weight if mask[1] else None
-        if ctx.has_bias and ctx.needs_input_grad[2]:
-            grad_bias = _bias_grad(grad_output)
-        return grad_input, grad_weight, grad_bias, None, None, None, None, None, None
+        needs = ctx.needs_input_grad
+        mask = [needs[0], needs[1], ctx.has_bias and needs[2]]
+        grads = [None, None, None]
+        if any(mask):  # the bias gradient too: fused into the weight gradient where it can be
+            grads = _backward_call(ctx, backward_op, grad_output, input, weight, *ctx.params, mask)
+            grads = [g if wanted else None for g, wanted in zip(grads, mask, strict=True)]
+        return *grads, None, None, None, None, None, None
 
     return backward
 
@@ -231,9 +222,10 @@ def _conv_transpose_backward(forward_op: ops.Op, backward_op: ops.Op):
         if ctx.needs_input_grad[0]:
             grad_input = forward_op(grad_output, weight, None, *geometry)
         if ctx.needs_input_grad[1]:
-            _, grad_weight = backward_op(input, grad_output, weight, *geometry, [False, True])
+            mask = [False, True, False]
+            _, grad_weight, _ = backward_op(input, grad_output, weight, *geometry, mask)
         if ctx.has_bias and ctx.needs_input_grad[2]:
-            grad_bias = _bias_grad(grad_output)
+            grad_bias = ops.channel_sum(grad_output)
         return grad_input, grad_weight, grad_bias, *([None] * 7)
 
     return backward

@@ -503,10 +503,13 @@ def run_case(case: Case, algo: str, ref: dict, data: Data, device=DEVICE) -> lis
         )
         if case.transposed:  # dx = conv(dy); dw = the convolution's dw with x as its dy
             dx = forward_op(dy, w, None, *geometry)
-            _, dw = backward_op(x, dy, w, *geometry, [False, True])
+            _, dw, _ = backward_op(x, dy, w, *geometry, [False, True, False])
+            db = library.channel_sum(dy)
         else:
-            dx, dw = backward_op(dy, x, w, *geometry, [True, True])
+            dx, dw, db = backward_op(dy, x, w, *geometry, [True, True, b is not None])
         results = {"y": y, "dx": dx, "dw": dw}
+        if b is not None:
+            results["db"] = db
     fmt = channels_last_format(x.dim()) if is_channels_last(x) else torch.contiguous_format
     if not results["y"].is_contiguous(memory_format=fmt):
         problems.append(f"y: strides {results['y'].stride()} are not in the input's {fmt}")

@@ -24,7 +24,7 @@ from ._runtime import INTERPRETER
 from .geometry import TritonConvError, make_geometry, window_geometry
 from .launch import allocate, launch_plan, tracing
 from .ops import causal as causal_ops
-from .ops import conv_gemm, depthwise, direct, implicit_gemm
+from .ops import common, conv_gemm, depthwise, direct, implicit_gemm
 from .ops import crop as crop_ops
 from .ops import im2col as im2col_ops
 
@@ -65,6 +65,15 @@ def _dense_bias(bias: Tensor | None) -> None:
 def _nothing(like: Tensor) -> Tensor:
     """The empty tensor a backward op returns for a gradient its output mask leaves out."""
     return allocate((0,), like.dtype, like.device)
+
+
+def _gradients(grad_output: Tensor, input: Tensor, grad_input, grad_weight, grad_bias, mask):
+    """A convolution backward op's (grad_input, grad_weight, grad_bias): the bias gradient
+    from :func:`channel_sum` when asked for and not already fused into the weight gradient's
+    kernels; an empty tensor for a gradient ``mask`` leaves out."""
+    if mask[2] and grad_bias is None:
+        grad_bias = common.channel_sum(grad_output)
+    return tuple(_nothing(input) if g is None else g for g in (grad_input, grad_weight, grad_bias))
 
 
 def custom_op(name: str, *, planned: bool = True):
@@ -142,16 +151,14 @@ def conv2d_gemm_backward(
     groups: int,
     workspace_limit: int,
     output_mask: list[bool],
-) -> tuple[Tensor, Tensor]:
-    """(grad_input, grad_weight); an output left out by ``output_mask`` is an empty tensor."""
+) -> tuple[Tensor, Tensor, Tensor]:
+    """(grad_input, grad_weight, grad_bias); one left out by ``output_mask`` is an empty
+    tensor."""
     geometry = _conv_geometry(input.shape, weight.shape, stride, pad_before, pad_after, dilation)
     grad_input, grad_weight = conv_gemm.conv2d_backward(
-        grad_output, input, weight, geometry, groups, workspace_limit, *output_mask
+        grad_output, input, weight, geometry, groups, workspace_limit, *output_mask[:2]
     )
-    return (
-        _nothing(input) if grad_input is None else grad_input,
-        _nothing(input) if grad_weight is None else grad_weight,
-    )
+    return _gradients(grad_output, input, grad_input, grad_weight, None, output_mask)
 
 
 # --------------------------------------------------------------------------------------------
@@ -190,10 +197,11 @@ def conv2d_direct_backward(
     groups: int,
     depthwise_kernels: bool,
     output_mask: list[bool],
-) -> tuple[Tensor, Tensor]:
-    """(grad_input, grad_weight); an output left out by ``output_mask`` is an empty tensor."""
+) -> tuple[Tensor, Tensor, Tensor]:
+    """(grad_input, grad_weight, grad_bias); one left out by ``output_mask`` is an empty
+    tensor."""
     geometry = _conv_geometry(input.shape, weight.shape, stride, pad_before, pad_after, dilation)
-    grad_input, grad_weight = _nothing(input), _nothing(input)
+    grad_input = grad_weight = grad_bias = None
     if output_mask[0]:
         if depthwise_kernels:
             grad_input = depthwise.depthwise_grad_input(grad_output, weight, input, geometry)
@@ -202,12 +210,14 @@ def conv2d_direct_backward(
     if output_mask[1]:
         weight_size = list(weight.shape)
         if depthwise_kernels:
-            grad_weight = depthwise.depthwise_grad_weight(grad_output, input, weight_size, geometry)
+            grad_weight, grad_bias = depthwise.depthwise_grad_weight(
+                grad_output, input, weight_size, geometry, output_mask[2]
+            )
         else:
             grad_weight = direct.conv2d_grad_weight(
                 grad_output, input, weight_size, geometry, groups
             )
-    return grad_input, grad_weight
+    return _gradients(grad_output, input, grad_input, grad_weight, grad_bias, output_mask)
 
 
 # --------------------------------------------------------------------------------------------
@@ -249,18 +259,18 @@ def conv_implicit_gemm_backward(
     groups: int,
     config: list[int],
     output_mask: list[bool],
-) -> tuple[Tensor, Tensor]:
-    """(grad_input, grad_weight); an output left out by ``output_mask`` is an empty tensor.
-    ``config`` is the forward's: the gradients use their own heuristic tiles."""
+) -> tuple[Tensor, Tensor, Tensor]:
+    """(grad_input, grad_weight, grad_bias); one left out by ``output_mask`` is an empty
+    tensor. ``config`` is the forward's: the gradients use their own heuristic tiles."""
     geometry = _conv_geometry(input.shape, weight.shape, stride, pad_before, pad_after, dilation)
-    grad_input, grad_weight = _nothing(input), _nothing(input)
+    grad_input = grad_weight = None
     if output_mask[0]:
         grad_input = implicit_gemm.conv_grad_input(grad_output, weight, input, geometry, groups)
     if output_mask[1]:
         grad_weight = implicit_gemm.conv_grad_weight(
             grad_output, input, list(weight.shape), geometry, groups
         )
-    return grad_input, grad_weight
+    return _gradients(grad_output, input, grad_input, grad_weight, None, output_mask)
 
 
 # --------------------------------------------------------------------------------------------
@@ -343,6 +353,13 @@ def conv_transpose_implicit_gemm(
     return implicit_gemm.conv_grad_input(
         input, weight, input, geometry, groups, shape, bias, _config(config)
     )
+
+
+@custom_op("channel_sum")
+def channel_sum(input: Tensor) -> Tensor:
+    """``input.sum((0, 2, ...))`` in a fixed order: a transposed convolution's bias gradient
+    (the convolutions' backward ops compute theirs themselves)."""
+    return common.channel_sum(input)
 
 
 # --------------------------------------------------------------------------------------------

@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from .. import functional
 from ..ops.common import is_channels_last
 from ..testing import DEVICE
-from . import Options, Row, suite, time_ms
+from . import Options, Row, kernel_ms, suite, time_ms
 from .conv import CONV_REF, exact_fp32
 
 
@@ -33,6 +33,9 @@ class Case:
     make: Callable[[bool, torch.dtype], tuple]  # (quick, dtype) -> tensors
     ours: Callable
     ref: Callable
+    # bytes a call must move at least (forward, backward), from the inputs: for the
+    # memory-bound cases, whose rows then report GB/s
+    floor_bytes: Callable | None = None
 
 
 def _t(shape, dtype, scale=1.0):
@@ -106,14 +109,16 @@ CASES = [
     ),
     Case(
         "mamba_causal_conv1d",
-        "batch 8 dim 1536 seqlen 2048 width 4, SiLU",
+        "batch 8 dim 2048 seqlen 4096 width 4, SiLU",
         lambda q, dt: (
-            _t((2, 4, 16) if q else (8, 1536, 2048), dt),
-            _t((4, 4) if q else (1536, 4), dt, 0.5),
-            _t((4,) if q else (1536,), dt),
+            _t((2, 4, 16) if q else (8, 2048, 4096), dt),
+            _t((4, 4) if q else (2048, 4), dt, 0.5),
+            _t((4,) if q else (2048,), dt),
         ),
         lambda x, w, b: functional.causal_conv1d(x, w, b, activation="silu"),
         _causal_ref,
+        # forward: x read, y written; backward: x and dy read, dx written
+        lambda x, w, b: (2 * _nbytes(x), 3 * _nbytes(x)),
     ),
     Case(
         "conv3d_3x3x3",
@@ -169,19 +174,30 @@ CASES = [
 ]
 
 
-def _timed(fn, inputs, opts: Options) -> tuple[float, float]:
-    """(forward ms, backward ms) of ``fn`` on ``inputs`` (a single input set)."""
+def _nbytes(t: torch.Tensor) -> int:
+    return t.numel() * t.element_size()
+
+
+def _timed(fn, inputs, opts: Options) -> tuple[float, float, float | None, float | None]:
+    """(forward ms, backward ms, forward kernel ms, backward kernel ms) of ``fn`` on
+    ``inputs`` (a single input set): per call, and on the GPU alone (``kernel_ms``)."""
 
     def forward(_):
         with torch.no_grad():
             fn(*inputs)
 
     fwd = time_ms(forward, 1, opts)
-    out = fn(*inputs)
-    grad = torch.randn_like(out)
+    fwd_kernel = kernel_ms(forward, 1, opts)
     leaves = [t for t in inputs if isinstance(t, torch.Tensor) and t.requires_grad]
+    with torch.no_grad():
+        grad = torch.randn_like(fn(*inputs))
+    # captured with its forward, before any graph of these inputs is kept alive (as the
+    # dense suite does: bench/dense.py)
+    both = kernel_ms(lambda _: torch.autograd.grad(fn(*inputs), leaves, grad), 1, opts)
+    bwd_kernel = both - fwd_kernel if both is not None and fwd_kernel is not None else None
+    out = fn(*inputs)
     bwd = time_ms(lambda _: torch.autograd.grad(out, leaves, grad, retain_graph=True), 1, opts)
-    return fwd, bwd
+    return fwd, bwd, fwd_kernel, bwd_kernel
 
 
 @suite("more")
@@ -194,14 +210,19 @@ def more_suite(opts: Options) -> Iterator[Row]:
                 continue
             inputs = case.make(opts.quick, dtype)
             with exact_fp32(dtype):
-                ours_f, ours_b = _timed(case.ours, inputs, opts)
-                ref_f, ref_b = _timed(case.ref, inputs, opts)
+                ours = _timed(case.ours, inputs, opts)
+                ref = _timed(case.ref, inputs, opts)
             common = dict(
                 suite="more", case=case.name, shape=case.shape, dtype=name,
                 ref_name=_reference_name(inputs[0]),
             )  # fmt: skip
-            yield Row(**common, op="fwd", ours_ms=ours_f, ref_ms=ref_f)
-            yield Row(**common, op="bwd", ours_ms=ours_b, ref_ms=ref_b)
+            floor = case.floor_bytes(*inputs) if case.floor_bytes else (0.0, 0.0)
+            for i, op in enumerate(("fwd", "bwd")):
+                yield Row(
+                    **common, op=op, ours_ms=ours[i], ref_ms=ref[i],
+                    ours_kernel_ms=ours[2 + i], ref_kernel_ms=ref[2 + i],
+                    work=floor[i], unit="GB/s" if floor[i] else "",
+                )  # fmt: skip
 
 
 def _reference_name(x: torch.Tensor) -> str:

@@ -102,6 +102,24 @@ def _output_grad(
 
 
 @triton.jit
+def _shifted(g, g_lo, g_hi, shift: tl.constexpr, HALO: tl.constexpr, BLOCK_D, BLOCK_L):
+    """g at positions ``pos + shift`` for a block's positions ``pos``: from its own tile ``g``
+    (``[BLOCK_D, BLOCK_L]``) and the ``HALO`` positions before (``g_lo``) and after
+    (``g_hi``) it; ``|shift| <= HALO``."""
+    out = g
+    if shift != 0:
+        q = tl.broadcast_to((tl.arange(0, BLOCK_L) + shift)[None, :], [BLOCK_D, BLOCK_L])
+        out = tl.gather(g, tl.minimum(tl.maximum(q, 0), BLOCK_L - 1), 1)
+        if shift > 0:
+            side = tl.gather(g_hi, tl.minimum(tl.maximum(q - BLOCK_L, 0), HALO - 1), 1)
+            out = tl.where(q >= BLOCK_L, side, out)
+        else:
+            side = tl.gather(g_lo, tl.minimum(tl.maximum(q + HALO, 0), HALO - 1), 1)
+            out = tl.where(q < 0, side, out)
+    return out
+
+
+@triton.jit
 def causal_conv1d_kernel(
     x_ptr,
     w_ptr,
@@ -176,6 +194,8 @@ def causal_conv1d_backward_kernel(
     SILU: tl.constexpr,
     GRAD_INPUT: tl.constexpr,
     GRAD_PARAMS: tl.constexpr,
+    G_ONCE: tl.constexpr,
+    HALO: tl.constexpr,
     ACC_DTYPE: tl.constexpr,
     BLOCK_D: tl.constexpr,
     BLOCK_L: tl.constexpr,
@@ -188,8 +208,11 @@ def causal_conv1d_backward_kernel(
     g = dy * act'(z) (:func:`_output_grad`). Input position ``i`` is read by output position
     ``i + PAD - k`` through tap ``k``, so with ``j = WIDTH - 1 - k``:
     ``dx[i] = sum_j w[WIDTH-1-j] * g[i + PAD - (WIDTH-1) + j]``: g at WIDTH shifted position sets.
-    The set with ``j = WIDTH - 1 - PAD`` is g at the block's own positions (as output
-    positions): from it the chunk's sums ``dw[d, k] = sum_l g[l] * x[l - PAD + k]`` and
+    With ``G_ONCE`` g is computed once per block, plus ``HALO`` positions on the sides the
+    shifts reach, and the shifted sets are gathered from those tiles in registers
+    (:func:`_shifted`); otherwise each set is recomputed from dy and x (WIDTH + 1 loads and a
+    sigmoid per set: the first version, kept to compare). From g at the block's own positions
+    the chunk's sums ``dw[d, k] = sum_l g[l] * x[l - PAD + k]`` and
     ``db[d] = sum_l g[l]`` accumulate in registers, stored once at partial index ``pid`` for a
     fixed-order sum afterwards (bitwise reproducible; no atomics)."""
     pid = tl.program_id(0)
@@ -215,33 +238,50 @@ def causal_conv1d_backward_kernel(
         pos = block * BLOCK_L + tl.arange(0, BLOCK_L)
         if INDEX_64:
             pos = pos.to(tl.int64)
-        dx = tl.zeros([BLOCK_D, BLOCK_L], dtype=ACC_DTYPE)
-        for j in tl.static_range(WIDTH):
-            at = pos + (PAD - (WIDTH - 1) + j)
-            if j == WIDTH - 1 - PAD:  # g at the block's own positions (``at == pos``)
-                g = _output_grad(
-                    dy_base, dy_sl, x_base, x_sl, w_ptr, w_sd, w_sk, bias, d, d_ok, at, L_in,
-                    L_out, PAD, WIDTH, SILU, ACC_DTYPE, BLOCK_D, BLOCK_L,
-                )  # fmt: skip
-                if GRAD_INPUT:
-                    wk = tl.load(w_ptr + d * w_sd + (WIDTH - 1 - j) * w_sk, mask=d_ok, other=0)
-                    dx += g * wk.to(ACC_DTYPE)[:, None]
-                if GRAD_PARAMS:
-                    for k in tl.static_range(WIDTH):
-                        src = pos - PAD + k
-                        ok = d_ok[:, None] & ((src >= 0) & (src < L_in))[None, :]
-                        xs = tl.load(x_base + src[None, :] * x_sl, mask=ok, other=0)
-                        term = tl.sum(g * xs.to(ACC_DTYPE), 1)
-                        dw_acc += tl.where(taps[None, :] == k, term[:, None], 0)
-                    db_acc += tl.sum(g, 1)
-            elif GRAD_INPUT:
-                g = _output_grad(
-                    dy_base, dy_sl, x_base, x_sl, w_ptr, w_sd, w_sk, bias, d, d_ok, at, L_in,
-                    L_out, PAD, WIDTH, SILU, ACC_DTYPE, BLOCK_D, BLOCK_L,
-                )  # fmt: skip
-                wk = tl.load(w_ptr + d * w_sd + (WIDTH - 1 - j) * w_sk, mask=d_ok, other=0)
-                dx += g * wk.to(ACC_DTYPE)[:, None]
+        # g at the block's own positions (as output positions)
+        g = _output_grad(
+            dy_base, dy_sl, x_base, x_sl, w_ptr, w_sd, w_sk, bias, d, d_ok, pos, L_in,
+            L_out, PAD, WIDTH, SILU, ACC_DTYPE, BLOCK_D, BLOCK_L,
+        )  # fmt: skip
+        if GRAD_PARAMS:
+            for k in tl.static_range(WIDTH):
+                src = pos - PAD + k
+                ok = d_ok[:, None] & ((src >= 0) & (src < L_in))[None, :]
+                xs = tl.load(x_base + src[None, :] * x_sl, mask=ok, other=0)
+                term = tl.sum(g * xs.to(ACC_DTYPE), 1)
+                dw_acc += tl.where(taps[None, :] == k, term[:, None], 0)
+            db_acc += tl.sum(g, 1)
         if GRAD_INPUT:
+            dx = tl.zeros([BLOCK_D, BLOCK_L], dtype=ACC_DTYPE)
+            if G_ONCE:
+                # g at the HALO positions before and after the block, for the shifted sets
+                g_lo = tl.zeros([BLOCK_D, HALO], dtype=ACC_DTYPE)
+                g_hi = tl.zeros([BLOCK_D, HALO], dtype=ACC_DTYPE)
+                if PAD < WIDTH - 1:
+                    g_lo = _output_grad(
+                        dy_base, dy_sl, x_base, x_sl, w_ptr, w_sd, w_sk, bias, d, d_ok,
+                        block * BLOCK_L - HALO + tl.arange(0, HALO), L_in, L_out,
+                        PAD, WIDTH, SILU, ACC_DTYPE, BLOCK_D, HALO,
+                    )  # fmt: skip
+                if PAD > 0:
+                    g_hi = _output_grad(
+                        dy_base, dy_sl, x_base, x_sl, w_ptr, w_sd, w_sk, bias, d, d_ok,
+                        (block + 1) * BLOCK_L + tl.arange(0, HALO), L_in, L_out,
+                        PAD, WIDTH, SILU, ACC_DTYPE, BLOCK_D, HALO,
+                    )  # fmt: skip
+            for j in tl.static_range(WIDTH):
+                if G_ONCE:
+                    shifted = _shifted(g, g_lo, g_hi, PAD - (WIDTH - 1) + j, HALO, BLOCK_D, BLOCK_L)
+                elif j == WIDTH - 1 - PAD:
+                    shifted = g
+                else:
+                    shifted = _output_grad(
+                        dy_base, dy_sl, x_base, x_sl, w_ptr, w_sd, w_sk, bias, d, d_ok,
+                        pos + (PAD - (WIDTH - 1) + j), L_in, L_out,
+                        PAD, WIDTH, SILU, ACC_DTYPE, BLOCK_D, BLOCK_L,
+                    )  # fmt: skip
+                wk = tl.load(w_ptr + d * w_sd + (WIDTH - 1 - j) * w_sk, mask=d_ok, other=0)
+                dx += shifted * wk.to(ACC_DTYPE)[:, None]
             out = dx_ptr + b * dx_sb + d[:, None] * dx_sd + pos[None, :] * dx_sl
             ok = d_ok[:, None] & (pos < L_in)[None, :]
             tl.store(out, dx.to(dx_ptr.dtype.element_ty), mask=ok)

@@ -544,6 +544,7 @@ def depthwise_small_grad_weight_kernel(
     # meta-parameters
     KH: tl.constexpr,
     KW: tl.constexpr,
+    BIAS_GRAD: tl.constexpr,
     ACC_DTYPE: tl.constexpr,
     BLOCK_C: tl.constexpr,
     BLOCK_H: tl.constexpr,
@@ -552,8 +553,10 @@ def depthwise_small_grad_weight_kernel(
 ):
     """Weight gradient for kernels up to 3x3: one elementwise accumulator tile per tap (nine
     at most), summed over the split's samples with one ``dy`` load and one shifted ``x`` load
-    per tap and sample; the tiles are reduced once, at the end. ``partial`` is
-    ``(splits * spatial tiles, C_out, KH*KW)`` contiguous; grid
+    per tap and sample; the tiles are reduced once, at the end. ``partial`` is contiguous,
+    ``(splits * spatial tiles, C_out * KH*KW)``, or with ``BIAS_GRAD``
+    ``(splits * spatial tiles, C_out * (KH*KW + 1))``: each row then ends with the tile's
+    sums of ``dy`` per channel (the bias gradient, from the ``dy`` already loaded). Grid
     ``(channel blocks * spatial tiles, splits)``."""
     pid_ct = tl.program_id(0)
     split = tl.program_id(1)
@@ -588,8 +591,11 @@ def depthwise_small_grad_weight_kernel(
     a20 = tl.zeros([BLOCK_C, BLOCK_H, BLOCK_W], dtype=ACC_DTYPE)
     a21 = tl.zeros([BLOCK_C, BLOCK_H, BLOCK_W], dtype=ACC_DTYPE)
     a22 = tl.zeros([BLOCK_C, BLOCK_H, BLOCK_W], dtype=ACC_DTYPE)
+    a_bias = tl.zeros([BLOCK_C, BLOCK_H, BLOCK_W], dtype=ACC_DTYPE)
     for n in range(n_first, n_last):
         dy = tl.load(dy_ptr + n * dy_sn + dy_off, mask=out_ok, other=0).to(ACC_DTYPE)
+        if BIAS_GRAD:
+            a_bias += dy
         x_n = x_ptr + n * x_sn
         a00 = _wgrad_tap(
             a00, dy, x_n, x_off, ih0, iw0, H, W, out_ok, 0, 0, dil_h, dil_w, x_sh, x_sw
@@ -627,7 +633,10 @@ def depthwise_small_grad_weight_kernel(
                     a22, dy, x_n, x_off, ih0, iw0, H, W, out_ok, 2, 2, dil_h, dil_w, x_sh, x_sw
                 )
 
-    dst = partial_ptr + (split * tiles + tile) * C_out * (KH * KW) + c * (KH * KW)
+    row = partial_ptr + (split * tiles + tile) * C_out * (KH * KW + BIAS_GRAD)
+    dst = row + c * (KH * KW)
+    if BIAS_GRAD:
+        _wgrad_store(row + C_out * (KH * KW), a_bias, c, c_ok)
     _wgrad_store(dst, a00, 0, c_ok)
     if KW > 1:
         _wgrad_store(dst, a01, 1, c_ok)

@@ -36,6 +36,10 @@ from .crop import dim_order, empty_in_order
 
 # Backward programs per SM the position chunks aim for (see ``_chunk_blocks``).
 PROGRAMS_PER_SM = 4
+# The backward computes g = dy * act'(z) once per block and gathers its shifted sets in
+# registers (True), or recomputes each set from dy and x (False: the first version, kept
+# while the GPU compares the two; benchmarks/NOTES.md).
+G_ONCE = True
 # (BLOCK_D, BLOCK_L) caps per layout: the long axis is the contiguous one.
 _TILES = {"channel_first": (16, 256), "channel_last": (128, 16)}
 _INTERPRETER_TILE = (64, 256)
@@ -180,6 +184,8 @@ def causal_conv1d_backward(grad_output, x, weight, bias, pad: int, silu: bool, o
         SILU=silu,
         GRAD_INPUT=want_x,
         GRAD_PARAMS=params,
+        G_ONCE=G_ONCE,
+        HALO=max(2, next_power_of_2(width - 1)),
         ACC_DTYPE=accumulator_dtype(x.dtype),
         BLOCK_D=block_d,
         BLOCK_L=block_l,

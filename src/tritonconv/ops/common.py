@@ -12,8 +12,9 @@ import math
 import torch
 import triton.language as tl
 
+from .._runtime import INTERPRETER
 from ..geometry import INT_DTYPES
-from ..kernels.reduce import sum_partials_kernel
+from ..kernels.reduce import channel_sum_partials_kernel, sum_partials_kernel
 from ..launch import allocate, launch
 
 # Index arithmetic switches to int64 when an address can reach this many elements.
@@ -68,10 +69,15 @@ def empty_like_format(shape, like: torch.Tensor, *, zero: bool = False) -> torch
     return allocate(shape, like.dtype, like.device, dense_strides(shape, order), zero=zero)
 
 
-def sum_partials(partial: torch.Tensor, out: torch.Tensor) -> None:
+def sum_partials(
+    partial: torch.Tensor, out: torch.Tensor, out2: torch.Tensor | None = None
+) -> None:
     """``out = partial.sum(0)`` for a contiguous ``(splits, *out.shape)`` partial, summed in a
-    fixed order (bitwise reproducible) and cast to out's dtype in one pass."""
-    numel = out.numel()
+    fixed order (bitwise reproducible) and cast to out's dtype in one pass. With ``out2`` each
+    partial row holds ``out``'s elements then ``out2``'s (a weight gradient and its bias
+    gradient, reduced by one launch)."""
+    split_at = out.numel()
+    numel = split_at + (0 if out2 is None else out2.numel())
     if numel == 0:
         return
     splits = partial.shape[0]
@@ -83,13 +89,64 @@ def sum_partials(partial: torch.Tensor, out: torch.Tensor) -> None:
         (cdiv(numel, block),),
         partial,
         out,
+        out if out2 is None else out2,
         splits,
         numel,
+        split_at,
         BLOCK=block,
         SPLIT_BLOCK=split_block,
+        TWO_OUTPUTS=out2 is not None,
         INDEX_64=needs_int64(partial, out) or reach > INDEX32_LIMIT,
         num_warps=4,
     )
+
+
+def channel_sum(t: torch.Tensor) -> torch.Tensor:
+    """``t.sum((0, 2, ...))`` for an (N, C, *spatial) tensor of 1 to 3 spatial dimensions and
+    any strides (the bias gradient of a convolution): per-split partials, then
+    :func:`sum_partials`, so the order is fixed and the result bitwise reproducible."""
+    N, C, *spatial = t.shape
+    rows = N * math.prod(spatial)
+    out = allocate((C,), t.dtype, t.device, zero=rows == 0)
+    if C == 0 or rows == 0:
+        return out
+    sizes = [1] * (3 - len(spatial)) + list(spatial)
+    strides = [0] * (3 - len(spatial)) + list(t.stride()[2:])
+    rows_fast = C == 1 or t.stride(1) != 1
+    if rows_fast:
+        block_c = clamped_power_of_2(C, 1, 4)
+        block_r = 512
+    else:
+        block_c = clamped_power_of_2(C, 1, 64)
+        block_r = 2048 // block_c
+    # About two programs per multiprocessor; two splits under the interpreter, so the split
+    # reduction is tested on CPU too.
+    c_blocks = cdiv(C, block_c)
+    target = 2 if INTERPRETER else cdiv(2 * multiprocessor_count(t.device), c_blocks)
+    rows_per_split = max(block_r, cdiv(cdiv(rows, target), block_r) * block_r)
+    splits = cdiv(rows, rows_per_split)
+    partial = allocate((splits, C), partial_dtype(t.dtype), t.device)
+    launch(
+        channel_sum_partials_kernel,
+        (c_blocks, splits),
+        t,
+        partial,
+        C,
+        *sizes,
+        rows,
+        rows_per_split,
+        t.stride(0),
+        t.stride(1),
+        *strides,
+        ACC_DTYPE=accumulator_dtype(t.dtype),
+        ROWS_FAST=rows_fast,
+        BLOCK_C=block_c,
+        BLOCK_R=block_r,
+        INDEX_64=needs_int64(t, partial) or rows + block_r > INDEX32_LIMIT,
+        num_warps=4,
+    )
+    sum_partials(partial, out)
+    return out
 
 
 def sum_partials_tiles(numel: int, splits: int) -> tuple[int, int]:

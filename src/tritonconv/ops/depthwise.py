@@ -245,15 +245,19 @@ def depthwise_grad_input(grad_out, weight, like, geometry: Geometry, shape=None)
     return grad_in
 
 
-def depthwise_grad_weight(grad_out, x, weight_shape, geometry: Geometry) -> torch.Tensor:
-    """dW of a depthwise convolution: per-tile partials summed in a fixed order."""
+def depthwise_grad_weight(
+    grad_out, x, weight_shape, geometry: Geometry, bias_grad: bool = False
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(dW, db) of a depthwise convolution: per-tile partials summed in a fixed order. ``db``
+    (the bias gradient) is None unless asked for by ``bias_grad`` and fused: the kernels up to
+    3x3 sum ``dy`` per channel beside the weight gradient, reduced by the same launch."""
     check_kernel_device(x, "input")
     N, C_in = x.shape[:2]
     C_out = weight_shape[0]
     KH, KW = geometry.kernel
     OH, OW = geometry.output
     if N == 0:
-        return allocate(weight_shape, x.dtype, x.device, zero=True)
+        return allocate(weight_shape, x.dtype, x.device, zero=True), None
     geometry_args = (*geometry.stride, *geometry.pad_before, *geometry.dilation)
     strides = (*grad_out.stride(), *x.stride())
     acc_dtype = partial_dtype(x.dtype)  # int64 for integers: exact
@@ -301,7 +305,7 @@ def depthwise_grad_weight(grad_out, x, weight_shape, geometry: Geometry) -> torc
             N, 2 if INTERPRETER else cdiv(config["target_programs"], blocks)
         )
         tiles = cdiv(OH, block_h) * cdiv(OW, block_w)
-        partial = allocate((splits * tiles, C_out, KH * KW), acc_dtype, x.device)
+        partial = allocate((splits * tiles, C_out * (KH * KW + bias_grad)), acc_dtype, x.device)
         launch(
             depthwise_small_grad_weight_kernel,
             (blocks, splits),
@@ -319,6 +323,7 @@ def depthwise_grad_weight(grad_out, x, weight_shape, geometry: Geometry) -> torc
             *strides,
             KH=KH,
             KW=KW,
+            BIAS_GRAD=bias_grad,
             ACC_DTYPE=accumulator_dtype(x.dtype),
             BLOCK_C=block_c,
             BLOCK_H=block_h,
@@ -326,6 +331,13 @@ def depthwise_grad_weight(grad_out, x, weight_shape, geometry: Geometry) -> torc
             INDEX_64=needs_int64(grad_out, x, partial),
             num_warps=config["num_warps"],
         )
+        grad_weight = allocate(weight_shape, x.dtype, x.device)
+        if not bias_grad:
+            sum_partials(partial, grad_weight)
+            return grad_weight, None
+        grad_bias = allocate((C_out,), x.dtype, x.device)
+        sum_partials(partial, grad_weight, grad_bias)
+        return grad_weight, grad_bias
     else:
         block_c, block_h, block_w = _fma_tiles(grad_out, OH, OW)
         block_t = clamped_power_of_2(KH * KW, 1, 16)
@@ -358,4 +370,4 @@ def depthwise_grad_weight(grad_out, x, weight_shape, geometry: Geometry) -> torc
         )
     grad_weight = allocate(weight_shape, x.dtype, x.device)
     sum_partials(partial, grad_weight)
-    return grad_weight
+    return grad_weight, None

@@ -1,0 +1,71 @@
+"""The causal conv1d backward, g once per block (``ops.causal.G_ONCE``) against the first
+version (g recomputed for every shifted set), on issue 12's Mamba shape (batch 8, dim 2048,
+seqlen 4096, width 4, SiLU, bf16), both layouts: GPU time (``timing.device_ms``), achieved
+bandwidth (x and dy read, dx written once), and the results of the two compared.
+
+    PYTHONPATH=src python3 benchmarks/probe_causal_backward.py [--json PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import torch
+
+import tritonconv
+from tritonconv import library
+from tritonconv.ops import causal
+from tritonconv.timing import device_ms
+
+SHAPE = (8, 2048, 4096)
+WIDTH = 4
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json")
+    parser.add_argument("--reps", type=int, default=30)
+    opts = parser.parse_args()
+    rows = []
+    for layout in ("channel_first", "channel_last"):
+        x = torch.randn(SHAPE, device="cuda", dtype=torch.bfloat16)
+        if layout == "channel_last":
+            x = x.transpose(1, 2).contiguous().transpose(1, 2)
+        w = (torch.randn(SHAPE[1], WIDTH, device="cuda") * 0.5).to(torch.bfloat16)
+        b = torch.randn(SHAPE[1], device="cuda", dtype=torch.bfloat16)
+        dy = torch.randn_like(x)
+        results = {}
+        for g_once in (False, True):
+            causal.G_ONCE = g_once
+            tritonconv.clear_caches()
+            for mask_name, mask in (("dx,dw,db", [True, True, True]), ("dx", [True, False, False])):
+
+                def call(_, mask=mask, args=(dy, x, w, b)):
+                    return library.causal_conv1d_backward(*args, WIDTH - 1, True, mask)
+
+                ms = device_ms(call, opts.reps)
+                floor = 3 * x.numel() * x.element_size()
+                row = dict(
+                    layout=layout, g_once=g_once, grads=mask_name, ms=ms,
+                    gb_s=floor / (ms * 1e-3) / 1e9,
+                )  # fmt: skip
+                rows.append(row)
+                print(
+                    f"{layout:14s} g_once={g_once!s:5s} {mask_name:9s} {ms:8.4f} ms "
+                    f"{row['gb_s']:7.0f} GB/s",
+                    flush=True,
+                )
+            results[g_once] = call(0, [True, True, True])
+        for name, old, new in zip(("dx", "dw", "db"), results[False], results[True], strict=True):
+            diff = (old.float() - new.float()).abs().max().item()
+            scale = old.float().abs().max().item()
+            print(f"{layout:14s} {name}: max |old - new| {diff:.3g} (max |old| {scale:.3g})")
+    causal.G_ONCE = True
+    if opts.json:
+        with open(opts.json, "w") as f:
+            json.dump(rows, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
