@@ -102,19 +102,20 @@ def _output_grad(
 
 
 @triton.jit
-def _shifted(g, g_lo, g_hi, shift: tl.constexpr, HALO: tl.constexpr, BLOCK_D, BLOCK_L):
-    """g at positions ``pos + shift`` for a block's positions ``pos``: from its own tile ``g``
-    (``[BLOCK_D, BLOCK_L]``) and the ``HALO`` positions before (``g_lo``) and after
-    (``g_hi``) it; ``|shift| <= HALO``."""
-    out = g
+def _shifted(g_prev, g_cur, g_next, shift: tl.constexpr, BLOCK_D, BLOCK_L):
+    """g at positions ``pos + shift`` for a block's positions ``pos``, gathered from the
+    block's own tile ``g_cur`` and its neighbours' (``[BLOCK_D, BLOCK_L]`` each; the gathers
+    keep source and index shapes equal, as Triton 3.6's warp-local gather layout needs);
+    ``|shift| < BLOCK_L``."""
+    out = g_cur
     if shift != 0:
         q = tl.broadcast_to((tl.arange(0, BLOCK_L) + shift)[None, :], [BLOCK_D, BLOCK_L])
-        out = tl.gather(g, tl.minimum(tl.maximum(q, 0), BLOCK_L - 1), 1)
+        out = tl.gather(g_cur, tl.minimum(tl.maximum(q, 0), BLOCK_L - 1), 1)
         if shift > 0:
-            side = tl.gather(g_hi, tl.minimum(tl.maximum(q - BLOCK_L, 0), HALO - 1), 1)
+            side = tl.gather(g_next, tl.maximum(q - BLOCK_L, 0), 1)
             out = tl.where(q >= BLOCK_L, side, out)
         else:
-            side = tl.gather(g_lo, tl.minimum(tl.maximum(q + HALO, 0), HALO - 1), 1)
+            side = tl.gather(g_prev, tl.minimum(q + BLOCK_L, BLOCK_L - 1), 1)
             out = tl.where(q < 0, side, out)
     return out
 
@@ -195,7 +196,6 @@ def causal_conv1d_backward_kernel(
     GRAD_INPUT: tl.constexpr,
     GRAD_PARAMS: tl.constexpr,
     G_ONCE: tl.constexpr,
-    HALO: tl.constexpr,
     ACC_DTYPE: tl.constexpr,
     BLOCK_D: tl.constexpr,
     BLOCK_L: tl.constexpr,
@@ -208,10 +208,10 @@ def causal_conv1d_backward_kernel(
     g = dy * act'(z) (:func:`_output_grad`). Input position ``i`` is read by output position
     ``i + PAD - k`` through tap ``k``, so with ``j = WIDTH - 1 - k``:
     ``dx[i] = sum_j w[WIDTH-1-j] * g[i + PAD - (WIDTH-1) + j]``: g at WIDTH shifted position sets.
-    With ``G_ONCE`` g is computed once per block, plus ``HALO`` positions on the sides the
-    shifts reach, and the shifted sets are gathered from those tiles in registers
-    (:func:`_shifted`); otherwise each set is recomputed from dy and x (WIDTH + 1 loads and a
-    sigmoid per set: the first version, kept to compare). From g at the block's own positions
+    With ``G_ONCE`` g is computed once per block and the shifted sets are gathered in
+    registers from its tile and its neighbours' (:func:`_shifted`); otherwise each set is
+    recomputed from dy and x (WIDTH + 1 loads and a sigmoid per set: the first version, kept
+    to compare). From g at the block's own positions
     the chunk's sums ``dw[d, k] = sum_l g[l] * x[l - PAD + k]`` and
     ``db[d] = sum_l g[l]`` accumulate in registers, stored once at partial index ``pid`` for a
     fixed-order sum afterwards (bitwise reproducible; no atomics)."""
@@ -234,46 +234,59 @@ def causal_conv1d_backward_kernel(
     taps = tl.arange(0, WIDTH_P2)
     dw_acc = tl.zeros([BLOCK_D, WIDTH_P2], dtype=ACC_DTYPE)
     db_acc = tl.zeros([BLOCK_D], dtype=ACC_DTYPE)
-    for block in range(first_block, tl.minimum(first_block + chunk_blocks, l_blocks)):
-        pos = block * BLOCK_L + tl.arange(0, BLOCK_L)
-        if INDEX_64:
-            pos = pos.to(tl.int64)
-        # g at the block's own positions (as output positions)
-        g = _output_grad(
-            dy_base, dy_sl, x_base, x_sl, w_ptr, w_sd, w_sk, bias, d, d_ok, pos, L_in,
-            L_out, PAD, WIDTH, SILU, ACC_DTYPE, BLOCK_D, BLOCK_L,
+    # With G_ONCE and dx wanted, g of the neighbouring blocks the shifts reach is carried
+    # from one block to the next: each block's g is computed once (plus one block per chunk).
+    AHEAD: tl.constexpr = G_ONCE and GRAD_INPUT and PAD > 0
+    BEHIND: tl.constexpr = G_ONCE and GRAD_INPUT and PAD < WIDTH - 1
+    offsets = tl.arange(0, BLOCK_L)
+    if INDEX_64:
+        offsets = offsets.to(tl.int64)
+    g_prev = tl.zeros([BLOCK_D, BLOCK_L], dtype=ACC_DTYPE)
+    g_cur = tl.zeros([BLOCK_D, BLOCK_L], dtype=ACC_DTYPE)
+    if BEHIND:
+        g_prev = _output_grad(
+            dy_base, dy_sl, x_base, x_sl, w_ptr, w_sd, w_sk, bias, d, d_ok,
+            (first_block - 1) * BLOCK_L + offsets, L_in, L_out,
+            PAD, WIDTH, SILU, ACC_DTYPE, BLOCK_D, BLOCK_L,
         )  # fmt: skip
+    if AHEAD:
+        g_cur = _output_grad(
+            dy_base, dy_sl, x_base, x_sl, w_ptr, w_sd, w_sk, bias, d, d_ok,
+            first_block * BLOCK_L + offsets, L_in, L_out,
+            PAD, WIDTH, SILU, ACC_DTYPE, BLOCK_D, BLOCK_L,
+        )  # fmt: skip
+    for block in range(first_block, tl.minimum(first_block + chunk_blocks, l_blocks)):
+        pos = block * BLOCK_L + offsets
+        # g at the block's own positions (as output positions)
+        if not AHEAD:
+            g_cur = _output_grad(
+                dy_base, dy_sl, x_base, x_sl, w_ptr, w_sd, w_sk, bias, d, d_ok, pos, L_in,
+                L_out, PAD, WIDTH, SILU, ACC_DTYPE, BLOCK_D, BLOCK_L,
+            )  # fmt: skip
+        g_next = tl.zeros([BLOCK_D, BLOCK_L], dtype=ACC_DTYPE)
+        if AHEAD:
+            g_next = _output_grad(
+                dy_base, dy_sl, x_base, x_sl, w_ptr, w_sd, w_sk, bias, d, d_ok,
+                pos + BLOCK_L, L_in, L_out, PAD, WIDTH, SILU, ACC_DTYPE, BLOCK_D, BLOCK_L,
+            )  # fmt: skip
         if GRAD_PARAMS:
             for k in tl.static_range(WIDTH):
                 src = pos - PAD + k
                 ok = d_ok[:, None] & ((src >= 0) & (src < L_in))[None, :]
                 xs = tl.load(x_base + src[None, :] * x_sl, mask=ok, other=0)
-                term = tl.sum(g * xs.to(ACC_DTYPE), 1)
+                term = tl.sum(g_cur * xs.to(ACC_DTYPE), 1)
                 dw_acc += tl.where(taps[None, :] == k, term[:, None], 0)
-            db_acc += tl.sum(g, 1)
+            db_acc += tl.sum(g_cur, 1)
         if GRAD_INPUT:
             dx = tl.zeros([BLOCK_D, BLOCK_L], dtype=ACC_DTYPE)
-            if G_ONCE:
-                # g at the HALO positions before and after the block, for the shifted sets
-                g_lo = tl.zeros([BLOCK_D, HALO], dtype=ACC_DTYPE)
-                g_hi = tl.zeros([BLOCK_D, HALO], dtype=ACC_DTYPE)
-                if PAD < WIDTH - 1:
-                    g_lo = _output_grad(
-                        dy_base, dy_sl, x_base, x_sl, w_ptr, w_sd, w_sk, bias, d, d_ok,
-                        block * BLOCK_L - HALO + tl.arange(0, HALO), L_in, L_out,
-                        PAD, WIDTH, SILU, ACC_DTYPE, BLOCK_D, HALO,
-                    )  # fmt: skip
-                if PAD > 0:
-                    g_hi = _output_grad(
-                        dy_base, dy_sl, x_base, x_sl, w_ptr, w_sd, w_sk, bias, d, d_ok,
-                        (block + 1) * BLOCK_L + tl.arange(0, HALO), L_in, L_out,
-                        PAD, WIDTH, SILU, ACC_DTYPE, BLOCK_D, HALO,
-                    )  # fmt: skip
             for j in tl.static_range(WIDTH):
+                # g at pos + shift, shift = PAD - (WIDTH - 1) + j
                 if G_ONCE:
-                    shifted = _shifted(g, g_lo, g_hi, PAD - (WIDTH - 1) + j, HALO, BLOCK_D, BLOCK_L)
+                    shifted = _shifted(
+                        g_prev, g_cur, g_next, PAD - (WIDTH - 1) + j, BLOCK_D, BLOCK_L
+                    )
                 elif j == WIDTH - 1 - PAD:
-                    shifted = g
+                    shifted = g_cur
                 else:
                     shifted = _output_grad(
                         dy_base, dy_sl, x_base, x_sl, w_ptr, w_sd, w_sk, bias, d, d_ok,
@@ -285,6 +298,10 @@ def causal_conv1d_backward_kernel(
             out = dx_ptr + b * dx_sb + d[:, None] * dx_sd + pos[None, :] * dx_sl
             ok = d_ok[:, None] & (pos < L_in)[None, :]
             tl.store(out, dx.to(dx_ptr.dtype.element_ty), mask=ok)
+        if BEHIND:
+            g_prev = g_cur
+        if AHEAD:
+            g_cur = g_next
     if GRAD_PARAMS:
         part = pid * D + d
         dw_ok = d_ok[:, None] & (taps < WIDTH)[None, :]

@@ -184,8 +184,7 @@ def causal_conv1d_backward(grad_output, x, weight, bias, pad: int, silu: bool, o
         SILU=silu,
         GRAD_INPUT=want_x,
         GRAD_PARAMS=params,
-        G_ONCE=G_ONCE,
-        HALO=max(2, next_power_of_2(width - 1)),
+        G_ONCE=G_ONCE and width - 1 < block_l,  # the shifts reach one block either side
         ACC_DTYPE=accumulator_dtype(x.dtype),
         BLOCK_D=block_d,
         BLOCK_L=block_l,
