@@ -102,6 +102,18 @@ def _output_grad(
 
 
 @triton.jit
+def _x_at(x_base, x_sl, d_ok, src, L_in, ACC_DTYPE: tl.constexpr):
+    """x at input positions ``src`` (0 outside the sequence), in the accumulator dtype."""
+    ok = d_ok[:, None] & ((src >= 0) & (src < L_in))[None, :]
+    return tl.load(x_base + src[None, :] * x_sl, mask=ok, other=0).to(ACC_DTYPE)
+
+
+@triton.jit
+def _store_tap(dw_part_ptr, part, WIDTH: tl.constexpr, k: tl.constexpr, acc, d_ok):
+    tl.store(dw_part_ptr + part * WIDTH + k, tl.sum(acc, 1), mask=d_ok)
+
+
+@triton.jit
 def _shifted(g_prev, g_cur, g_next, shift: tl.constexpr, BLOCK_D, BLOCK_L):
     """g at positions ``pos + shift`` for a block's positions ``pos``, gathered from the
     block's own tile ``g_cur`` and its neighbours' (``[BLOCK_D, BLOCK_L]`` each; the gathers
@@ -213,7 +225,8 @@ def causal_conv1d_backward_kernel(
     recomputed from dy and x (WIDTH + 1 loads and a sigmoid per set: the first version, kept
     to compare). From g at the block's own positions
     the chunk's sums ``dw[d, k] = sum_l g[l] * x[l - PAD + k]`` and
-    ``db[d] = sum_l g[l]`` accumulate in registers, stored once at partial index ``pid`` for a
+    ``db[d] = sum_l g[l]`` accumulate in registers (elementwise over the chunk for widths up
+    to 4, reduced once at the end; per block above), stored once at partial index ``pid`` for a
     fixed-order sum afterwards (bitwise reproducible; no atomics)."""
     pid = tl.program_id(0)
     if INDEX_64:
@@ -232,8 +245,12 @@ def causal_conv1d_backward_kernel(
     if HAS_BIAS:
         bias = tl.load(b_ptr + d, mask=d_ok, other=0).to(ACC_DTYPE)
     taps = tl.arange(0, WIDTH_P2)
-    dw_acc = tl.zeros([BLOCK_D, WIDTH_P2], dtype=ACC_DTYPE)
-    db_acc = tl.zeros([BLOCK_D], dtype=ACC_DTYPE)
+    dw_acc = tl.zeros([BLOCK_D, WIDTH_P2], dtype=ACC_DTYPE)  # widths above 4
+    a_bias = tl.zeros([BLOCK_D, BLOCK_L], dtype=ACC_DTYPE)
+    a0 = tl.zeros([BLOCK_D, BLOCK_L], dtype=ACC_DTYPE)
+    a1 = tl.zeros([BLOCK_D, BLOCK_L], dtype=ACC_DTYPE)
+    a2 = tl.zeros([BLOCK_D, BLOCK_L], dtype=ACC_DTYPE)
+    a3 = tl.zeros([BLOCK_D, BLOCK_L], dtype=ACC_DTYPE)
     # With G_ONCE and dx wanted, g of the neighbouring blocks the shifts reach is carried
     # from one block to the next: each block's g is computed once (plus one block per chunk).
     AHEAD: tl.constexpr = G_ONCE and GRAD_INPUT and PAD > 0
@@ -270,13 +287,20 @@ def causal_conv1d_backward_kernel(
                 pos + BLOCK_L, L_in, L_out, PAD, WIDTH, SILU, ACC_DTYPE, BLOCK_D, BLOCK_L,
             )  # fmt: skip
         if GRAD_PARAMS:
-            for k in tl.static_range(WIDTH):
-                src = pos - PAD + k
-                ok = d_ok[:, None] & ((src >= 0) & (src < L_in))[None, :]
-                xs = tl.load(x_base + src[None, :] * x_sl, mask=ok, other=0)
-                term = tl.sum(g_cur * xs.to(ACC_DTYPE), 1)
-                dw_acc += tl.where(taps[None, :] == k, term[:, None], 0)
-            db_acc += tl.sum(g_cur, 1)
+            a_bias += g_cur
+            if WIDTH <= 4:  # per-tap products summed elementwise, reduced once at the end
+                a0 += g_cur * _x_at(x_base, x_sl, d_ok, pos - PAD, L_in, ACC_DTYPE)
+                if WIDTH > 1:
+                    a1 += g_cur * _x_at(x_base, x_sl, d_ok, pos - PAD + 1, L_in, ACC_DTYPE)
+                if WIDTH > 2:
+                    a2 += g_cur * _x_at(x_base, x_sl, d_ok, pos - PAD + 2, L_in, ACC_DTYPE)
+                if WIDTH > 3:
+                    a3 += g_cur * _x_at(x_base, x_sl, d_ok, pos - PAD + 3, L_in, ACC_DTYPE)
+            else:
+                for k in tl.static_range(WIDTH):
+                    xs = _x_at(x_base, x_sl, d_ok, pos - PAD + k, L_in, ACC_DTYPE)
+                    term = tl.sum(g_cur * xs, 1)
+                    dw_acc += tl.where(taps[None, :] == k, term[:, None], 0)
         if GRAD_INPUT:
             dx = tl.zeros([BLOCK_D, BLOCK_L], dtype=ACC_DTYPE)
             for j in tl.static_range(WIDTH):
@@ -304,6 +328,15 @@ def causal_conv1d_backward_kernel(
             g_cur = g_next
     if GRAD_PARAMS:
         part = pid * D + d
-        dw_ok = d_ok[:, None] & (taps < WIDTH)[None, :]
-        tl.store(dw_part_ptr + part[:, None] * WIDTH + taps[None, :], dw_acc, mask=dw_ok)
-        tl.store(db_part_ptr + part, db_acc, mask=d_ok)
+        if WIDTH <= 4:
+            _store_tap(dw_part_ptr, part, WIDTH, 0, a0, d_ok)
+            if WIDTH > 1:
+                _store_tap(dw_part_ptr, part, WIDTH, 1, a1, d_ok)
+            if WIDTH > 2:
+                _store_tap(dw_part_ptr, part, WIDTH, 2, a2, d_ok)
+            if WIDTH > 3:
+                _store_tap(dw_part_ptr, part, WIDTH, 3, a3, d_ok)
+        else:
+            dw_ok = d_ok[:, None] & (taps < WIDTH)[None, :]
+            tl.store(dw_part_ptr + part[:, None] * WIDTH + taps[None, :], dw_acc, mask=dw_ok)
+        tl.store(db_part_ptr + part, tl.sum(a_bias, 1), mask=d_ok)

@@ -40,6 +40,9 @@ PROGRAMS_PER_SM = 4
 # registers (True), or recomputes each set from dy and x (False: the first version, kept
 # while the GPU compares the two; benchmarks/NOTES.md).
 G_ONCE = True
+# Warps of a backward program: its tile holds g of three blocks, dx and (widths up to 4) five
+# elementwise dW/db accumulators; eight warps keep that in registers.
+BACKWARD_WARPS = 8
 # (BLOCK_D, BLOCK_L) caps per layout: the long axis is the contiguous one.
 _TILES = {"channel_first": (16, 256), "channel_last": (128, 16)}
 _INTERPRETER_TILE = (64, 256)
@@ -189,7 +192,7 @@ def causal_conv1d_backward(grad_output, x, weight, bias, pad: int, silu: bool, o
         BLOCK_D=block_d,
         BLOCK_L=block_l,
         INDEX_64=needs_int64(x, grad_output, grad_x, dw_part),
-        num_warps=4,
+        num_warps=BACKWARD_WARPS,
     )
     if want_w:
         sum_partials(dw_part, grad_w)
