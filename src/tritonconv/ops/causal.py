@@ -37,8 +37,8 @@ from .crop import dim_order, empty_in_order
 # Backward programs per SM the position chunks aim for (see ``_chunk_blocks``).
 PROGRAMS_PER_SM = 4
 # The backward computes g = dy * act'(z) once per block and gathers its shifted sets in
-# registers (True), or recomputes each set from dy and x (False: the first version, kept
-# while the GPU compares the two; benchmarks/NOTES.md).
+# registers (True, channel-first x), or recomputes each set from dy and x (False; always for
+# channel-last x). benchmarks/probe_causal_backward.py compares the two.
 G_ONCE = True
 # Warps of a backward program: its tile holds g of three blocks, dx and (widths up to 4) five
 # elementwise dW/db accumulators; eight warps keep that in registers.
@@ -156,6 +156,10 @@ def causal_conv1d_backward(grad_output, x, weight, bias, pad: int, silu: bool, o
     if nothing or not (want_x or params):
         return grad_x, grad_w, grad_b
     block_d, block_l = _tiles(x, dim, length)
+    # g once per block pays along positions (256-long tiles); channel-last tiles are 16
+    # positions long, where the gathers' layout conversions cost more than recomputing g
+    # (H100, benchmarks/NOTES.md); the shifts must stay within one block either side.
+    channel_last = x.stride(1) == 1 and dim > 1
     l_blocks = cdiv(length, block_l)
     chunk_blocks = _chunk_blocks(batch, l_blocks, cdiv(dim, block_d), x.device)
     programs = batch * cdiv(l_blocks, chunk_blocks)
@@ -187,7 +191,7 @@ def causal_conv1d_backward(grad_output, x, weight, bias, pad: int, silu: bool, o
         SILU=silu,
         GRAD_INPUT=want_x,
         GRAD_PARAMS=params,
-        G_ONCE=G_ONCE and width - 1 < block_l,  # the shifts reach one block either side
+        G_ONCE=G_ONCE and width - 1 < block_l and not channel_last,
         ACC_DTYPE=accumulator_dtype(x.dtype),
         BLOCK_D=block_d,
         BLOCK_L=block_l,
