@@ -109,11 +109,11 @@ def direct_conv_kernel(
     pid_d = tl.program_id(1)
     d_blocks = tl.cdiv(dst_per_group, BLOCK_D)
     g = pid_d // d_blocks
+    if INDEX_64:  # before the multiply: the first position can pass int32
+        pid_p = pid_p.to(tl.int64)
+        g = g.to(tl.int64)
     p = pid_p * BLOCK_P + tl.arange(0, BLOCK_P)
     d = (pid_d % d_blocks) * BLOCK_D + tl.arange(0, BLOCK_D)
-    if INDEX_64:
-        p = p.to(tl.int64)
-        g = g.to(tl.int64)
     p_ok = p < num_positions
     d_ok = d < dst_per_group
     dw = p % DW

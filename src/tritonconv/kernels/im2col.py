@@ -364,12 +364,11 @@ def relayout_kernel(
     matrix (the backward's prologue for the output gradient).
     """
     pid = tl.program_id(0)
+    if INDEX_64:  # before the multiply: the first position can pass int32
+        pid = pid.to(tl.int64)
     channel_blocks = tl.cdiv(channels, BLOCK_C)
     c = (pid % channel_blocks) * BLOCK_C + tl.arange(0, BLOCK_C)
     p = (pid // channel_blocks) * BLOCK_P + tl.arange(0, BLOCK_P)
-    if INDEX_64:
-        c = c.to(tl.int64)
-        p = p.to(tl.int64)
     ok = (c < channels)[:, None] & (p < num_positions)[None, :]
     pos = position_start + p
     n = pos // L

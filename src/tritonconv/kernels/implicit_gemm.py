@@ -149,10 +149,10 @@ def conv_igemm_kernel(
     pid_m = first_m + (pid % width) % rows_here
     pid_n = (pid % width) // rows_here
 
-    p = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    if INDEX_64:
-        p = p.to(tl.int64)
+    if INDEX_64:  # before the multiply: the first row can pass int32
+        pid_m = pid_m.to(tl.int64)
         g = g.to(tl.int64)
+    p = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     qw = p % QW
     t = p // QW
     qh = t % QH
