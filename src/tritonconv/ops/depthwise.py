@@ -261,6 +261,7 @@ def depthwise_grad_weight(
     geometry_args = (*geometry.stride, *geometry.pad_before, *geometry.dilation)
     strides = (*grad_out.stride(), *x.stride())
     acc_dtype = partial_dtype(x.dtype)  # int64 for integers: exact
+    fused_bias = False
     if uses_band(geometry, x, grad_out):
         block_kh, block_kw = clamped_power_of_2(KH, 16, 32), clamped_power_of_2(KW, 16, 32)
         tap_tiles = cdiv(KH, block_kh) * cdiv(KW, block_kw)
@@ -305,6 +306,7 @@ def depthwise_grad_weight(
             N, 2 if INTERPRETER else cdiv(config["target_programs"], blocks)
         )
         tiles = cdiv(OH, block_h) * cdiv(OW, block_w)
+        fused_bias = bias_grad
         partial = allocate((splits * tiles, C_out * (KH * KW + bias_grad)), acc_dtype, x.device)
         launch(
             depthwise_small_grad_weight_kernel,
@@ -331,13 +333,6 @@ def depthwise_grad_weight(
             INDEX_64=needs_int64(grad_out, x, partial),
             num_warps=config["num_warps"],
         )
-        grad_weight = allocate(weight_shape, x.dtype, x.device)
-        if not bias_grad:
-            sum_partials(partial, grad_weight)
-            return grad_weight, None
-        grad_bias = allocate((C_out,), x.dtype, x.device)
-        sum_partials(partial, grad_weight, grad_bias)
-        return grad_weight, grad_bias
     else:
         block_c, block_h, block_w = _fma_tiles(grad_out, OH, OW)
         block_t = clamped_power_of_2(KH * KW, 1, 16)
@@ -369,5 +364,7 @@ def depthwise_grad_weight(
             num_warps=4,
         )
     grad_weight = allocate(weight_shape, x.dtype, x.device)
-    sum_partials(partial, grad_weight)
-    return grad_weight, None
+    # the partials' rows end with the bias sums when the small kernel fused them
+    grad_bias = allocate((C_out,), x.dtype, x.device) if fused_bias else None
+    sum_partials(partial, grad_weight, grad_bias)
+    return grad_weight, grad_bias
