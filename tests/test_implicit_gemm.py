@@ -127,6 +127,40 @@ def test_weight_gradient_is_bitwise_reproducible(device):
         assert torch.equal(a, b)
 
 
+def _channels_innermost(t: torch.Tensor) -> torch.Tensor:
+    """``t`` with channels the innermost axis in memory (channels-last of any rank)."""
+    return t.movedim(1, -1).contiguous().movedim(-1, 1)
+
+
+@pytest.mark.parametrize("dims", [1, 2, 3])
+def test_weight_gradient_position_decodes_agree(dims, device, monkeypatch):
+    """The weight gradient's two ways of finding each position's coordinates (fp32 carries
+    from the step's first position, or one integer division per element) and its two ``dy``
+    addressings (flat channels-last, or a strided view) give the same bits, and float64's
+    values; steps of positions cross rows and samples (planes smaller than a step)."""
+    spatial = (5, 3, 4)[-dims:]
+    x = _channels_innermost(random_tensor((3, 16, *spatial), torch.float32, device))
+    w = random_tensor((16, 16, *(3,) * dims), torch.float32, device)
+    ones = (1,) * dims
+    geometry = tritonconv.geometry.make_geometry(spatial, (3,) * dims, ones, ones, ones, ones)
+    wide = random_tensor((6, 16, *spatial), torch.float32, device)
+    strided = _channels_innermost(wide)[::2]  # channels innermost, positions not flat
+    dense = _channels_innermost(strided)
+    assert implicit_gemm._positions_flat(dense) and not implicit_gemm._positions_flat(strided)
+    results = []
+    with exact_fp32():
+        for limit in (implicit_gemm.SMALL_QUOTIENT_LIMIT, 0):
+            monkeypatch.setattr(implicit_gemm, "SMALL_QUOTIENT_LIMIT", limit)
+            for dy in (dense, strided):
+                tritonconv.clear_caches()
+                results.append(implicit_gemm.conv_grad_weight(dy, x, w.shape, geometry, 1))
+    conv_weight = getattr(torch.nn.grad, f"conv{dims}d_weight")
+    ref = conv_weight(x.double(), w.shape, dense.double(), padding=1)
+    assert_close(results[0], ref, reduction=3 * 60, name="dW")
+    for other in results[1:]:
+        assert torch.equal(other, results[0])
+
+
 def test_explicit_config(device):
     """A launcher takes any tile configuration (what tuning sweeps)."""
     x = random_tensor((2, 20, 7, 7), torch.float32, device)

@@ -31,6 +31,16 @@ k*dil``: both walk ``source = base + j*step`` per axis.
 x[p shifted by the tap, ci]``, a GEMM per (group, tap) reducing over ``N * output positions``.
 The positions are cut into fixed *splits*, each program writes its split's fp32 partial tile,
 and ``sum_partials`` adds the splits in a fixed order: deterministic, bitwise reproducible.
+Its reduction axis is the flattened ``(n, d, h, w)`` position, so every step needs each
+position's coordinates: dividing a ``[BLOCK_K]`` vector of positions by the output sizes costs
+a 32-bit division per element per axis, which GPUs emulate in ~25 instructions, and made the
+first version's loop about four times longer in ALU work than in tensor-core work
+(benchmarks/NOTES.md). With ``SMALL_DIVIDE`` only the step's first position is divided (a
+scalar); the others are ``first + i`` with ``i < BLOCK_K``, and their carries into the next
+axis are quotients of small integers, computed in fp32 (:func:`_small_quotient`, exact below
+2**21: the launcher checks). ``FLAT_DY``: ``dy``'s position strides are those of a dense
+channels-last tensor, so a position's ``dy`` offset is the position times the width stride and
+the ``dy`` tile needs no coordinates at all.
 
 Floats of 16 and 32 bits multiply on tensor cores (``USE_DOT``) and accumulate in fp32;
 ``DOT_PRECISION`` decides whether fp32 operands use TF32 or stay fp32-accurate (``tf32x3``).
@@ -57,6 +67,15 @@ def _first_tap(r, pad, dil, stride, kstep, K):
     for j in range(0, kstep):
         k0 = tl.where(((r + pad - j * dil) % stride == 0) & (k0 == K), j, k0)
     return k0
+
+
+@triton.jit
+def _small_quotient(t, d, inv_d):
+    """``t // d`` for integers ``0 <= t < 2**21`` and ``d >= 1``, ``inv_d = 1 / d`` in fp32:
+    ``(t + 0.5) / d`` is at least ``0.5 / d`` away from every integer, more than the fp32
+    rounding of ``t * inv_d + 0.5 * inv_d`` can move it at that size (three instructions
+    instead of an emulated division)."""
+    return (t.to(tl.float32) * inv_d + 0.5 * inv_d).to(tl.int32)
 
 
 @triton.jit
@@ -249,6 +268,24 @@ def conv_igemm_kernel(
 
 
 @triton.jit
+def _wgrad_tap(
+    acc, dy, x_rows, inside, i_w, j, kw0, KW, IW, dil_w, x_sw, ci_ok,
+    USE_DOT: tl.constexpr, DOT_PRECISION: tl.constexpr, DOT_DTYPE: tl.constexpr,
+    ACC_DTYPE: tl.constexpr,
+):  # fmt: skip
+    """``acc + dy @ x`` for width tap ``kw0 + j`` (``x_rows``/``i_w``: tap ``kw0``'s addresses
+    and columns); a tap past the kernel's width (the last group's tail) loads nothing."""
+    col = i_w + j * dil_w
+    # (a vector comparison: the interpreter takes no scalar in a mask)
+    ok = inside & (col >= 0) & (col < IW) & (tl.zeros_like(col) + kw0 + j < KW)
+    xs = tl.load(x_rows + j * dil_w * x_sw, mask=ok[:, None] & ci_ok[None, :], other=0)
+    if USE_DOT:
+        return tl.dot(dy.to(DOT_DTYPE), xs.to(DOT_DTYPE), acc, input_precision=DOT_PRECISION)
+    # [M, K, N] products summed over K (at least 16 positions wide: see the module doc)
+    return acc + tl.sum(dy.to(ACC_DTYPE)[:, :, None] * xs.to(ACC_DTYPE)[None, :, :], 1)
+
+
+@triton.jit
 def conv_igemm_wgrad_kernel(
     # pointers
     dy_ptr,
@@ -290,7 +327,13 @@ def conv_igemm_wgrad_kernel(
     x_sh,
     x_sw,
     partial_split_stride,
+    inv_ow,
+    inv_oh,
+    inv_od,
     # meta-parameters
+    SMALL_DIVIDE: tl.constexpr,
+    FLAT_DY: tl.constexpr,
+    TAP_GROUP: tl.constexpr,
     USE_DOT: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
     DOT_DTYPE: tl.constexpr,
@@ -302,16 +345,20 @@ def conv_igemm_wgrad_kernel(
 ):
     """partial[split, g*Cout_g + co, ci, tap] = sum over the split's positions p of
     dy[p, g*Cout_g + co] * x[p shifted by tap, g*Cin_g + ci]; ``partial`` is contiguous
-    ``(splits, C_out, Cin_g * KD*KH*KW)`` (the weight's own layout per split)."""
+    ``(splits, C_out, Cin_g * KD*KH*KW)`` (the weight's own layout per split). A program
+    owns ``TAP_GROUP`` (1 to 3) neighbouring taps along the width: each step's ``dy`` tile and
+    position coordinates serve all of them (one accumulator each). Grid ``(channel tiles,
+    groups * KD * KH * cdiv(KW, TAP_GROUP), splits)``."""
     pid_tile = tl.program_id(0)
     pid_tap = tl.program_id(1)
     split = tl.program_id(2)
     taps = KD * KH * KW
-    g = pid_tap // taps
-    tap = pid_tap % taps
-    kw = tap % KW
-    kh = (tap // KW) % KH
-    kd = tap // (KW * KH)
+    w_groups = tl.cdiv(KW, TAP_GROUP)
+    g = pid_tap // (KD * KH * w_groups)
+    rest = pid_tap % (KD * KH * w_groups)
+    kw0 = (rest % w_groups) * TAP_GROUP
+    kh = (rest // w_groups) % KH
+    kd = rest // (w_groups * KH)
     n_blocks = tl.cdiv(in_per_group, BLOCK_N)
     co = (pid_tile // n_blocks) * BLOCK_M + tl.arange(0, BLOCK_M)
     ci = (pid_tile % n_blocks) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -324,40 +371,65 @@ def conv_igemm_wgrad_kernel(
     x_cols = x_ptr + (g * in_per_group + ci) * x_sc
     shift_d = kd * dil_d - pad_d
     shift_h = kh * dil_h - pad_h
-    shift_w = kw * dil_w - pad_w
+    shift_w = kw0 * dil_w - pad_w
 
-    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=ACC_DTYPE)
+    acc0 = tl.zeros([BLOCK_M, BLOCK_N], dtype=ACC_DTYPE)
+    acc1 = tl.zeros([BLOCK_M, BLOCK_N], dtype=ACC_DTYPE)
+    acc2 = tl.zeros([BLOCK_M, BLOCK_N], dtype=ACC_DTYPE)
     start = split * positions_per_split
     end = tl.minimum(start + positions_per_split, M)
+    i = tl.arange(0, BLOCK_K)
     for p0 in range(start, end, BLOCK_K):
-        p = p0 + tl.arange(0, BLOCK_K)
+        p = p0 + i
         p_ok = p < end
-        ow = p % OW
-        t = p // OW
-        oh = t % OH
-        t = t // OH
-        od = t % OD
-        n = t // OD
+        if SMALL_DIVIDE:  # divide the first position, carry the others (see the module doc)
+            t0 = p0 // OW
+            w_run = p0 - t0 * OW + i
+            carry = _small_quotient(w_run, OW, inv_ow)
+            ow = w_run - carry * OW
+            h_run = t0 % OH + carry
+            t0 = t0 // OH
+            carry = _small_quotient(h_run, OH, inv_oh)
+            oh = h_run - carry * OH
+            d_run = t0 % OD + carry
+            carry = _small_quotient(d_run, OD, inv_od)
+            od = d_run - carry * OD
+            n = t0 // OD + carry
+        else:
+            ow = p % OW
+            t = p // OW
+            oh = t % OH
+            t = t // OH
+            od = t % OD
+            n = t // OD
+        dy_pos = p * dy_sw if FLAT_DY else n * dy_sn + od * dy_sd + oh * dy_sh + ow * dy_sw
         dy = tl.load(
-            dy_cols[:, None] + (n * dy_sn + od * dy_sd + oh * dy_sh + ow * dy_sw)[None, :],
+            dy_cols[:, None] + dy_pos[None, :],
             mask=co_ok[:, None] & p_ok[None, :],
             other=0,
         )
         i_d = od * stride_d + shift_d
         i_h = oh * stride_h + shift_h
-        i_w = ow * stride_w + shift_w
+        i_w = ow * stride_w + shift_w  # tap kw0's column; tap kw0 + j is j * dil_w further
         inside = p_ok & (i_d >= 0) & (i_d < ID) & (i_h >= 0) & (i_h < IH)
-        inside = inside & (i_w >= 0) & (i_w < IW)
-        xs = tl.load(
-            x_cols[None, :] + (n * x_sn + i_d * x_sd + i_h * x_sh + i_w * x_sw)[:, None],
-            mask=inside[:, None] & ci_ok[None, :],
-            other=0,
-        )
-        if USE_DOT:
-            acc = tl.dot(dy.to(DOT_DTYPE), xs.to(DOT_DTYPE), acc, input_precision=DOT_PRECISION)
-        else:  # [M, K, N] products summed over K (at least 16 positions wide: see below)
-            acc += tl.sum(dy.to(ACC_DTYPE)[:, :, None] * xs.to(ACC_DTYPE)[None, :, :], 1)
+        x_rows = x_cols[None, :] + (n * x_sn + i_d * x_sd + i_h * x_sh + i_w * x_sw)[:, None]
+        # the dy tile and the coordinates above serve TAP_GROUP taps along the width
+        acc0 = _wgrad_tap(acc0, dy, x_rows, inside, i_w, 0, kw0, KW, IW, dil_w, x_sw, ci_ok,
+                          USE_DOT, DOT_PRECISION, DOT_DTYPE, ACC_DTYPE)  # fmt: skip
+        if TAP_GROUP > 1:
+            acc1 = _wgrad_tap(acc1, dy, x_rows, inside, i_w, 1, kw0, KW, IW, dil_w, x_sw, ci_ok,
+                              USE_DOT, DOT_PRECISION, DOT_DTYPE, ACC_DTYPE)  # fmt: skip
+        if TAP_GROUP > 2:
+            acc2 = _wgrad_tap(acc2, dy, x_rows, inside, i_w, 2, kw0, KW, IW, dil_w, x_sw, ci_ok,
+                              USE_DOT, DOT_PRECISION, DOT_DTYPE, ACC_DTYPE)  # fmt: skip
 
-    dst = partial_ptr + split * partial_split_stride + tap
+    tap0 = (kd * KH + kh) * KW + kw0
+    dst = partial_ptr + split * partial_split_stride + tap0
     dst += ((g * out_per_group + co) * (in_per_group * taps))[:, None] + (ci * taps)[None, :]
-    tl.store(dst, acc, mask=co_ok[:, None] & ci_ok[None, :])
+    ok = co_ok[:, None] & ci_ok[None, :]
+    kw = tl.zeros_like(co)[:, None] + kw0  # tap kw0 as a tile, for the tail's masks
+    tl.store(dst, acc0, mask=ok)
+    if TAP_GROUP > 1:
+        tl.store(dst + 1, acc1, mask=ok & (kw + 1 < KW))
+    if TAP_GROUP > 2:
+        tl.store(dst + 2, acc2, mask=ok & (kw + 2 < KW))

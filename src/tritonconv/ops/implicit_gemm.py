@@ -97,9 +97,12 @@ def forward_config(dtype, rows, src_per_group, dst_per_group, groups, device) ->
     return Config(128, 128, block_k, 8, 3 if block_k * (2 if fp32 else 1) >= 64 else 4)
 
 
-def wgrad_config(dtype, out_per_group: int, in_per_group: int, rows: int) -> Config:
+def wgrad_config(dtype, out_per_group: int, in_per_group: int, rows: int, kw: int = 1) -> Config:
     """The heuristic tile configuration of ``conv_igemm_wgrad_kernel``: a ``[C_out, C_in]``
-    tile per (group, tap), reducing over ``rows`` positions ``block_k`` at a time."""
+    tile per (group, tap), reducing over ``rows`` positions ``block_k`` at a time. When a
+    program owns several width taps (:func:`wgrad_tap_group`: narrow inputs) the reduction step
+    is halved, so three pipeline stages of a ``dy`` tile and three ``x`` tiles still fit two
+    programs per SM."""
     if dtype not in DOT_DTYPES:  # [M, K, N] products summed over K, as the direct kernel's
         block_m = clamped_power_of_2(out_per_group, 1, 8)
         block_n = clamped_power_of_2(in_per_group, 1, 16)
@@ -112,6 +115,8 @@ def wgrad_config(dtype, out_per_group: int, in_per_group: int, rows: int) -> Con
     fp32 = dtype == torch.float32
     if min(out_per_group, in_per_group) >= 256 and rows >= 32768:
         return Config(128, 128, 32 if fp32 else 64, 8, 3)
+    if kw > 1 and in_per_group < WGRAD_TAP_GROUP_BELOW:
+        return Config(block_m, block_n, 32 if fp32 else 64, 4, 3)
     return Config(block_m, block_n, 32 if fp32 else 128, 4, 4 if fp32 else 3)
 
 
@@ -334,22 +339,23 @@ def _launch_grad_weight(grad_out, x, partial, geometry: Geometry, groups: int, c
     C_out = grad_out.shape[1]
     in_per_group, out_per_group = C // groups, C_out // groups
     kernel, stride, pad, dil = _window3(geometry)
-    taps = math.prod(kernel)
     rows = N * geometry.output_numel
     splits = partial.shape[0]
     block_m, block_n, block_k, num_warps, num_stages = config
     per_split = cdiv(cdiv(rows, block_k), splits) * block_k
     tiles = cdiv(out_per_group, block_m) * cdiv(in_per_group, block_n)
+    out_sizes = _spatial3(grad_out.shape[2:], 1)
+    tap_group = wgrad_tap_group(kernel[2], in_per_group, config, x.element_size())
     launch(
         conv_igemm_wgrad_kernel,
-        (tiles, groups * taps, splits),
+        (tiles, groups * kernel[0] * kernel[1] * cdiv(kernel[2], tap_group), splits),
         grad_out,
         x,
         partial,
         rows,
         per_split,
         *_spatial3(x.shape[2:], 1),
-        *_spatial3(grad_out.shape[2:], 1),
+        *out_sizes,
         in_per_group,
         out_per_group,
         *kernel,
@@ -359,6 +365,10 @@ def _launch_grad_weight(grad_out, x, partial, geometry: Geometry, groups: int, c
         *_strides3(grad_out),
         *_strides3(x),
         partial.stride(0),
+        *(1.0 / size for size in reversed(out_sizes)),
+        SMALL_DIVIDE=max(out_sizes) + block_k + 1 < SMALL_QUOTIENT_LIMIT,
+        FLAT_DY=_positions_flat(grad_out),
+        TAP_GROUP=tap_group,
         USE_DOT=x.dtype in DOT_DTYPES,
         DOT_PRECISION=dot_precision(x.dtype),
         DOT_DTYPE=dot_dtype(x.dtype),
@@ -370,6 +380,62 @@ def _launch_grad_weight(grad_out, x, partial, geometry: Geometry, groups: int, c
         num_warps=num_warps,
         num_stages=num_stages,
     )
+
+
+# Most width taps a weight-gradient program owns (its accumulators: one tile per tap), and the
+# input channels per group below which it owns several. Measured (H100, bf16, session 7,
+# benchmarks/probe_wgrad.py): three taps a program took the weight gradient of the 3-channel
+# and 8-channels-per-group layers from 0.11-0.26x to 0.13-0.54x cuDNN, and made the dense
+# 64-256-channel 3x3 layers about twice as slow (more splits, hence partial sums, and
+# shorter loops), so dense layers keep one tap a program.
+WGRAD_TAP_GROUP_MAX = 3
+WGRAD_TAP_GROUP_BELOW = 16
+# Shared memory a weight-gradient program may take (its pipeline stages: one dy tile and one x
+# tile per tap each), so that two programs fit on an H100 SM (228 KB).
+WGRAD_SHARED_BUDGET = 112 * 1024
+
+
+def wgrad_tap_group(kw: int, in_per_group: int, config: Config, element_size: int) -> int:
+    """How many neighbouring width taps a weight-gradient program owns: one for inputs of
+    ``WGRAD_TAP_GROUP_BELOW`` channels per group or more; else as many as the kernel has up to
+    ``WGRAD_TAP_GROUP_MAX``, in groups of equal size (5 -> 3 + 2, 7 -> 3 + 3 + 1), fewer when
+    the accumulators (one ``[block_m, block_n]`` fp32 tile per tap: at most three 64 x 64
+    tiles per four warps) or the pipeline's shared memory would not fit."""
+    if in_per_group >= WGRAD_TAP_GROUP_BELOW:
+        return 1
+    group = cdiv(kw, cdiv(kw, WGRAD_TAP_GROUP_MAX))
+    per_warp = config.block_m * config.block_n / config.num_warps
+    while group > 1 and (
+        group * per_warp > 3 * 64 * 64 / 4
+        or _wgrad_shared(config, group, element_size) > WGRAD_SHARED_BUDGET
+    ):
+        group -= 1
+    return group
+
+
+def _wgrad_shared(config: Config, group: int, element_size: int) -> int:
+    """Bytes of shared memory the weight-gradient kernel's pipeline holds."""
+    tile = config.block_k * (config.block_m + group * config.block_n)
+    return max(1, config.num_stages) * tile * element_size
+
+
+# The weight-gradient kernel's fp32 quotients (``_small_quotient``) are exact below this.
+SMALL_QUOTIENT_LIMIT = 1 << 21
+
+
+def _positions_flat(t: torch.Tensor) -> bool:
+    """Whether ``t``'s (n, d, h, w) strides are a dense channels-last tensor's, so position
+    ``p`` (flattened ``n, d, h, w``) lies at ``p * (width stride)`` (axes of size 1 have no
+    stride to match)."""
+    sizes = (t.shape[0], *_spatial3(t.shape[2:], 1))
+    n_stride, _, *strides = _strides3(t)
+    strides = (n_stride, *strides)
+    expected = strides[-1]
+    for size, stride, inner in zip(sizes[::-1][1:], strides[::-1][1:], sizes[::-1]):
+        expected *= inner
+        if size != 1 and stride != expected:
+            return False
+    return True
 
 
 def _splits(rows: int, programs: int, weight_numel: int, block_k: int, device) -> int:
@@ -398,10 +464,13 @@ def conv_grad_weight(
         return allocate(weight_shape, x.dtype, x.device, zero=True)
     in_per_group, out_per_group = C // groups, C_out // groups
     if config is None:
-        config = wgrad_config(x.dtype, out_per_group, in_per_group, rows)
+        config = wgrad_config(x.dtype, out_per_group, in_per_group, rows, geometry.kernel[-1])
     tiles = cdiv(out_per_group, config.block_m) * cdiv(in_per_group, config.block_n)
     weight_numel = math.prod(weight_shape)
-    programs = tiles * groups * geometry.kernel_numel
+    kw = geometry.kernel[-1]
+    tap_group = wgrad_tap_group(kw, in_per_group, config, x.element_size())
+    tap_programs = geometry.kernel_numel // kw * cdiv(kw, tap_group)
+    programs = tiles * groups * tap_programs
     splits = _splits(rows, programs, weight_numel, config.block_k, x.device)
     partial = allocate((splits, *weight_shape), partial_dtype(x.dtype), x.device)
     _launch_grad_weight(grad_out, x, partial, geometry, groups, config)
