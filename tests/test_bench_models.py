@@ -14,6 +14,7 @@ from torch import nn
 from tritonconv.bench import Options, Row
 from tritonconv.bench import models as bm
 from tritonconv.cli import main
+from tritonconv.warmup import WarmupReport
 
 TINY_UNET = bm.ModelSpec(
     "unet", (8, 3, 256, 256), (1, 3, 8, 8), lambda quick: bm.UNet(base=2, depth=1), False
@@ -127,6 +128,39 @@ def test_torchvision_models_are_built_without_weights(monkeypatch):
     assert rows[0].shape == "conv2d 2×3×32×32 channels-last w 4×3×3×3 s4"
     bm.build(bm.MODELS[bm.ALIASES["video.r2plus1d_18"]], quick=True)
     assert built[-1] == ("r2plus1d_18", None)
+
+
+def test_models_suite_warms_up_its_phases_calls_first(monkeypatch):
+    """The calls of the fp32 accuracy phase (TF32 off, at most ACCURACY_BATCH samples) and of
+    each speed dtype (channels-last, the model's shape) are warmed in workers (faked here)
+    before the phases run, on the GPU only (faked too), and the seconds go into the rows."""
+    opts = bm.ModelOptions(speed_dtypes=("bfloat16",))
+    base, shape = bm.build(TINY_UNET, True), (10, 3, 8, 8)
+    calls = bm.warmup_calls(base, shape, opts)
+    fp32 = [c for c in calls if c.input.dtype == "float32"]
+    bf16 = [c for c in calls if c.input.dtype == "bfloat16"]
+    assert fp32 and bf16 and len(fp32) + len(bf16) == len(calls) == len(set(calls))
+    assert {c.input.shape[0] for c in fp32} == {bm.ACCURACY_BATCH}
+    assert not any(c.settings.cudnn_allow_tf32 or c.settings.matmul_allow_tf32 for c in fp32)
+    assert bf16[0].input.shape == shape and bf16[0].input.stride == (192, 1, 24, 3)
+    assert all(c.settings.cudnn_benchmark and c.weight.dtype == c.input.dtype for c in calls)
+
+    warmed, steps = [], []
+    monkeypatch.setattr(bm, "CUDA", True)
+    monkeypatch.setattr(bm, "_free", lambda: None)
+    monkeypatch.setattr(
+        bm, "warm_calls",
+        lambda calls: warmed.append(calls) or WarmupReport(len(calls), 2, 0.1, (("c", "boom"),)),
+    )  # fmt: skip
+    opts.on_step = lambda what, done, total: steps.append(what)
+    extra = bm._warm_up(TINY_UNET, base, shape, opts, bm._Progress(opts, 1))
+    assert warmed == [calls] and extra["warmup_s"] > 0 and "warm-up" in steps[-1]
+    assert (extra["warmup_calls"], extra["warmup_workers"], extra["warmup_failures"]) == (
+        len(calls), 2, 1,
+    )  # fmt: skip
+    assert extra["warmup_error"] == "c: boom"
+    for other in (dict(quick=True), dict(compile="only")):
+        assert bm._warm_up(TINY_UNET, base, shape, bm.ModelOptions(**other), None) == {}
 
 
 def test_paired_timing_alternates_the_sides():

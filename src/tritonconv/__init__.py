@@ -32,6 +32,7 @@ from .ops.conv_gemm import (
     get_workspace_limit,
     set_workspace_limit,
 )
+from .warmup import WarmupReport, warmup
 
 INTERPRETER = _runtime.INTERPRETER
 
@@ -41,6 +42,7 @@ __all__ = [
     "INTERPRETER",
     "Choice",
     "TritonConvError",
+    "WarmupReport",
     "WorkspacePlan",
     "causal_conv1d",
     "causal_conv1d_update",
@@ -62,5 +64,6 @@ __all__ = [
     "set_workspace_limit",
     "tune",
     "unfold",
+    "warmup",
 ]
 __version__ = "0.1.0"

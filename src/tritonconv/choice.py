@@ -38,6 +38,9 @@ _BENCHMARK_ENV = os.environ.get("TRITONCONV_BENCHMARK", "") not in ("", "0")
 _lock = threading.Lock()
 _memory: dict[str, dict] = {}  # choices of this process, by key
 _loaded: set[Path] = set()
+# Whether measured choices are written to the on-disk cache: not by tritonconv.warmup's
+# workers, which time candidates side by side on one GPU (each still compiles every kernel).
+_store_on_disk = True
 
 
 @dataclass(frozen=True)
@@ -165,6 +168,8 @@ def _load() -> None:
 
 def _store(key: str, entry: dict) -> None:
     """Add one choice to the file: read, merge, write a temporary file, replace (atomic)."""
+    if not _store_on_disk:
+        return
     path = cache_file()
     try:
         with _file_lock(path):
@@ -188,10 +193,20 @@ def _make_like(t: torch.Tensor | None) -> torch.Tensor | None:
     """A tensor of ``t``'s shape, strides, dtype and device with random values."""
     if t is None:
         return None
-    new = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device)
-    if t.dtype.is_floating_point:
-        return new.normal_()
-    return new.random_(-8, 8)
+    return random_strided(t.shape, t.stride(), t.dtype, t.device)
+
+
+def random_strided(shape, stride, dtype: torch.dtype, device, offset: int = 0) -> torch.Tensor:
+    """A tensor of ``shape`` and ``stride``, ``offset`` elements into its storage, holding
+    random values (normal floats, integers in [-8, 8)); its storage is filled, so strides that
+    overlap (0 on an expanded dimension) are fine."""
+    span = 1 + sum((n - 1) * s for n, s in zip(shape, stride)) if all(shape) else 0
+    storage = torch.empty(offset + span, dtype=dtype, device=device)
+    if dtype.is_floating_point:
+        storage.normal_()
+    else:
+        storage.random_(-8, 8)
+    return storage.as_strided(tuple(shape), tuple(stride), offset)
 
 
 # Timed samples per candidate in benchmark mode (after one untimed warm-up call), each of

@@ -186,21 +186,34 @@ def explain_model(model: nn.Module, *example_inputs) -> list[LayerChoice]:
     mode and the on-disk choices included). One forward pass without gradients; the model
     runs its own convolutions (a torch model: torch's), so only the choices are tritonconv's."""
     layers: list[LayerChoice] = []
+    visit_convolutions(model, example_inputs, functools.partial(_explain_layer, layers))
+    return layers
+
+
+def visit_convolutions(model: nn.Module, example_inputs: tuple, visit) -> None:
+    """One forward pass of ``model`` on ``example_inputs`` without gradients, calling
+    ``visit(name, module, args, kwargs)`` just before each convolution module (``torch.nn`` or
+    tritonconv, any dimension; ``name`` in ``model``) runs, with the arguments it is given:
+    how :func:`explain_model`, :func:`tritonconv.warmup` and the model benchmarks see the
+    calls a model makes."""
+
+    def hook(name, module, args, kwargs):
+        visit(name, module, args, kwargs)
+
     hooks = [
-        module.register_forward_pre_hook(functools.partial(_explain_layer, name, layers))
+        module.register_forward_pre_hook(functools.partial(hook, name), with_kwargs=True)
         for name, module in model.named_modules()
-        if isinstance(module, (nn.modules.conv._ConvNd))
+        if isinstance(module, nn.modules.conv._ConvNd)
     ]
     try:
         with torch.no_grad():
             model(*example_inputs)
     finally:
-        for hook in hooks:
-            hook.remove()
-    return layers
+        for handle in hooks:
+            handle.remove()
 
 
-def _explain_layer(name: str, layers: list, module, args) -> None:
+def _explain_layer(layers: list, name: str, module, args, kwargs) -> None:
     input = args[0]
     dims = module.weight.dim() - 2
     transposed = isinstance(module, nn.modules.conv._ConvTransposeNd)
@@ -253,4 +266,5 @@ __all__ = [
     "LayerChoice",
     "convert",
     "explain_model",
+    "visit_convolutions",
 ]

@@ -57,6 +57,7 @@ from .. import choice as _choice
 from .. import nn as tnn
 from ..ops.common import channels_last_format, is_channels_last
 from ..testing import DEVICE
+from ..warmup import ConvCall, capture_calls, warm_calls
 from . import Options, Row, input_sets, kernel_ms, suite
 from .conv import exact_fp32
 
@@ -581,7 +582,7 @@ def capture_layers(model: nn.Module, x: torch.Tensor) -> list[LayerCall]:
     strides and dtype) merged: the first module's input is kept."""
     calls: dict = {}
 
-    def hook(name, module, args):
+    def visit(name, module, args, kwargs):
         inp = args[0]
         key = (
             type(module), tuple(inp.shape), inp.stride(), inp.dtype, tuple(module.weight.shape),
@@ -593,18 +594,8 @@ def capture_layers(model: nn.Module, x: torch.Tensor) -> list[LayerCall]:
         else:
             calls[key] = LayerCall([name], module, (inp.detach().clone(), *args[1:]))
 
-    hooks = [
-        m.register_forward_pre_hook(functools.partial(hook, name))
-        for name, m in model.named_modules()
-        if isinstance(m, nn.modules.conv._ConvNd)
-    ]
-    try:
-        model.eval()
-        with torch.no_grad():
-            model(x)
-    finally:
-        for h in hooks:
-            h.remove()
+    model.eval()
+    tnn.visit_convolutions(model, (x,), visit)
     return list(calls.values())
 
 
@@ -733,6 +724,7 @@ def _model_rows(spec: ModelSpec, opts: ModelOptions, progress: _Progress, how: s
     convs = count_convolutions(base)
     _, swapped = converted(base)
     info = dict(model=spec.name, convs=convs, swapped=swapped, choice=how)
+    info.update(_warm_up(spec, base, shape, opts, progress))
     pairs: dict = {}  # dtype name -> ({"ours", "ref"} models, inputs)
     for phase, dname in _phases(opts):
         progress.at(f"{spec.name}: {phase} {dname or ''}")
@@ -773,8 +765,54 @@ def _model_rows(spec: ModelSpec, opts: ModelOptions, progress: _Progress, how: s
     _free()
 
 
+def _accuracy_shape(shape: tuple[int, ...]) -> tuple[int, ...]:
+    return (min(shape[0], ACCURACY_BATCH), *shape[1:])
+
+
+def warmup_calls(base: nn.Module, shape: tuple[int, ...], opts: ModelOptions) -> list[ConvCall]:
+    """The convolution calls a model's eager phases make (:func:`tritonconv.warmup.capture_calls`
+    on the torch model, whose convolutions count as converted): the fp32 accuracy phase's (TF32
+    off, eval, at most ``ACCURACY_BATCH`` samples) and, in each speed dtype, the channels-last
+    model's at the model's input shape."""
+    calls = []
+    with exact_fp32(torch.float32):
+        model = copy.deepcopy(base).to(DEVICE, torch.float32).eval()
+        calls += capture_calls(model, torch.randn(_accuracy_shape(shape), device=DEVICE))
+    for dname in opts.speed_dtypes:
+        dtype = getattr(torch, dname)
+        model = copy.deepcopy(base).to(DEVICE, dtype).to(memory_format=_layout(len(shape)))
+        with exact_fp32(dtype):
+            calls += capture_calls(model, _inputs(shape, dtype)[0])
+    return list(dict.fromkeys(calls))
+
+
+def _warm_up(spec: ModelSpec, base, shape, opts: ModelOptions, progress: _Progress) -> dict:
+    """Compile the kernels of the model's eager phases in parallel worker processes
+    (:mod:`tritonconv.warmup`) before they run, so that the phases find them in Triton's cache
+    instead of compiling them one by one (GPU only; not in quick mode nor for compiled-only
+    runs). What it took, for the rows' ``extra``: ``warmup_s`` and the calls warmed."""
+    if not CUDA or opts.quick or opts.compile == "only":
+        return {}
+    progress.at(f"{spec.name}: warm-up (capturing the convolution calls)")
+    begin = time.perf_counter()
+    try:
+        calls = warmup_calls(base, shape, opts)
+        _free()
+        progress.at(f"{spec.name}: warm-up (compiling the kernels of {len(calls)} calls)")
+        report = warm_calls(calls)
+    except Exception as e:  # the phases compile what they need themselves
+        error = f"{type(e).__name__}: {e}".replace("\n", " ")[:400]
+        return dict(warmup_s=time.perf_counter() - begin, warmup_error=error)
+    found = dict(warmup_s=time.perf_counter() - begin, warmup_calls=report.calls)
+    found.update(warmup_workers=report.workers, warmup_failures=len(report.failures))
+    if report.failures:
+        call, error = report.failures[0]
+        found["warmup_error"] = f"{call}: {error}".replace("\n", " ")[:400]
+    return found
+
+
 def _accuracy_row(spec, base, shape, info, opts) -> Row:
-    acc_shape = (min(shape[0], ACCURACY_BATCH), *shape[1:])
+    acc_shape = _accuracy_shape(shape)
     x = torch.randn(acc_shape, generator=torch.Generator().manual_seed(0))
     found = accuracy(base, x, opts)
     times = found.pop("times")
