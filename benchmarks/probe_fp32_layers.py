@@ -5,7 +5,8 @@ our convolutions than with cuDNN's (target: within 2x). This takes every convolu
 eval forward pass (the suite's own ``capture_layers``), runs each layer alone in fp32 with TF32
 off, ours (``algo="auto"``) and cuDNN, on the captured input, and prints per layer the relative
 distance (max |error| / max |float64|) of the output, and of dx and dW for one random ``dy``,
-each beside cuDNN's, worst ratio first.
+each beside cuDNN's, worst ratio first, and the output's signed mean error (a drift that adds
+up across layers while each layer's maximum error stays small).
 
     PYTHONPATH=src python benchmarks/probe_fp32_layers.py [--models resnet50,mobilenet_v3_large]
 """
@@ -33,6 +34,12 @@ def _relative(actual: torch.Tensor, exact: torch.Tensor) -> float:
     return (actual.double() - exact).abs().max().item() / scale if scale else 0.0
 
 
+def _signed(actual: torch.Tensor, exact: torch.Tensor) -> float:
+    """Mean signed error over mean magnitude: a systematic drift (e.g. accumulation that
+    truncates toward zero) shows here while maximum errors stay small."""
+    return ((actual.double() - exact).mean() / exact.abs().mean()).item()
+
+
 def layer_errors(call, device) -> dict:
     """Distances to float64 of ours and cuDNN for one captured layer call."""
     ref = call.module
@@ -50,6 +57,7 @@ def layer_errors(call, device) -> dict:
         dx, dw = torch.autograd.grad(y, (xs, module.weight), dy)
         found[side] = dict(
             out=_relative(y.detach(), y64.detach()),
+            bias=_signed(y.detach(), y64.detach()),
             dx=_relative(dx, dx64),
             dw=_relative(dw, dw64),
         )
@@ -61,7 +69,8 @@ def _line(r: dict) -> str:
     return (
         f"{r['model'][:9] + '/' + r['layer']:34.34} {r['algo']:14} "
         f"{r['ours_out']:.1e}/{r['ref_out']:.1e} {r['ratio_out']:5.2f} "
-        f"{r['ratio_dx']:9.2f} {r['ratio_dw']:9.2f}  {r['shape']}"
+        f"{r['ratio_dx']:9.2f} {r['ratio_dw']:9.2f} {r['ours_bias']:+.1e}/{r['ref_bias']:+.1e}"
+        f"  {r['shape']}"
     )
 
 
@@ -74,7 +83,8 @@ def main() -> None:
     cuda = torch.cuda.is_available()
     device = "cuda" if cuda else "cpu"
     rows = []
-    print(f"{'layer':34} {'algo':14} {'out ours/ref':>20} {'dx ratio':>9} {'dw ratio':>9}  shape")
+    print(f"{'layer':34} {'algo':14} {'out ours/ref':>20} {'dx ratio':>9} {'dw ratio':>9} "
+          f"{'signed ours/ref':>17}  shape")  # fmt: skip
     for name in args.models.split(","):
         spec = MODELS[name]
         quick = not cuda
@@ -87,6 +97,7 @@ def main() -> None:
                 e = layer_errors(call, device)
                 row = dict(model=name, layer=call.names[0], count=len(call.names))
                 row.update(shape=call.describe(), algo=e["algo"])
+                row["ours_bias"], row["ref_bias"] = e["ours"]["bias"], e["ref"]["bias"]
                 for key in ("out", "dx", "dw"):
                     row[f"ours_{key}"] = e["ours"][key]
                     row[f"ref_{key}"] = e["ref"][key]

@@ -230,6 +230,56 @@ def test_depthwise_small_kernels(layout, multiplier, kernel, kw, device):
     _check(x, w, b, algo="depthwise", groups=C, **kw)
 
 
+@pytest.mark.parametrize("layout", ("nchw", "nhwc"))
+@pytest.mark.parametrize(
+    "kernel, kw",
+    [
+        ((3, 3), dict(stride=2, padding=1)),
+        ((5, 4), dict(stride=(2, 3), padding=(2, 1), dilation=(1, 2))),
+        ((2, 1), dict(stride=3)),  # phases no tap reaches: written as zeros
+        ((3, 3), dict(stride=2, padding=2, dilation=2)),  # dilation sharing the stride
+        ((7, 7), dict(stride=2, padding=3)),  # four-tap phases, the unrolled kernel's limit
+    ],
+    ids=("3x3s2", "5x4s23d2", "2x1s3", "3x3s2d2", "7x7s2"),
+)
+def test_depthwise_strided_input_gradient(layout, kernel, kw, device, monkeypatch):
+    """The input gradient of a strided depthwise convolution, one stride-1 convolution per
+    phase (negative dilation), in float64 against PyTorch, with the multiplier's channels
+    summed and every position written (outputs start as NaN)."""
+    from tritonconv.ops import depthwise as ops
+
+    empty = torch.empty
+
+    def poisoned(*args, **kwargs):
+        t = empty(*args, **kwargs)
+        if t.is_floating_point():
+            t.fill_(float("nan"))
+        return t
+
+    monkeypatch.setattr(ops.torch, "empty", poisoned)
+    x = _layout(random_tensor((2, 3, 17, 13), torch.float64, device), layout)
+    w = random_tensor((6, 1, *kernel), torch.float64, device)
+    _check(x, w, random_tensor((6,), torch.float64, device), algo="depthwise", groups=3, **kw)
+
+
+@pytest.mark.parametrize("dtype", (torch.int32, torch.int64))
+def test_integer_depthwise_strided_is_exact(dtype, device):
+    x = torch.randint(-50, 50, (2, 4, 11, 10), dtype=dtype, device=device)
+    w = torch.randint(-5, 5, (8, 1, 3, 3), dtype=dtype, device=device)
+    kw = dict(stride=2, padding=1, groups=4)
+    y = tritonconv.conv2d(x, w, algo="depthwise", **kw)
+    assert torch.equal(y.cpu(), _reference_int(x, w, None, **kw))
+    # the input gradient (integer tensors carry no autograd): the op itself, against int64
+    from tritonconv.geometry import make_geometry
+    from tritonconv.ops.depthwise import depthwise_grad_input
+
+    geometry = make_geometry((11, 10), (3, 3), (2, 2), (1, 1), (1, 1), (1, 1))
+    dy = torch.randint(-5, 5, (2, 8, *geometry.output), dtype=dtype, device=device)
+    dx = depthwise_grad_input(dy, w, x, geometry)
+    ref = torch.nn.grad.conv2d_input(x.shape, w.double().cpu(), dy.double().cpu(), **kw)
+    assert torch.equal(dx.cpu(), ref.round().to(dtype))
+
+
 @pytest.mark.parametrize("dtype", (torch.float32, torch.bfloat16))
 @pytest.mark.parametrize("layout", ("nchw", "nhwc"))
 def test_depthwise_small_low_precision(dtype, layout, device):
@@ -240,8 +290,11 @@ def test_depthwise_small_low_precision(dtype, layout, device):
 
 
 @pytest.mark.parametrize("layout", ("nchw", "nhwc"))
-def test_depthwise_small_writes_everything(layout, device, monkeypatch):
-    """Outputs and dW partial buffers start as NaN: every element must be written."""
+@pytest.mark.parametrize("kernel", ((3, 3), (5, 5), (7, 4)), ids=("3x3", "5x5", "7x4"))
+def test_depthwise_small_writes_everything(layout, kernel, device, monkeypatch):
+    """Outputs and dW partial buffers start as NaN: every element must be written (kernels
+    past 3 x 3 in tap blocks, the last ones partly outside the kernel; the bias gradient's
+    partials by the first block only)."""
     from tritonconv.ops import depthwise as ops
 
     empty = torch.empty
@@ -255,8 +308,10 @@ def test_depthwise_small_writes_everything(layout, device, monkeypatch):
     monkeypatch.setattr(torch, "empty", poisoned)
     monkeypatch.setattr(ops.torch, "empty", poisoned)
     x = _layout(random_tensor((3, 4, 35, 9), torch.float32, device), layout)
-    w = random_tensor((8, 1, 3, 3), torch.float32, device)
-    _check(x, w, algo="depthwise", padding=1, groups=4)
+    w = random_tensor((8, 1, *kernel), torch.float32, device)
+    b = random_tensor((8,), torch.float32, device)
+    padding = (kernel[0] // 2, kernel[1] // 2)
+    _check(x, w, b, algo="depthwise", padding=padding, groups=4)
 
 
 def test_auto_picks_depthwise_and_direct():

@@ -16,6 +16,7 @@ from torch import nn
 import tritonconv
 from tritonconv import nn as tnn
 from tritonconv.ops.conv_gemm import get_workspace_limit
+from tritonconv.testing import DEVICE
 
 wu = importlib.import_module("tritonconv.warmup")  # the module: tritonconv.warmup is the function
 
@@ -38,8 +39,9 @@ class Net(nn.Module):
         return self.up(y, output_size=[7, 7]), self.seq(s)
 
 
-def _inputs():
-    return torch.randn(1, 4, 8, 8), torch.randn(1, 3, 8)
+def _inputs(device=DEVICE):
+    """On the test device: CPU (the interpreter) in CI, CUDA on the GPU machine."""
+    return torch.randn(1, 4, 8, 8, device=device), torch.randn(1, 3, 8, device=device)
 
 
 @pytest.fixture
@@ -68,7 +70,8 @@ def test_capture_merges_equal_calls_and_keeps_distinct_ones(monkeypatch):
     assert c.input.shape == (1, 4, 8, 8) and c.weight.shape == (8, 4, 3, 3)
     assert up.kwargs == (("output_size", (7, 7)),) and up.input.shape == (1, 8, 3, 3)
     assert seq.input == wu.TensorSpec("float32", (1, 3, 8), (24, 8, 1))
-    assert a.device == "cpu" and a.settings.cudnn_allow_tf32 is False  # conftest: TF32 off
+    assert torch.device(a.device).type == torch.device(DEVICE).type
+    assert a.settings.cudnn_allow_tf32 is False  # conftest: TF32 off
     assert pickle.loads(pickle.dumps(calls)) == calls and len(set(calls)) == 4
     # the model is left as it was: no hook, no patched method, batch-norm statistics kept
     assert torch.equal(model.bn.running_mean, stats) and model.training
@@ -110,7 +113,7 @@ def test_cpu_inputs_have_nothing_to_compile(monkeypatch):
 
     monkeypatch.setattr(wu, "capture_calls", fail)
     monkeypatch.setattr(wu, "warm_calls", fail)
-    report = tritonconv.warmup(Net(), *_inputs())
+    report = tritonconv.warmup(Net(), *_inputs("cpu"))
     assert (report.calls, report.workers, report.failures) == (0, 0, ())
     assert "nothing to compile" in report.note and "nothing to compile" in str(report)
 
@@ -134,6 +137,7 @@ def test_bad_workers_raise(workers):
 
 
 def test_spawned_worker(calls):
-    """One spawned process (never more workers than calls), through the interpreter."""
+    """One spawned process (never more workers than calls): the interpreter on the CPU, the
+    compiler on a GPU."""
     report = wu.warm_calls(calls[3:], backward=False)
     assert (report.calls, report.workers, report.failures) == (1, 1, ())

@@ -24,10 +24,11 @@ Two ways to do the multiply-adds, chosen by the launcher:
 
 Weight gradient ``dW[c, kh, kw] = sum over n, oh, ow of dy[n, c, oh, ow] * x[n, c // m, ih, iw]``:
 
-* ``depthwise_grad_weight_kernel``: a program owns a channel block, a tap block and a spatial
-  tile; the ``dy`` tile is loaded once per sample and each tap's shifted ``x`` tile is
-  multiplied and reduced; the per-tap sums live in a ``[BLOCK_C, BLOCK_T]`` register tile across
-  all samples. The launcher sums the tiles' partials in a fixed order.
+* ``depthwise_small_grad_weight_kernel``: a program owns a channel block, a spatial tile and
+  a block of up to 3 x 3 taps; per sample the ``dy`` tile is loaded once and each tap's
+  shifted ``x`` tile multiplied into that tap's own accumulator tile (no reduction in the
+  loop); the tiles are reduced once at the end, and the launcher sums the programs' partials
+  in a fixed order. Any dtype, any kernel size (a larger kernel is cut into tap blocks).
 * ``depthwise_band_grad_weight_kernel``: ``dW[kh, kw] = A @ B`` over ``k = (ih, ow)`` with
   ``A[kh, k] = dy[oh, ow]`` where ``oh*stride - pad + kh*dil == ih`` and
   ``B[k, kw] = x[ih, ow*stride - pad + kw*dil]``; a program owns one channel, one
@@ -218,95 +219,6 @@ def depthwise_band_kernel(
         acc += tl.load(bias_ptr + c).to(tl.float32)
     dst = dst_ptr + n * dst_sn + c * dst_sc + (h * dst_sh)[:, None] + (w * dst_sw)[None, :]
     tl.store(dst, acc.to(dst_ptr.dtype.element_ty), mask=(h < DH)[:, None] & (w < DW)[None, :])
-
-
-@triton.jit
-def depthwise_grad_weight_kernel(
-    # pointers
-    dy_ptr,
-    x_ptr,
-    partial_ptr,
-    # sizes
-    N,
-    C_out,
-    H,
-    W,
-    OH,
-    OW,
-    KH,
-    KW,
-    multiplier,
-    # geometry
-    stride_h,
-    stride_w,
-    pad_h,
-    pad_w,
-    dil_h,
-    dil_w,
-    # strides
-    dy_sn,
-    dy_sc,
-    dy_sh,
-    dy_sw,
-    x_sn,
-    x_sc,
-    x_sh,
-    x_sw,
-    # meta-parameters
-    ACC_DTYPE: tl.constexpr,
-    BLOCK_C: tl.constexpr,
-    BLOCK_T: tl.constexpr,
-    BLOCK_H: tl.constexpr,
-    BLOCK_W: tl.constexpr,
-    INDEX_64: tl.constexpr,
-):
-    """partial[tile, c, t] = sum over n and the spatial tile of dy[n, c, oh, ow] * x at tap t
-    (``t = kh*KW + kw``); ``partial`` is ``(tiles, C_out, KH*KW)`` contiguous; grid
-    ``(channel blocks * tap blocks, spatial tiles)``."""
-    pid_ct = tl.program_id(0)
-    tile = tl.program_id(1)
-    taps = KH * KW
-    t_blocks = tl.cdiv(taps, BLOCK_T)
-    c = (pid_ct // t_blocks) * BLOCK_C + tl.arange(0, BLOCK_C)
-    t_first = (pid_ct % t_blocks) * BLOCK_T
-    w_tiles = tl.cdiv(OW, BLOCK_W)
-    h = (tile // w_tiles) * BLOCK_H + tl.arange(0, BLOCK_H)
-    w = (tile % w_tiles) * BLOCK_W + tl.arange(0, BLOCK_W)
-    if INDEX_64:
-        c = c.to(tl.int64)
-        tile = tile.to(tl.int64)
-    c_ok = c < C_out
-    out_ok = c_ok[:, None, None] & (h < OH)[None, :, None] & (w < OW)[None, None, :]
-    t_range = t_first + tl.arange(0, BLOCK_T)
-    t_last = tl.minimum(t_first + BLOCK_T, taps)
-
-    acc = tl.zeros([BLOCK_C, BLOCK_T], dtype=ACC_DTYPE)
-    for n in range(0, N):
-        dy = tl.load(
-            dy_ptr
-            + n * dy_sn
-            + (c * dy_sc)[:, None, None]
-            + (h * dy_sh)[None, :, None]
-            + (w * dy_sw)[None, None, :],
-            mask=out_ok,
-            other=0,
-        ).to(ACC_DTYPE)
-        x_n = x_ptr + n * x_sn + ((c // multiplier) * x_sc)[:, None, None]
-        for t in range(t_first, t_last):
-            kh = t // KW
-            kw = t % KW
-            ih = h * stride_h - pad_h + kh * dil_h
-            iw = w * stride_w - pad_w + kw * dil_w
-            ok = out_ok & ((ih >= 0) & (ih < H))[None, :, None]
-            ok = ok & ((iw >= 0) & (iw < W))[None, None, :]
-            x = tl.load(
-                x_n + (ih * x_sh)[None, :, None] + (iw * x_sw)[None, None, :], mask=ok, other=0
-            )
-            tap_sum = tl.sum(tl.sum(dy * x.to(ACC_DTYPE), 2), 1)
-            acc += tl.where(t_range[None, :] == t, tap_sum[:, None], 0)
-
-    dst = partial_ptr + tile * C_out * taps + (c * taps)[:, None] + t_range[None, :]
-    tl.store(dst, acc, mask=c_ok[:, None] & (t_range < taps)[None, :])
 
 
 @triton.jit
@@ -541,9 +453,11 @@ def depthwise_small_grad_weight_kernel(
     x_sc,
     x_sh,
     x_sw,
+    KH,
+    KW,
     # meta-parameters
-    KH: tl.constexpr,
-    KW: tl.constexpr,
+    BKH: tl.constexpr,
+    BKW: tl.constexpr,
     BIAS_GRAD: tl.constexpr,
     ACC_DTYPE: tl.constexpr,
     BLOCK_C: tl.constexpr,
@@ -551,19 +465,26 @@ def depthwise_small_grad_weight_kernel(
     BLOCK_W: tl.constexpr,
     INDEX_64: tl.constexpr,
 ):
-    """Weight gradient for kernels up to 3x3: one elementwise accumulator tile per tap (nine
-    at most), summed over the split's samples with one ``dy`` load and one shifted ``x`` load
-    per tap and sample; the tiles are reduced once, at the end. ``partial`` is contiguous,
+    """Weight gradient, one elementwise accumulator tile per tap of a ``BKH x BKW`` block of
+    taps (up to 3 x 3: nine tiles), summed over the split's samples with one ``dy`` load and
+    one shifted ``x`` load per tap and sample; the tiles are reduced once, at the end. A
+    kernel larger than the block is cut into tap blocks, one per program (the last ones
+    partly past the kernel: their stores are masked). ``partial`` is contiguous,
     ``(splits * spatial tiles, C_out * KH*KW)``, or with ``BIAS_GRAD``
     ``(splits * spatial tiles, C_out * (KH*KW + 1))``: each row then ends with the tile's
-    sums of ``dy`` per channel (the bias gradient, from the ``dy`` already loaded). Grid
-    ``(channel blocks * spatial tiles, splits)``."""
+    sums of ``dy`` per channel (the bias gradient, from the ``dy`` already loaded; written by
+    the first tap block). Grid ``(tap blocks * channel blocks * spatial tiles, splits)``."""
     pid_ct = tl.program_id(0)
     split = tl.program_id(1)
     tiles = tl.cdiv(OH, BLOCK_H) * tl.cdiv(OW, BLOCK_W)
     tile = pid_ct % tiles
     w_tiles = tl.cdiv(OW, BLOCK_W)
-    c = (pid_ct // tiles) * BLOCK_C + tl.arange(0, BLOCK_C)
+    c_blocks = tl.cdiv(C_out, BLOCK_C)
+    tap_block = pid_ct // (tiles * c_blocks)
+    kw_blocks = tl.cdiv(KW, BKW)
+    kh0 = (tap_block // kw_blocks) * BKH
+    kw0 = (tap_block % kw_blocks) * BKW
+    c = ((pid_ct // tiles) % c_blocks) * BLOCK_C + tl.arange(0, BLOCK_C)
     h = (tile // w_tiles) * BLOCK_H + tl.arange(0, BLOCK_H)
     w = (tile % w_tiles) * BLOCK_W + tl.arange(0, BLOCK_W)
     if INDEX_64:
@@ -575,8 +496,8 @@ def depthwise_small_grad_weight_kernel(
     c_ok = c < C_out
     out_ok = c_ok[:, None, None] & (h < OH)[None, :, None] & (w < OW)[None, None, :]
     dy_off = (c * dy_sc)[:, None, None] + (h * dy_sh)[None, :, None] + (w * dy_sw)[None, None, :]
-    ih0 = h * stride_h - pad_h
-    iw0 = w * stride_w - pad_w
+    ih0 = h * stride_h - pad_h + kh0 * dil_h  # tap (kh0, kw0)'s source position
+    iw0 = w * stride_w - pad_w + kw0 * dil_w
     x_off = ((c // multiplier) * x_sc)[:, None, None] + (ih0 * x_sh)[None, :, None]
     x_off += (iw0 * x_sw)[None, None, :]
     n_first = split * samples_per_split
@@ -600,57 +521,62 @@ def depthwise_small_grad_weight_kernel(
         a00 = _wgrad_tap(
             a00, dy, x_n, x_off, ih0, iw0, H, W, out_ok, 0, 0, dil_h, dil_w, x_sh, x_sw
         )
-        if KW > 1:
+        if BKW > 1:
             a01 = _wgrad_tap(
                 a01, dy, x_n, x_off, ih0, iw0, H, W, out_ok, 0, 1, dil_h, dil_w, x_sh, x_sw
             )
-        if KW > 2:
+        if BKW > 2:
             a02 = _wgrad_tap(
                 a02, dy, x_n, x_off, ih0, iw0, H, W, out_ok, 0, 2, dil_h, dil_w, x_sh, x_sw
             )
-        if KH > 1:
+        if BKH > 1:
             a10 = _wgrad_tap(
                 a10, dy, x_n, x_off, ih0, iw0, H, W, out_ok, 1, 0, dil_h, dil_w, x_sh, x_sw
             )
-            if KW > 1:
+            if BKW > 1:
                 a11 = _wgrad_tap(
                     a11, dy, x_n, x_off, ih0, iw0, H, W, out_ok, 1, 1, dil_h, dil_w, x_sh, x_sw
                 )
-            if KW > 2:
+            if BKW > 2:
                 a12 = _wgrad_tap(
                     a12, dy, x_n, x_off, ih0, iw0, H, W, out_ok, 1, 2, dil_h, dil_w, x_sh, x_sw
                 )
-        if KH > 2:
+        if BKH > 2:
             a20 = _wgrad_tap(
                 a20, dy, x_n, x_off, ih0, iw0, H, W, out_ok, 2, 0, dil_h, dil_w, x_sh, x_sw
             )
-            if KW > 1:
+            if BKW > 1:
                 a21 = _wgrad_tap(
                     a21, dy, x_n, x_off, ih0, iw0, H, W, out_ok, 2, 1, dil_h, dil_w, x_sh, x_sw
                 )
-            if KW > 2:
+            if BKW > 2:
                 a22 = _wgrad_tap(
                     a22, dy, x_n, x_off, ih0, iw0, H, W, out_ok, 2, 2, dil_h, dil_w, x_sh, x_sw
                 )
 
     row = partial_ptr + (split * tiles + tile) * C_out * (KH * KW + BIAS_GRAD)
-    dst = row + c * (KH * KW)
+    dst = row + c * (KH * KW) + kh0 * KW + kw0
+    # tap (kh0 + i, kw0 + j) is stored at i * KW + j, if it is inside the kernel (the tests
+    # are vectors over the channels: the interpreter takes no scalar in a mask)
+    zero = tl.zeros_like(c)
     if BIAS_GRAD:
-        _wgrad_store(row + C_out * (KH * KW), a_bias, c, c_ok)
+        _wgrad_store(row + C_out * (KH * KW), a_bias, c, c_ok & (zero + tap_block == 0))
+    h1, h2 = zero + kh0 + 1 < KH, zero + kh0 + 2 < KH
+    w1, w2 = zero + kw0 + 1 < KW, zero + kw0 + 2 < KW
     _wgrad_store(dst, a00, 0, c_ok)
-    if KW > 1:
-        _wgrad_store(dst, a01, 1, c_ok)
-    if KW > 2:
-        _wgrad_store(dst, a02, 2, c_ok)
-    if KH > 1:
-        _wgrad_store(dst, a10, KW, c_ok)
-        if KW > 1:
-            _wgrad_store(dst, a11, KW + 1, c_ok)
-        if KW > 2:
-            _wgrad_store(dst, a12, KW + 2, c_ok)
-    if KH > 2:
-        _wgrad_store(dst, a20, 2 * KW, c_ok)
-        if KW > 1:
-            _wgrad_store(dst, a21, 2 * KW + 1, c_ok)
-        if KW > 2:
-            _wgrad_store(dst, a22, 2 * KW + 2, c_ok)
+    if BKW > 1:
+        _wgrad_store(dst, a01, 1, c_ok & w1)
+    if BKW > 2:
+        _wgrad_store(dst, a02, 2, c_ok & w2)
+    if BKH > 1:
+        _wgrad_store(dst, a10, KW, c_ok & h1)
+        if BKW > 1:
+            _wgrad_store(dst, a11, KW + 1, c_ok & h1 & w1)
+        if BKW > 2:
+            _wgrad_store(dst, a12, KW + 2, c_ok & h1 & w2)
+    if BKH > 2:
+        _wgrad_store(dst, a20, 2 * KW, c_ok & h2)
+        if BKW > 1:
+            _wgrad_store(dst, a21, 2 * KW + 1, c_ok & h2 & w1)
+        if BKW > 2:
+            _wgrad_store(dst, a22, 2 * KW + 2, c_ok & h2 & w2)

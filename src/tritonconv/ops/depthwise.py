@@ -8,8 +8,11 @@ Which kernel (``kernels/depthwise.py``) runs:
   gradient). Their redundant multiplies are about ``BLOCK_J / KW``, so below a 7-wide kernel
   the FMA kernel, which is memory-bound there anyway, is the better one.
 * otherwise (small kernels, fp64, integers): the FMA kernels.
-* the input gradient of a strided depthwise convolution is not a convolution of ``dy``; it is
-  gathered by the general direct kernel (``ops/direct.py``, ``TRANSPOSED``).
+* the input gradient of a strided depthwise convolution is not one convolution of ``dy`` but
+  one per *phase* (input positions with the same remainders by the stride): each phase's
+  taps only, walked with a negative dilation, by the same kernels (:func:`_phases`); kernels
+  wide enough for the band kernels in a phase go to the general direct kernel
+  (``ops/direct.py``, ``TRANSPOSED``).
 
 The stride-1 input gradient is the forward kernel run on ``dy`` with the weight walked
 backwards and padding ``dil*(K-1) - pad``; the multiplier's channels are summed in the kernel.
@@ -19,6 +22,8 @@ reruns are bitwise equal.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from .._runtime import INTERPRETER, check_kernel_device
@@ -26,7 +31,6 @@ from ..geometry import Geometry, make_geometry
 from ..kernels.depthwise import (
     depthwise_band_grad_weight_kernel,
     depthwise_band_kernel,
-    depthwise_grad_weight_kernel,
     depthwise_kernel,
     depthwise_small_grad_weight_kernel,
     depthwise_small_kernel,
@@ -136,8 +140,9 @@ def _weight_walk(weight: torch.Tensor, flip: bool):
 
 
 @launch_plan
-def _launch(src, weight, bias, dst, geometry: Geometry, R: int, DIV: int, flip: bool):
-    """dst[n, c] = sum over r < R of conv(src[n, (c*R + r) // DIV], w[c*R + r]) (+ bias[c])."""
+def _launch(src, weight, bias, dst, geometry: Geometry, R: int, DIV: int, walk: tuple):
+    """dst[n, c] = sum over r < R of conv(src[n, (c*R + r) // DIV], w[c*R + r]) (+ bias[c]),
+    the weight's taps walked as ``walk`` says (:func:`_weight_walk`, :func:`_phases`)."""
     N, C_dst, DH, DW = dst.shape
     common = (
         src,
@@ -156,7 +161,7 @@ def _launch(src, weight, bias, dst, geometry: Geometry, R: int, DIV: int, flip: 
         *geometry.dilation,
         *src.stride(),
         *dst.stride(),
-        *_weight_walk(weight, flip),
+        *walk,
     )
     index_64 = needs_int64(src, dst, weight)
     if uses_band(geometry, src, dst):
@@ -221,7 +226,7 @@ def depthwise_forward(x, weight, bias, geometry: Geometry) -> torch.Tensor:
     out = empty_like_format((x.shape[0], C_out, *geometry.output), x)
     if out.numel() == 0:
         return out
-    _launch(x, weight, bias, out, geometry, 1, C_out // C_in, False)
+    _launch(x, weight, bias, out, geometry, 1, C_out // C_in, _weight_walk(weight, False))
     return out
 
 
@@ -231,8 +236,21 @@ def depthwise_grad_input(grad_out, weight, like, geometry: Geometry, shape=None)
     check_kernel_device(grad_out, "grad_output")
     shape = tuple(like.shape) if shape is None else tuple(shape)
     C_in = shape[1]
+    multiplier = weight.shape[0] // C_in
     if any(s != 1 for s in geometry.stride):
-        return direct.conv2d_grad_input(grad_out, weight, like, geometry, C_in, shape)
+        phases = _phases(geometry, shape[2:], weight)
+        if phases is None:  # a phase's kernel wide enough for the band kernels
+            return direct.conv2d_grad_input(grad_out, weight, like, geometry, C_in, shape)
+        grad_in = empty_like_format(shape, like)
+        if grad_in.numel() == 0:
+            return grad_in
+        for (rh, rw), phase in phases.items():
+            view = grad_in[:, :, rh :: geometry.stride[0], rw :: geometry.stride[1]]
+            if phase is None:  # no tap reaches these positions
+                view.zero_()
+            elif view.numel():
+                _launch(grad_out, weight, None, view, phase[0], multiplier, 1, phase[1])
+        return grad_in
     grad_in = empty_like_format(shape, like)
     if grad_in.numel() == 0:
         return grad_in
@@ -240,17 +258,54 @@ def depthwise_grad_input(grad_out, weight, like, geometry: Geometry, shape=None)
         d * (k - 1) - p for d, k, p in zip(geometry.dilation, geometry.kernel, geometry.pad_before)
     )
     flipped = make_geometry(geometry.output, geometry.kernel, (1, 1), pads, pads, geometry.dilation)
-    multiplier = weight.shape[0] // C_in
-    _launch(grad_out, weight, None, grad_in, flipped, multiplier, 1, True)
+    _launch(grad_out, weight, None, grad_in, flipped, multiplier, 1, _weight_walk(weight, True))
     return grad_in
+
+
+def _phase_axis(r: int, pad: int, dil: int, stride: int, K: int):
+    """For input positions ``r + stride*q`` along one axis, the taps that reach them,
+    ``k = k0 + j*kstep`` (``j < taps``), and where: ``dy[q + base - j*step]``. None when no
+    tap does. (``kstep * dil`` is the least common multiple of stride and dilation, so
+    ``step`` and ``base`` are exact.)"""
+    kstep = stride // math.gcd(stride, dil)
+    k0 = next((k for k in range(kstep) if (r + pad - k * dil) % stride == 0), K)
+    if k0 >= K:
+        return None
+    taps = (K - k0 + kstep - 1) // kstep
+    return k0, kstep, taps, (r + pad - k0 * dil) // stride, kstep * dil // stride
+
+
+def _phases(geometry: Geometry, input_size, weight: torch.Tensor):
+    """The input gradient of a strided depthwise convolution as one stride-1 convolution per
+    *phase* ``(rh, rw)`` (the input positions ``(rh + sh*qh, rw + sw*qw)``): over ``dy``, with
+    the phase's taps only (no multiply by a zero), walked with a negative dilation. By phase:
+    ``(geometry, weight walk)`` for ``_launch``, or None for a phase no tap reaches. None
+    altogether when a phase's kernel would take the band kernels (they walk forwards only)."""
+    (sh, sw), (KH, KW) = geometry.stride, geometry.kernel
+    _, s_c, s_kh, s_kw = weight.stride()
+    phases = {}
+    for rh in range(min(sh, input_size[0])):
+        for rw in range(min(sw, input_size[1])):
+            h = _phase_axis(rh, geometry.pad_before[0], geometry.dilation[0], sh, KH)
+            w = _phase_axis(rw, geometry.pad_before[1], geometry.dilation[1], sw, KW)
+            if h is None or w is None:
+                phases[rh, rw] = None
+                continue
+            pads, steps = (-h[3], -w[3]), (-h[4], -w[4])
+            phase = make_geometry(geometry.output, (h[2], w[2]), (1, 1), pads, pads, steps)
+            if phase.kernel[1] >= BAND_MIN_KW:
+                return None
+            walk = (h[0] * s_kh + w[0] * s_kw, s_c, h[1] * s_kh, w[1] * s_kw)
+            phases[rh, rw] = (phase, walk)
+    return phases
 
 
 def depthwise_grad_weight(
     grad_out, x, weight_shape, geometry: Geometry, bias_grad: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """(dW, db) of a depthwise convolution: per-tile partials summed in a fixed order. ``db``
-    (the bias gradient) is None unless asked for by ``bias_grad`` and fused: the kernels up to
-    3x3 sum ``dy`` per channel beside the weight gradient, reduced by the same launch."""
+    (the bias gradient) is None unless asked for by ``bias_grad`` and fused: the FMA kernel
+    sums ``dy`` per channel beside the weight gradient, reduced by the same launch."""
     check_kernel_device(x, "input")
     N, C_in = x.shape[:2]
     C_out = weight_shape[0]
@@ -296,16 +351,19 @@ def depthwise_grad_weight(
             INDEX_64=needs_int64(grad_out, x, partial),
             num_warps=4,
         )
-    elif KH <= 3 and KW <= 3:
+    else:
         key = "wgrad_channels_last" if _is_channels_last(grad_out) else "wgrad_nchw"
         config = DEPTHWISE_CONFIG[key]
         block_c, block_h, block_w = _small_tiles(grad_out, OH, OW, config)
-        blocks = cdiv(C_out, block_c) * cdiv(OH, block_h) * cdiv(OW, block_w)
+        # taps in blocks of up to 3 x 3, one block a program (one accumulator tile per tap)
+        bkh, bkw = min(KH, 3), min(KW, 3)
+        tap_blocks = cdiv(KH, bkh) * cdiv(KW, bkw)
+        tiles = cdiv(OH, block_h) * cdiv(OW, block_w)
+        blocks = tap_blocks * cdiv(C_out, block_c) * tiles
         # Two splits under the interpreter: cheap, and the split bookkeeping gets tested.
         splits, samples_per_split = batch_splits(
             N, 2 if INTERPRETER else cdiv(config["target_programs"], blocks)
         )
-        tiles = cdiv(OH, block_h) * cdiv(OW, block_w)
         fused_bias = bias_grad
         partial = allocate((splits * tiles, C_out * (KH * KW + bias_grad)), acc_dtype, x.device)
         launch(
@@ -323,8 +381,10 @@ def depthwise_grad_weight(
             C_out // C_in,
             *geometry_args,
             *strides,
-            KH=KH,
-            KW=KW,
+            KH,
+            KW,
+            BKH=bkh,
+            BKW=bkw,
             BIAS_GRAD=bias_grad,
             ACC_DTYPE=accumulator_dtype(x.dtype),
             BLOCK_C=block_c,
@@ -332,36 +392,6 @@ def depthwise_grad_weight(
             BLOCK_W=block_w,
             INDEX_64=needs_int64(grad_out, x, partial),
             num_warps=config["num_warps"],
-        )
-    else:
-        block_c, block_h, block_w = _fma_tiles(grad_out, OH, OW)
-        block_t = clamped_power_of_2(KH * KW, 1, 16)
-        spatial_tiles = cdiv(OH, block_h) * cdiv(OW, block_w)
-        partial = allocate((spatial_tiles, C_out, KH * KW), acc_dtype, x.device)
-        grid = (cdiv(C_out, block_c) * cdiv(KH * KW, block_t), spatial_tiles)
-        launch(
-            depthwise_grad_weight_kernel,
-            grid,
-            grad_out,
-            x,
-            partial,
-            N,
-            C_out,
-            *geometry.input,
-            OH,
-            OW,
-            KH,
-            KW,
-            C_out // C_in,
-            *geometry_args,
-            *strides,
-            ACC_DTYPE=accumulator_dtype(x.dtype),
-            BLOCK_C=block_c,
-            BLOCK_T=block_t,
-            BLOCK_H=block_h,
-            BLOCK_W=block_w,
-            INDEX_64=needs_int64(grad_out, x, partial),
-            num_warps=4,
         )
     grad_weight = allocate(weight_shape, x.dtype, x.device)
     # the partials' rows end with the bias sums when the small kernel fused them
