@@ -366,6 +366,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--check-only", action="store_true")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--layers", default="", help="comma-separated LAYERS names (default: all)")
+    ap.add_argument("--dtypes", default="bfloat16,float32")
     args = ap.parse_args()
     cuda = torch.cuda.is_available()
     device = "cuda" if cuda else "cpu"
@@ -388,19 +390,19 @@ def main():
 
     torch.backends.cudnn.benchmark = True
     rows = []
-    for dtype in (torch.bfloat16, torch.float32):
-        for name in LAYERS:
+    for dtype in [getattr(torch, d) for d in args.dtypes.split(",")]:
+        for name in [n for n in LAYERS if not args.layers or n in args.layers.split(",")]:
             x, w, b, s, p = make(name, device, dtype)
             C = x.shape[1]
             y = F.conv2d(x, w, b, stride=s, padding=p, groups=C)
             nbytes = (x.numel() + y.numel() + w.numel()) * x.element_size()
-            args = (x, w, b)
+            tensors = (x, w, b)
             kw = dict(stride=s, padding=p, groups=C)
-            cudnn = graph_ms(functools.partial(F.conv2d, *args, **kw))
-            ours_now = graph_ms(functools.partial(tc.conv2d, *args, **kw, algo="depthwise"))
+            cudnn = graph_ms(functools.partial(F.conv2d, *tensors, **kw))
+            ours_now = graph_ms(functools.partial(tc.conv2d, *tensors, **kw, algo="depthwise"))
             best = (float("inf"), None)
             for config in CONFIGS:
-                t = graph_ms(functools.partial(dw_nhwc, *args, s, p, 1, config))
+                t = graph_ms(functools.partial(dw_nhwc, *tensors, s, p, 1, config))
                 best = min(best, (t, config))
             row = dict(
                 layer=name, dtype=str(dtype), cudnn_ms=cudnn, depthwise_now_ms=ours_now,
@@ -409,13 +411,13 @@ def main():
             )  # fmt: skip
             # forward + backward, every layer (a strided dX by the gather kernel)
             dy = torch.randn_like(y)
-            leaves = [t.detach().requires_grad_() for t in args]
+            leaves = [t.detach().requires_grad_() for t in tensors]
             row["cudnn_fwd_bwd_ms"] = graph_ms(functools.partial(_torch_step, leaves, dy, kw))
             row["now_fwd_bwd_ms"] = graph_ms(
                 functools.partial(_torch_step, leaves, dy, dict(kw, algo="depthwise"), tc)
             )
             row["probe_fwd_bwd_ms"] = graph_ms(
-                functools.partial(_probe_step, *args, dy, s, p, best[1])
+                functools.partial(_probe_step, *tensors, dy, s, p, best[1])
             )
             rows.append(row)
             print(

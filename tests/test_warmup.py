@@ -46,7 +46,7 @@ def _inputs(device=DEVICE):
 
 @pytest.fixture
 def calls():
-    return wu.capture_calls(Net(), *_inputs())
+    return wu.capture_calls(Net().to(DEVICE), *_inputs())
 
 
 def _boom(*args, **kwargs):
@@ -54,7 +54,7 @@ def _boom(*args, **kwargs):
 
 
 def test_capture_merges_equal_calls_and_keeps_distinct_ones(monkeypatch):
-    model = Net()
+    model = Net().to(DEVICE)
     # Capturing computes with torch's convolutions: none of tritonconv's runs (or compiles)
     monkeypatch.setattr(tnn.Conv2d, "_function", staticmethod(_boom))
     monkeypatch.setattr(tnn.ConvTranspose2d, "_function", staticmethod(_boom))
@@ -131,7 +131,7 @@ def test_a_failing_call_is_reported_not_raised(calls):
 @pytest.mark.parametrize("workers", [-1, 1.5, True])
 def test_bad_workers_raise(workers):
     with pytest.raises(ValueError, match="workers"):
-        tritonconv.warmup(Net(), *_inputs(), workers=workers)
+        tritonconv.warmup(Net().to(DEVICE), *_inputs(), workers=workers)
     with pytest.raises(tritonconv.TritonConvError):
         wu.warm_calls([], workers=workers)
 
