@@ -7,9 +7,11 @@ right). These run on the CPU in CI and on CUDA in scripts/gpu_check.sh.
 """
 
 import pytest
+import torch
 
 import tritonconv
 from tritonconv import fuzz
+from tritonconv.testing import DEVICE, assert_close, random_tensor
 
 # (N, C, H, W), (K, R, S), stride, padding, dilation, groups: the five cases of issue 9.
 ISSUE_9 = [
@@ -64,3 +66,42 @@ def test_triton_imported_before_tritonconv_on_a_cpu_machine():
     )
     done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+# Session 7: efficientnet_b0 (an in-place SiLU on a squeeze-excitation 1x1 convolution's
+# output) failed with "Output 0 of FunctionBackward is a view and is being modified inplace":
+# im2col+GEMM's channels-last 1x1 forward returned a permuted view of its GEMM's result.
+IN_PLACE_CALLS = {  # op, input shape, weight shape, bias, keyword arguments
+    "conv2d 1x1": ("conv2d", (2, 16, 3, 3), (24, 16, 1, 1), True, {}),
+    "conv2d 3x3": ("conv2d", (2, 16, 3, 3), (24, 16, 3, 3), False, dict(padding=1)),
+    "depthwise": ("conv2d", (2, 16, 3, 3), (16, 1, 3, 3), True, dict(padding=1, groups=16)),
+    "conv_transpose2d 1x1": ("conv_transpose2d", (2, 16, 3, 3), (16, 8, 1, 1), False, {}),
+    "conv1d 1x1": ("conv1d", (2, 16, 5), (24, 16, 1), True, {}),
+}
+
+
+@pytest.mark.parametrize("algo", ["auto", "im2col_gemm", "implicit_gemm", "direct", "depthwise"])
+@pytest.mark.parametrize("call", IN_PLACE_CALLS, ids=str)
+def test_outputs_take_in_place_ops(call, algo):
+    """A convolution's output is a tensor of its own: an in-place op on it (as networks'
+    in-place activations do) and the backward through both give float64 PyTorch's gradients
+    (channels-last where the input has 4 dimensions)."""
+    op, x_shape, w_shape, has_bias, kwargs = IN_PLACE_CALLS[call]
+    x = random_tensor(x_shape, torch.float32, DEVICE)
+    if x.dim() == 4:
+        x = x.to(memory_format=torch.channels_last)
+    w = random_tensor(w_shape, torch.float32, DEVICE)
+    b = random_tensor((w_shape[1 if "transpose" in op else 0],), torch.float32, DEVICE)
+    leaves = [t.requires_grad_() for t in (x, w, b if has_bias else None) if t is not None]
+    refs = [t.detach().double().requires_grad_() for t in leaves]
+    try:
+        y = getattr(tritonconv, op)(*leaves, algo=algo, **kwargs)
+    except tritonconv.TritonConvError:
+        pytest.skip(f"{algo} does not take this call")
+    y.mul_(2).relu_()
+    ref = getattr(torch.nn.functional, op)(*refs, **kwargs)
+    ref.mul_(2).relu_()
+    got = torch.autograd.grad(y.sum(), leaves)
+    want = torch.autograd.grad(ref.sum(), refs)
+    for name, g, r in zip(("dx", "dW", "db"), got, want):
+        assert_close(g, r, reduction=x_shape[0] * 9 * 16, name=name)

@@ -121,13 +121,19 @@ def conv2d_forward(
     C_out = weight.shape[0]
     G, M = groups, C_out // groups
     L = geometry.output_numel
+    out = empty_like_format((N, C_out, *geometry.output), x)
     if G == 1 and N * L * C_out and is_pointwise(geometry) and is_channels_last(x):
         # channels-last 1x1: one GEMM over (N*H*W, C) rows writes the channels-last output
-        y = torch.nn.functional.linear(
-            x.permute(0, 2, 3, 1).reshape(-1, C), weight.view(C_out, C), bias
-        )
-        return y.view(N, *geometry.output, C_out).permute(0, 3, 1, 2)
-    out = empty_like_format((N, C_out, *geometry.output), x)
+        # in place (the op returns a tensor of its own, not a view: autograd forbids in-place
+        # changes to a view a custom Function returns, e.g. an in-place SiLU after the conv)
+        rows = x.permute(0, 2, 3, 1).reshape(-1, C)
+        out_rows = out.permute(0, 2, 3, 1).view(-1, C_out)
+        w = weight.view(C_out, C).t()
+        if bias is None:
+            torch.mm(rows, w, out=out_rows)
+        else:
+            torch.addmm(bias, rows, w, out=out_rows)
+        return out
     if out.numel() == 0:
         return out
     w = weight.reshape(G, M, -1)
