@@ -197,6 +197,21 @@ def test_depthwise_bf16_band(device):
     _check(x, w, algo="depthwise", padding=4, groups=2)
 
 
+@pytest.fixture
+def poisoned():
+    """``torch.empty`` that fills floating-point tensors with NaN (monkeypatch it in): any
+    element a kernel leaves unwritten shows."""
+    empty = torch.empty
+
+    def poisoned_empty(*args, **kwargs):
+        t = empty(*args, **kwargs)
+        if t.is_floating_point():
+            t.fill_(float("nan"))
+        return t
+
+    return poisoned_empty
+
+
 def _layout(x, layout):
     if layout == "nhwc":
         return x.to(memory_format=torch.channels_last)
@@ -242,19 +257,11 @@ def test_depthwise_small_kernels(layout, multiplier, kernel, kw, device):
     ],
     ids=("3x3s2", "5x4s23d2", "2x1s3", "3x3s2d2", "7x7s2"),
 )
-def test_depthwise_strided_input_gradient(layout, kernel, kw, device, monkeypatch):
+def test_depthwise_strided_input_gradient(layout, kernel, kw, device, monkeypatch, poisoned):
     """The input gradient of a strided depthwise convolution, one stride-1 convolution per
     phase (negative dilation), in float64 against PyTorch, with the multiplier's channels
     summed and every position written (outputs start as NaN)."""
     from tritonconv.ops import depthwise as ops
-
-    empty = torch.empty
-
-    def poisoned(*args, **kwargs):
-        t = empty(*args, **kwargs)
-        if t.is_floating_point():
-            t.fill_(float("nan"))
-        return t
 
     monkeypatch.setattr(ops.torch, "empty", poisoned)
     x = _layout(random_tensor((2, 3, 17, 13), torch.float64, device), layout)
@@ -291,19 +298,11 @@ def test_depthwise_small_low_precision(dtype, layout, device):
 
 @pytest.mark.parametrize("layout", ("nchw", "nhwc"))
 @pytest.mark.parametrize("kernel", ((3, 3), (5, 5), (7, 4)), ids=("3x3", "5x5", "7x4"))
-def test_depthwise_small_writes_everything(layout, kernel, device, monkeypatch):
+def test_depthwise_small_writes_everything(layout, kernel, device, monkeypatch, poisoned):
     """Outputs and dW partial buffers start as NaN: every element must be written (kernels
     past 3 x 3 in tap blocks, the last ones partly outside the kernel; the bias gradient's
     partials by the first block only)."""
     from tritonconv.ops import depthwise as ops
-
-    empty = torch.empty
-
-    def poisoned(*args, **kwargs):
-        t = empty(*args, **kwargs)
-        if t.is_floating_point():
-            t.fill_(float("nan"))
-        return t
 
     monkeypatch.setattr(torch, "empty", poisoned)
     monkeypatch.setattr(ops.torch, "empty", poisoned)
