@@ -101,3 +101,20 @@ def test_bench_dense_suite_with_the_benchmark_mode_row(tmp_path):
     rows = json.loads((tmp_path / "bench.json").read_text())["rows"]
     assert [r["op"] for r in rows] == ["fwd", "bwd (dX+dW)", "fwd (auto, benchmark mode)"]
     assert rows[2]["note"].startswith("auto: ") and rows[2]["extra"]["auto"]
+
+
+def test_warmup_command(capsys, monkeypatch):
+    """``tritonconv warmup MODEL`` converts the model and warms it; the report is printed (on
+    CPU tensors there is nothing to compile), exit 1 if a call failed, 2 without the model."""
+    import torch
+
+    from tritonconv import cli
+
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU())
+    monkeypatch.setattr(
+        cli, "_torchvision_model", lambda name, args: (model, torch.randn(1, 3, 8, 8))
+    )
+    assert main(["warmup", "tiny", "--workers", "2", "--no-backward"]) == 0
+    assert "nothing to compile" in capsys.readouterr().out
+    monkeypatch.setattr(cli, "_torchvision_model", lambda name, args: None)
+    assert main(["warmup", "missing"]) == 2

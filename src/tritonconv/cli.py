@@ -1,4 +1,4 @@
-"""The ``tritonconv`` command: ``demo | verify | bench | explain | tune | info``.
+"""The ``tritonconv`` command: ``demo | verify | bench | explain | tune | warmup | info``.
 
 * ``demo``: the built-in example (DESIGN.md's reference case) through every op, compared with
   PyTorch, as a table. Works on CPU (Triton's interpreter) and on a GPU.
@@ -8,6 +8,8 @@
 * ``explain``: which algorithm ``algo="auto"`` runs for one convolution, and why (measured and
   cached on disk with ``--benchmark``).
 * ``tune``: measure and cache (on disk) the algorithms of a torchvision model's convolutions.
+* ``warmup``: compile the Triton kernels of a torchvision model's convolutions ahead of its first
+  pass, in parallel worker processes (``tritonconv.warmup``; Triton's on-disk cache keeps them).
 * ``info``: versions, device, where kernels run, algorithms, workspace limit.
 """
 
@@ -594,6 +596,17 @@ def cmd_tune(args) -> int:
     return 0
 
 
+def cmd_warmup(args) -> int:
+    """Compile the kernels of a torchvision model's convolutions (``tritonconv.warmup``)."""
+    loaded = _torchvision_model(args.model, args)
+    if loaded is None:
+        return 2
+    model, x = loaded
+    report = tc.warmup(tc.nn.convert(model), x, workers=args.workers, backward=args.backward)
+    console.print(escape(str(report)))
+    return 1 if report.failures else 0
+
+
 def choice_file():
     from .choice import cache_file
 
@@ -664,6 +677,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dtype", default="float32")
     p.add_argument("--channels-last", action="store_true")
     p.set_defaults(fn=cmd_tune)
+    p = sub.add_parser(
+        "warmup", help="compile the kernels of a torchvision model's convolutions, in parallel"
+    )
+    p.add_argument("model", help="torchvision model name, e.g. resnet50")
+    p.add_argument("--input", default=None, help="input shape (default 8,3,224,224)")
+    p.add_argument("--dtype", default="float32")
+    p.add_argument("--channels-last", action="store_true")
+    p.add_argument("--workers", type=int, default=None, help="processes (default: up to 8)")
+    p.add_argument(
+        "--no-backward", dest="backward", action="store_false", help="inference kernels only"
+    )
+    p.set_defaults(fn=cmd_warmup)
     p = sub.add_parser("info", help="versions, device, algorithms")
     p.set_defaults(fn=cmd_info)
     args = parser.parse_args(argv)
