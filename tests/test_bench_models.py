@@ -144,6 +144,8 @@ def test_models_suite_warms_up_its_phases_calls_first(monkeypatch):
     assert not any(c.settings.cudnn_allow_tf32 or c.settings.matmul_allow_tf32 for c in fp32)
     assert bf16[0].input.shape == shape and bf16[0].input.stride == (192, 1, 24, 3)
     assert all(c.settings.cudnn_benchmark and c.weight.dtype == c.input.dtype for c in calls)
+    # the layers suite measures no accuracy: its warm-up leaves the fp32 calls out
+    assert bm.warmup_calls(base, shape, opts, accuracy=False) == bf16
 
     warmed, steps = [], []
     monkeypatch.setattr(bm, "CUDA", True)

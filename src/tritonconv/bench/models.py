@@ -769,15 +769,18 @@ def _accuracy_shape(shape: tuple[int, ...]) -> tuple[int, ...]:
     return (min(shape[0], ACCURACY_BATCH), *shape[1:])
 
 
-def warmup_calls(base: nn.Module, shape: tuple[int, ...], opts: ModelOptions) -> list[ConvCall]:
+def warmup_calls(
+    base: nn.Module, shape: tuple[int, ...], opts: ModelOptions, accuracy: bool = True
+) -> list[ConvCall]:
     """The convolution calls a model's eager phases make (:func:`tritonconv.warmup.capture_calls`
     on the torch model, whose convolutions count as converted): the fp32 accuracy phase's (TF32
-    off, eval, at most ``ACCURACY_BATCH`` samples) and, in each speed dtype, the channels-last
-    model's at the model's input shape."""
+    off, eval, at most ``ACCURACY_BATCH`` samples; unless ``accuracy`` is False) and, in each
+    speed dtype, the channels-last model's at the model's input shape."""
     calls = []
-    with exact_fp32(torch.float32):
-        model = copy.deepcopy(base).to(DEVICE, torch.float32).eval()
-        calls += capture_calls(model, torch.randn(_accuracy_shape(shape), device=DEVICE))
+    if accuracy:
+        with exact_fp32(torch.float32):
+            model = copy.deepcopy(base).to(DEVICE, torch.float32).eval()
+            calls += capture_calls(model, torch.randn(_accuracy_shape(shape), device=DEVICE))
     for dname in opts.speed_dtypes:
         dtype = getattr(torch, dname)
         model = copy.deepcopy(base).to(DEVICE, dtype).to(memory_format=_layout(len(shape)))
@@ -786,7 +789,9 @@ def warmup_calls(base: nn.Module, shape: tuple[int, ...], opts: ModelOptions) ->
     return list(dict.fromkeys(calls))
 
 
-def _warm_up(spec: ModelSpec, base, shape, opts: ModelOptions, progress: _Progress) -> dict:
+def _warm_up(
+    spec: ModelSpec, base, shape, opts: ModelOptions, progress: _Progress, accuracy: bool = True
+) -> dict:
     """Compile the kernels of the model's eager phases in parallel worker processes
     (:mod:`tritonconv.warmup`) before they run, so that the phases find them in Triton's cache
     instead of compiling them one by one (GPU only; not in quick mode nor for compiled-only
@@ -796,7 +801,7 @@ def _warm_up(spec: ModelSpec, base, shape, opts: ModelOptions, progress: _Progre
     progress.at(f"{spec.name}: warm-up (capturing the convolution calls)")
     begin = time.perf_counter()
     try:
-        calls = warmup_calls(base, shape, opts)
+        calls = warmup_calls(base, shape, opts, accuracy)
         _free()
         progress.at(f"{spec.name}: warm-up (compiling the kernels of {len(calls)} calls)")
         report = warm_calls(calls)
@@ -848,7 +853,8 @@ def models_suite(opts: Options) -> Iterator[Row]:
 @suite("layers")
 def layers_suite(opts: Options) -> Iterator[Row]:
     """Each convolution layer of the model(s) asked for, ours (``algo="auto"``) against the
-    torch module on the input the model gives it, forward and forward + backward."""
+    torch module on the input the model gives it, forward and forward + backward (the kernels
+    compiled first in parallel, on a GPU: ``_warm_up``)."""
     opts = model_options(opts)
     names = model_names(opts, "layers")
     progress = _Progress(opts, len(names) * len(opts.speed_dtypes))
@@ -858,6 +864,7 @@ def layers_suite(opts: Options) -> Iterator[Row]:
             shape = input_shape(spec, opts)
             base = build(spec, opts.quick)
             info = dict(model=name, choice=how)
+            info.update(_warm_up(spec, base, shape, opts, progress, accuracy=False))
             for dname in opts.speed_dtypes:
                 dtype = getattr(torch, dname)
                 model = copy.deepcopy(base).to(DEVICE, dtype).to(memory_format=_layout(len(shape)))
