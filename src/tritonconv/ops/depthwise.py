@@ -35,7 +35,7 @@ from ..kernels.depthwise import (
     depthwise_small_grad_weight_kernel,
     depthwise_small_kernel,
 )
-from ..launch import allocate, launch, launch_plan
+from ..launch import allocate, launch, launch_plan, tracing
 from . import direct
 from .common import (
     accumulator_dtype,
@@ -238,8 +238,11 @@ def depthwise_grad_input(grad_out, weight, like, geometry: Geometry, shape=None)
     C_in = shape[1]
     multiplier = weight.shape[0] // C_in
     if any(s != 1 for s in geometry.stride):
-        phases = _phases(geometry, shape[2:], weight)
-        if phases is None:  # a phase's kernel wide enough for the band kernels
+        # Under torch.compile the phases' launches would write into strided views of dx, a
+        # pattern whose functionalization has not yet run on a GPU: traced graphs keep the
+        # gather kernel until a GPU run has checked it (benchmarks/NOTES.md, next session).
+        phases = None if tracing(grad_out, weight) else _phases(geometry, shape[2:], weight)
+        if phases is None:  # traced, or a phase's kernel wide enough for the band kernels
             return direct.conv2d_grad_input(grad_out, weight, like, geometry, C_in, shape)
         grad_in = empty_like_format(shape, like)
         if grad_in.numel() == 0:
