@@ -116,5 +116,7 @@ def test_warmup_command(capsys, monkeypatch):
     )
     assert main(["warmup", "tiny", "--workers", "2", "--no-backward"]) == 0
     assert "nothing to compile" in capsys.readouterr().out
+    assert main(["warmup", "tiny", "--workers", "-1"]) == 2
+    assert "workers" in capsys.readouterr().out
     monkeypatch.setattr(cli, "_torchvision_model", lambda name, args: None)
     assert main(["warmup", "missing"]) == 2

@@ -269,6 +269,24 @@ def test_depthwise_strided_input_gradient(layout, kernel, kw, device, monkeypatc
     _check(x, w, random_tensor((6,), torch.float64, device), algo="depthwise", groups=3, **kw)
 
 
+def test_depthwise_strided_input_gradient_without_taps_replays_zeros(device, monkeypatch):
+    """Every phase without a tap (1x1 kernel, stride 3, padding 1, a 2x2 input): dx is all
+    zeros, from a zero-filled allocation that the backward's launch plan replays too (a
+    zero_() after the allocation was not recorded: the second call returned garbage)."""
+    empty_strided = torch.empty_strided
+
+    def poisoned(*args, **kwargs):
+        return empty_strided(*args, **kwargs).fill_(float("nan"))
+
+    monkeypatch.setattr(torch, "empty_strided", poisoned)
+    w = random_tensor((2, 1, 1, 1), torch.float64, device)
+    for _ in range(3):  # record, then replay
+        x = random_tensor((1, 2, 2, 2), torch.float64, device).requires_grad_()
+        y = tritonconv.conv2d(x, w, stride=3, padding=1, groups=2, algo="depthwise")
+        (dx,) = torch.autograd.grad(y, x, torch.ones_like(y))
+        assert torch.equal(dx, torch.zeros_like(x))
+
+
 @pytest.mark.parametrize("dtype", (torch.int32, torch.int64))
 def test_integer_depthwise_strided_is_exact(dtype, device):
     x = torch.randint(-50, 50, (2, 4, 11, 10), dtype=dtype, device=device)

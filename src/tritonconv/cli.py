@@ -602,7 +602,11 @@ def cmd_warmup(args) -> int:
     if loaded is None:
         return 2
     model, x = loaded
-    report = tc.warmup(tc.nn.convert(model), x, workers=args.workers, backward=args.backward)
+    try:
+        report = tc.warmup(tc.nn.convert(model), x, workers=args.workers, backward=args.backward)
+    except tc.TritonConvError as e:  # e.g. --workers -1
+        console.print(f"[red]{escape(str(e))}[/]")
+        return 2
     console.print(escape(str(report)))
     return 1 if report.failures else 0
 

@@ -374,11 +374,15 @@ def _in_workers(calls: list[ConvCall], count: int, backward: bool) -> list[str |
         context = multiprocessing.get_context("spawn")
         with ProcessPoolExecutor(count, mp_context=context) as pool:
             futures = [pool.submit(_work, call, backward) for call in calls]
-            for future in futures:
-                try:
-                    errors.append(future.result())
-                except Exception as e:  # the worker died (or its result did not come back)
-                    errors.append(f"worker failed: {type(e).__name__}: {e}")
+            try:
+                for future in futures:
+                    try:
+                        errors.append(future.result())
+                    except Exception as e:  # the worker died (or its result did not come back)
+                        errors.append(f"worker failed: {type(e).__name__}: {e}")
+            except BaseException:  # Ctrl-C: drop the calls not started, do not wait for them
+                pool.shutdown(wait=False, cancel_futures=True)
+                raise
     except Exception as e:  # no pool: e.g. a __main__ that spawn cannot import again
         errors += [f"no worker process: {type(e).__name__}: {e}"] * (len(calls) - len(errors))
     return errors

@@ -22,6 +22,7 @@ reruns are bitwise equal.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -244,14 +245,13 @@ def depthwise_grad_input(grad_out, weight, like, geometry: Geometry, shape=None)
         phases = None if tracing(grad_out, weight) else _phases(geometry, shape[2:], weight)
         if phases is None:  # traced, or a phase's kernel wide enough for the band kernels
             return direct.conv2d_grad_input(grad_out, weight, like, geometry, C_in, shape)
-        grad_in = empty_like_format(shape, like)
+        # positions no tap reaches are zeros: allocated so (a launch plan replays that)
+        grad_in = empty_like_format(shape, like, zero=None in phases.values())
         if grad_in.numel() == 0:
             return grad_in
         for (rh, rw), phase in phases.items():
             view = grad_in[:, :, rh :: geometry.stride[0], rw :: geometry.stride[1]]
-            if phase is None:  # no tap reaches these positions
-                view.zero_()
-            elif view.numel():
+            if phase is not None and view.numel():
                 _launch(grad_out, weight, None, view, phase[0], multiplier, 1, phase[1])
         return grad_in
     grad_in = empty_like_format(shape, like)
@@ -283,9 +283,16 @@ def _phases(geometry: Geometry, input_size, weight: torch.Tensor):
     *phase* ``(rh, rw)`` (the input positions ``(rh + sh*qh, rw + sw*qw)``): over ``dy``, with
     the phase's taps only (no multiply by a zero), walked with a negative dilation. By phase:
     ``(geometry, weight walk)`` for ``_launch``, or None for a phase no tap reaches. None
-    altogether when a phase's kernel would take the band kernels (they walk forwards only)."""
+    altogether when a phase's kernel would take the band kernels (they walk forwards only).
+    Worked out once per geometry, input size and weight strides (the calls' launch plans
+    replay each phase's launch; the views of dx keep the whole call from having one)."""
+    return _phases_of(geometry, tuple(input_size), weight.stride())
+
+
+@functools.lru_cache(maxsize=1024)
+def _phases_of(geometry: Geometry, input_size: tuple, weight_strides: tuple):
     (sh, sw), (KH, KW) = geometry.stride, geometry.kernel
-    _, s_c, s_kh, s_kw = weight.stride()
+    _, s_c, s_kh, s_kw = weight_strides
     phases = {}
     for rh in range(min(sh, input_size[0])):
         for rw in range(min(sw, input_size[1])):
