@@ -333,7 +333,9 @@ def conv_grad_input(
 
 
 @launch_plan
-def _launch_grad_weight(grad_out, x, partial, geometry: Geometry, groups: int, config):
+def _launch_grad_weight(
+    grad_out, x, partial, geometry: Geometry, groups: int, config, tap_group: int
+):
     grad_out, x = _innermost(grad_out, 1), _innermost(x, 1)
     N, C = x.shape[:2]
     C_out = grad_out.shape[1]
@@ -345,7 +347,6 @@ def _launch_grad_weight(grad_out, x, partial, geometry: Geometry, groups: int, c
     per_split = cdiv(cdiv(rows, block_k), splits) * block_k
     tiles = cdiv(out_per_group, block_m) * cdiv(in_per_group, block_n)
     out_sizes = _spatial3(grad_out.shape[2:], 1)
-    tap_group = wgrad_tap_group(kernel[2], in_per_group, config, x.element_size())
     launch(
         conv_igemm_wgrad_kernel,
         (tiles, groups * kernel[0] * kernel[1] * cdiv(kernel[2], tap_group), splits),
@@ -463,17 +464,18 @@ def conv_grad_weight(
     if rows == 0:
         return allocate(weight_shape, x.dtype, x.device, zero=True)
     in_per_group, out_per_group = C // groups, C_out // groups
+    kw = geometry.kernel[-1]
     if config is None:
-        config = wgrad_config(x.dtype, out_per_group, in_per_group, rows, geometry.kernel[-1])
+        config = wgrad_config(x.dtype, out_per_group, in_per_group, rows, kw)
     tiles = cdiv(out_per_group, config.block_m) * cdiv(in_per_group, config.block_n)
     weight_numel = math.prod(weight_shape)
-    kw = geometry.kernel[-1]
+    # worked out once: the split count and the launcher's grid both depend on it
     tap_group = wgrad_tap_group(kw, in_per_group, config, x.element_size())
     tap_programs = geometry.kernel_numel // kw * cdiv(kw, tap_group)
     programs = tiles * groups * tap_programs
     splits = _splits(rows, programs, weight_numel, config.block_k, x.device)
     partial = allocate((splits, *weight_shape), partial_dtype(x.dtype), x.device)
-    _launch_grad_weight(grad_out, x, partial, geometry, groups, config)
+    _launch_grad_weight(grad_out, x, partial, geometry, groups, config, tap_group)
     grad_weight = allocate(weight_shape, x.dtype, x.device)
     sum_partials(partial, grad_weight)
     return grad_weight
