@@ -10,9 +10,10 @@
 #   SKIP_TESTS=1 scripts/gpu_check.sh    # benchmarks only
 #   SKIP_BENCH=1 scripts/gpu_check.sh    # tests and demo only
 #   PYTEST_ARGS="-k crop" scripts/gpu_check.sh
-#   PROBES="tma dw causal" scripts/gpu_check.sh  # also these probes: TMA implicit GEMM
-#                                        # (issue 11), NHWC depthwise (13), the causal backward's
-#                                        # two versions (12); PROBE=1: all three
+#   PROBES="tma dw causal window" scripts/gpu_check.sh  # also these probes: TMA implicit
+#                                        # GEMM (issue 11), NHWC depthwise (13), the causal
+#                                        # backward's two versions (12), the depthwise window
+#                                        # kernels against what they replace (13); PROBE=1: all
 #
 # Runs from source (PYTHONPATH=src), so it needs only the machine's torch and triton. Results
 # go to $OUT (the device tool's folder) or bench-out/.
@@ -65,9 +66,10 @@ if [ -z "${SKIP_BENCH:-}" ]; then
 fi
 
 PROBES=${PROBES:-}
-[ -n "${PROBE:-}" ] && PROBES="tma dw causal"
+[ -n "${PROBE:-}" ] && PROBES="tma dw causal window"
 declare -A PROBE_SCRIPTS=(
     [tma]=probe_tma_igemm.py [dw]=probe_depthwise_nhwc.py [causal]=probe_causal_backward.py
+    [window]=probe_depthwise_window.py
 )
 for p in $PROBES; do
     timeout "${PROBE_TIMEOUT:-300}" python3 "benchmarks/${PROBE_SCRIPTS[$p]}" \
@@ -97,4 +99,5 @@ fi
 [ -f "$OUT_DIR/probe_tma.log" ] && grep -E "^(geomean|check .*BAD)" "$OUT_DIR/probe_tma.log"
 [ -f "$OUT_DIR/probe_dw.log" ] && grep -vE "^check .* ok$" "$OUT_DIR/probe_dw.log" | tail -n 14
 [ -f "$OUT_DIR/probe_causal.log" ] && tail -n 14 "$OUT_DIR/probe_causal.log"
+[ -f "$OUT_DIR/probe_window.log" ] && grep -vE "^\{" "$OUT_DIR/probe_window.log" | tail -n 16
 exit $status

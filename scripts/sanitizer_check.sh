@@ -99,6 +99,7 @@ def case(name, fn):
     except Exception as exc:  # report, go on with the others
         results["failed"] += 1
         print(f"FAIL {name}: {type(exc).__name__}: {exc}", flush=True)
+        describe_last_launch()
         return
     results["ok"] += 1
     print(f"ok   {name} ({time.perf_counter() - t0:.1f} s)", flush=True)
@@ -106,6 +107,39 @@ def case(name, fn):
 
 class _Skip(Exception):
     pass
+
+
+LAST_LAUNCH = {}
+
+
+def log_launches():
+    """Remember the name of each kernel Triton launches (its launch hook; tritonconv's lean
+    launches step aside while a hook is installed), for :func:`describe_last_launch`."""
+    from triton import knobs
+
+    def enter(metadata):
+        LAST_LAUNCH["name"] = metadata.get().get("name") if metadata is not None else None
+
+    knobs.runtime.launch_enter_hook = enter
+
+
+def describe_last_launch():
+    """After a failed case: the last launched kernel's compiled resources (with
+    CUDA_LAUNCH_BLOCKING=1 that is the launch that failed)."""
+    import gc
+
+    from triton.compiler import CompiledKernel
+
+    name = LAST_LAUNCH.get("name")
+    if name is None:
+        return
+    for k in gc.get_objects():
+        if isinstance(k, CompiledKernel) and k.name == name:
+            md = k.metadata
+            print(f"    last launch {name}: num_warps {md.num_warps}, num_stages "
+                  f"{md.num_stages}, shared {md.shared} B, registers {k.n_regs}, spills "
+                  f"{k.n_spills}, global scratch {getattr(md, 'global_scratch_size', '?')}, "
+                  f"cluster {getattr(md, 'cluster_dims', '?')}", flush=True)  # fmt: skip
 
 
 def need_gib(gib):
@@ -315,6 +349,8 @@ def shared_cases():
 if __name__ == "__main__":
     mode = sys.argv[1]
     assert torch.cuda.is_available() and not tc.INTERPRETER, "needs a CUDA GPU"
+    if mode == "huge":
+        log_launches()
     (huge_cases if mode == "huge" else shared_cases)()
     print(f"workload {mode}: {sum(results.values())} cases, {results['failed']} failed, "
           f"{results['skipped']} skipped", flush=True)  # fmt: skip

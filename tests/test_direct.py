@@ -331,6 +331,69 @@ def test_depthwise_small_writes_everything(layout, kernel, device, monkeypatch, 
     _check(x, w, b, algo="depthwise", padding=padding, groups=4)
 
 
+# (kernel, multiplier, geometry): the sliding axis is the width for channels-last and the
+# height otherwise, so the strided/dilated cases put them on either axis for both layouts
+WINDOW_CASES = [
+    ((7, 7), 1, dict(padding=3)),
+    ((7, 5), 2, dict(padding=(2, 3))),
+    ((5, 6), 1, dict(stride=(2, 1), padding=(0, 2), dilation=(1, 2))),
+    ((6, 5), 2, dict(stride=(1, 2), padding=1, dilation=(2, 1))),
+]
+
+
+@pytest.mark.parametrize("layout", ("nchw", "nhwc"))
+@pytest.mark.parametrize(
+    "kernel, multiplier, kw", WINDOW_CASES, ids=("7x7", "7x5m2", "5x6s21d12", "6x5s12d21m2")
+)
+def test_depthwise_window(layout, kernel, multiplier, kw, device, monkeypatch, poisoned):
+    """The sliding-window kernels (forward, stride-1 dX, dW; kernels of 26 taps and more) in
+    float64 against PyTorch, odd sizes spanning several tiles and strips, outputs and dW
+    partials starting as NaN; the calls must have gone through them."""
+    from tritonconv.ops import depthwise as ops
+
+    monkeypatch.setattr(torch, "empty", poisoned)
+    monkeypatch.setattr(ops.torch, "empty", poisoned)
+    used = []
+    for name in ("_launch_window", "_launch_window_grad_weight"):
+        real = getattr(ops, name)
+        monkeypatch.setattr(ops, name, lambda *a, _f=real, _n=name: used.append(_n) or _f(*a))
+    x = _layout(random_tensor((2, 3, 19, 11), torch.float64, device), layout)
+    w = random_tensor((3 * multiplier, 1, *kernel), torch.float64, device)
+    b = random_tensor((3 * multiplier,), torch.float64, device)
+    _check(x, w, b, algo="depthwise", groups=3, **kw)
+    stride_1 = kw.get("stride", 1) == 1
+    assert used.count("_launch_window") == (2 if stride_1 else 1)
+    assert used.count("_launch_window_grad_weight") == 1
+
+
+def test_depthwise_window_strided_views(device):
+    """No unit stride anywhere (every other column of a wider tensor): the height slides."""
+    x = _layout(random_tensor((1, 2, 9, 12), torch.float64, device), "strided")
+    w = random_tensor((2, 1, 7, 7), torch.float64, device)
+    _check(x, w, algo="depthwise", padding=3, groups=2)
+
+
+@pytest.mark.parametrize("dtype", (torch.int8, torch.int64))
+@pytest.mark.parametrize("layout", ("nchw", "nhwc"))
+def test_integer_depthwise_window_is_exact(dtype, layout, device):
+    x = _layout(torch.randint(-50, 50, (2, 4, 13, 12), dtype=dtype, device=device), layout)
+    w = torch.randint(-5, 5, (4, 1, 7, 7), dtype=dtype, device=device)
+    b = torch.randint(-5, 5, (4,), dtype=dtype, device=device)
+    y = tritonconv.conv2d(x, w, b, padding=3, groups=4, algo="depthwise")
+    assert torch.equal(y.cpu(), _reference_int(x, w, b, padding=3, groups=4))
+
+
+@pytest.mark.parametrize("layout", ("nchw", "nhwc"))
+def test_depthwise_window_int64_indexing(layout, device, monkeypatch):
+    """Force the window kernels' 64-bit index arithmetic (from 2**31 elements on)."""
+    from tritonconv.ops import common
+
+    monkeypatch.setattr(common, "INDEX32_LIMIT", 16)
+    x = _layout(random_tensor((2, 2, 10, 9), torch.float64, device), layout)
+    w = random_tensor((2, 1, 7, 7), torch.float64, device)
+    _check(x, w, random_tensor((2,), torch.float64, device), algo="depthwise", padding=3, groups=2)
+
+
 def test_auto_picks_depthwise_and_direct():
     x = random_tensor((1, 4, 6, 6), torch.float32)
     w = random_tensor((4, 1, 3, 3), torch.float32)

@@ -408,6 +408,234 @@ def depthwise_small_kernel(
 
 
 @triton.jit
+def depthwise_window_kernel(
+    # pointers
+    src_ptr,
+    w_ptr,
+    bias_ptr,
+    dst_ptr,
+    # sizes
+    C_dst,
+    SH,
+    SW,
+    DH,
+    DW,
+    KH,
+    R,
+    DIV,
+    # geometry
+    stride_h,
+    pad_h,
+    pad_w,
+    dil_h,
+    # strides
+    src_sn,
+    src_sc,
+    src_sh,
+    src_sw,
+    dst_sn,
+    dst_sc,
+    dst_sh,
+    dst_sw,
+    w_base,
+    w_sc,
+    w_skh,
+    w_skw,
+    # meta-parameters
+    KW: tl.constexpr,
+    STRIDE_W: tl.constexpr,
+    DIL_W: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    ACC_DTYPE: tl.constexpr,
+    BLOCK_C: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    BLOCK_W: tl.constexpr,
+    INDEX_64: tl.constexpr,
+):
+    """The sum of ``depthwise_kernel`` with a sliding window along the width: a program owns
+    ``BLOCK_W`` output columns, each a ``[BLOCK_C, BLOCK_H]`` accumulator tile (a tuple of
+    tiles: the columns are unrolled), and per kernel row loads each source column the
+    window covers once, ``(BLOCK_W - 1) * STRIDE_W + (KW - 1) * DIL_W + 1`` loads, adding it
+    into every output column whose tap meets it. ``depthwise_kernel`` loads ``KW`` shifted
+    tiles per kernel row instead, each with its own addresses, mask and conversion: at 7 x 7
+    that per-tap work, not the multiply-adds or DRAM, was the limit. Width stride and
+    dilation are compile-time (they say which column meets which tap); the launcher maps the
+    layout's strided spatial axis to the width (the tiles run along the contiguous axis).
+    Grid ``(N * channel blocks, spatial tiles)``."""
+    pid_nc = tl.program_id(0)
+    pid_hw = tl.program_id(1)
+    c_blocks = tl.cdiv(C_dst, BLOCK_C)
+    n = pid_nc // c_blocks
+    w_tiles = tl.cdiv(DW, BLOCK_W)
+    c = (pid_nc % c_blocks) * BLOCK_C + tl.arange(0, BLOCK_C)
+    h = (pid_hw // w_tiles) * BLOCK_H + tl.arange(0, BLOCK_H)
+    w0 = (pid_hw % w_tiles) * BLOCK_W
+    if INDEX_64:
+        n = n.to(tl.int64)
+        c = c.to(tl.int64)
+        h = h.to(tl.int64)
+        w0 = w0.to(tl.int64)
+    c_ok = c < C_dst
+    out_ok = c_ok[:, None] & (h < DH)[None, :]
+    iw0 = w0 * STRIDE_W - pad_w  # source column of output column 0, tap 0
+    # ... and as a vector over the channels, for masks (the interpreter takes no scalars there)
+    iw0_c = tl.zeros_like(c) + iw0
+    w0_c = tl.zeros_like(c) + w0
+
+    accs = ()
+    for _ in tl.static_range(BLOCK_W):
+        accs = accs + (tl.zeros([BLOCK_C, BLOCK_H], dtype=ACC_DTYPE),)
+    for r in range(0, R):
+        wc = c * R + r
+        src_c = src_ptr + n * src_sn + (wc // DIV) * src_sc
+        w_c = w_ptr + w_base + wc * w_sc
+        for kh in range(0, KH):
+            ih = h * stride_h - pad_h + kh * dil_h
+            row_ok = out_ok & ((ih >= 0) & (ih < SH))[None, :]
+            row = src_c[:, None] + (ih * src_sh)[None, :] + iw0 * src_sw
+            taps = ()
+            for kw in tl.static_range(KW):
+                wt = tl.load(w_c + kh * w_skh + kw * w_skw, mask=c_ok, other=0)
+                taps = taps + (wt.to(ACC_DTYPE)[:, None],)
+            for j in tl.static_range((BLOCK_W - 1) * STRIDE_W + (KW - 1) * DIL_W + 1):
+                iw = iw0_c + j
+                ok = row_ok & ((iw >= 0) & (iw < SW))[:, None]
+                x = tl.load(row + j * src_sw, mask=ok, other=0).to(ACC_DTYPE)
+                summed = ()
+                for o in tl.static_range(BLOCK_W):
+                    acc = accs[o]
+                    for kw in tl.static_range(KW):  # the tap, if any, meeting column j
+                        if o * STRIDE_W + kw * DIL_W == j:
+                            acc += x * taps[kw]
+                    summed = summed + (acc,)
+                accs = summed
+
+    dst = dst_ptr + n * dst_sn + (c * dst_sc)[:, None] + (h * dst_sh)[None, :] + w0 * dst_sw
+    if HAS_BIAS:
+        bias = tl.load(bias_ptr + c, mask=c_ok, other=0).to(ACC_DTYPE)[:, None]
+    for o in tl.static_range(BLOCK_W):
+        acc = accs[o]
+        if HAS_BIAS:
+            acc += bias
+        ok = out_ok & (w0_c + o < DW)[:, None]
+        tl.store(dst + o * dst_sw, acc.to(dst_ptr.dtype.element_ty), mask=ok)
+
+
+@triton.jit
+def depthwise_window_grad_weight_kernel(
+    # pointers
+    dy_ptr,
+    x_ptr,
+    partial_ptr,
+    # sizes
+    samples_per_split,
+    N,
+    C_out,
+    H,
+    W,
+    OH,
+    OW,
+    KH,
+    TAPS,
+    multiplier,
+    # geometry
+    stride_h,
+    pad_h,
+    pad_w,
+    dil_h,
+    # strides
+    dy_sn,
+    dy_sc,
+    dy_sh,
+    dy_sw,
+    x_sn,
+    x_sc,
+    x_sh,
+    x_sw,
+    tap_skh,
+    tap_skw,
+    # meta-parameters
+    KW: tl.constexpr,
+    STRIDE_W: tl.constexpr,
+    DIL_W: tl.constexpr,
+    BIAS_GRAD: tl.constexpr,
+    ACC_DTYPE: tl.constexpr,
+    BLOCK_C: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    BLOCK_W: tl.constexpr,
+    INDEX_64: tl.constexpr,
+):
+    """Weight gradient with the forward window's column reuse: a program owns a channel
+    block, one kernel row ``kh`` and a tile of output rows, and walks the output width in
+    strips of ``BLOCK_W`` columns; per strip it loads the ``dy`` columns once (a tuple of
+    ``[BLOCK_C, BLOCK_H]`` tiles) and each source column the strip's taps meet once, adding
+    ``dy[o] * x[column]`` into the accumulator tile of the tap joining them (``KW`` tiles,
+    reduced once at the end). ``partial`` is ``(splits * row tiles, C_out * (TAPS + BIAS_GRAD))``
+    contiguous; tap ``(kh, kw)`` of channel ``c`` goes to column
+    ``c * TAPS + kh * tap_skh + kw * tap_skw`` (the launcher may pass the spatial axes
+    swapped), the bias sums (``dy`` per channel, from the loaded tiles) after them, written by
+    the ``kh == 0`` programs. Grid ``(KH * channel blocks * row tiles, splits)``."""
+    pid = tl.program_id(0)
+    split = tl.program_id(1)
+    tiles = tl.cdiv(OH, BLOCK_H)
+    tile = pid % tiles
+    c_blocks = tl.cdiv(C_out, BLOCK_C)
+    kh = pid // (tiles * c_blocks)
+    c = ((pid // tiles) % c_blocks) * BLOCK_C + tl.arange(0, BLOCK_C)
+    h = tile * BLOCK_H + tl.arange(0, BLOCK_H)
+    if INDEX_64:
+        c = c.to(tl.int64)
+        h = h.to(tl.int64)
+        split = split.to(tl.int64)
+        tile = tile.to(tl.int64)
+    c_ok = c < C_out
+    out_ok = c_ok[:, None] & (h < OH)[None, :]
+    ih = h * stride_h - pad_h + kh * dil_h
+    x_ok = out_ok & ((ih >= 0) & (ih < H))[None, :]
+    dy_off = (c * dy_sc)[:, None] + (h * dy_sh)[None, :]
+    x_off = ((c // multiplier) * x_sc)[:, None] + (ih * x_sh)[None, :]
+    zero = tl.zeros_like(c)  # column tests as vectors (the interpreter takes no scalar masks)
+    n_first = split * samples_per_split
+    n_last = tl.minimum(n_first + samples_per_split, N)
+
+    accs = ()
+    for _ in tl.static_range(KW):
+        accs = accs + (tl.zeros([BLOCK_C, BLOCK_H], dtype=ACC_DTYPE),)
+    a_bias = tl.zeros([BLOCK_C, BLOCK_H], dtype=ACC_DTYPE)
+    for n in range(n_first, n_last):
+        dy_n = dy_ptr + n * dy_sn + dy_off
+        x_n = x_ptr + n * x_sn + x_off
+        for w0 in range(0, OW, BLOCK_W):
+            dys = ()
+            for o in tl.static_range(BLOCK_W):
+                ok = out_ok & (zero + w0 + o < OW)[:, None]
+                d = tl.load(dy_n + (w0 + o) * dy_sw, mask=ok, other=0).to(ACC_DTYPE)
+                if BIAS_GRAD:
+                    a_bias += d
+                dys = dys + (d,)
+            iw0 = w0 * STRIDE_W - pad_w
+            for j in tl.static_range((BLOCK_W - 1) * STRIDE_W + (KW - 1) * DIL_W + 1):
+                iw = zero + iw0 + j
+                ok = x_ok & ((iw >= 0) & (iw < W))[:, None]
+                x = tl.load(x_n + (iw0 + j) * x_sw, mask=ok, other=0).to(ACC_DTYPE)
+                summed = ()
+                for kw in tl.static_range(KW):
+                    acc = accs[kw]
+                    for o in tl.static_range(BLOCK_W):  # the output column, if any, at tap kw
+                        if o * STRIDE_W + kw * DIL_W == j:
+                            acc += dys[o] * x
+                    summed = summed + (acc,)
+                accs = summed
+
+    row = partial_ptr + (split * tiles + tile) * C_out * (TAPS + BIAS_GRAD)
+    dst = row + c * TAPS + kh * tap_skh
+    for kw in tl.static_range(KW):
+        tl.store(dst + kw * tap_skw, tl.sum(accs[kw], 1), mask=c_ok)
+    if BIAS_GRAD:
+        tl.store(row + C_out * TAPS + c, tl.sum(a_bias, 1), mask=c_ok & (zero + kh == 0))
+
+
+@triton.jit
 def _wgrad_tap(acc, dy, x_n, x_off, ih0, iw0, H, W, out_ok, kh, kw, dil_h, dil_w, x_sh, x_sw):
     """acc + dy * x shifted to tap (kh, kw); zero outside the image."""
     ih = ih0 + kh * dil_h

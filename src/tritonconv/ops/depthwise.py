@@ -35,6 +35,8 @@ from ..kernels.depthwise import (
     depthwise_kernel,
     depthwise_small_grad_weight_kernel,
     depthwise_small_kernel,
+    depthwise_window_grad_weight_kernel,
+    depthwise_window_kernel,
 )
 from ..launch import allocate, launch, launch_plan, tracing
 from . import direct
@@ -75,6 +77,28 @@ DEPTHWISE_CONFIG = {
 # Largest kernels (in taps) for which the forward/dX unrolls its taps at compile time; dW's
 # unrolled kernel covers up to 3x3 (one accumulator tile per tap).
 SMALL_MAX_TAPS = 25
+
+# Kernels from this many taps take the sliding-window kernel for the forward and the
+# stride-1 dX (``depthwise_window_kernel``) where it fits (:func:`_window_axes`): it loads each
+# source column of a kernel row once for all the output columns it meets, where the other FMA
+# kernels load one shifted tile per tap. Reasoned from session 7's bf16 7x7 profile (the
+# per-tap addresses, masks and conversions were the limit, not DRAM); to be set by measurement
+# (benchmarks/probe_depthwise_nhwc.py times both).
+WINDOW_MIN_TAPS = 26
+# Widest kernel (along the sliding axis) the window kernel unrolls.
+WINDOW_MAX_KW = 13
+# Tiles of the window kernels: ``block_w`` output columns a program (unrolled, any count),
+# each a ``block_c`` x ``block_h`` tile; NCHW slides along the height instead and tiles the
+# width (``block_h`` then runs along the width, one channel a program). dW also splits the
+# batch until about ``target_programs`` programs run.
+WINDOW_CONFIG = {
+    "fwd_channels_last": dict(block_c=32, block_h=16, block_w=8, num_warps=4),
+    "fwd_nchw": dict(block_c=1, block_h=64, block_w=8, num_warps=4),
+    "wgrad_channels_last": dict(
+        block_c=32, block_h=16, block_w=8, num_warps=4, target_programs=4096
+    ),
+    "wgrad_nchw": dict(block_c=1, block_h=64, block_w=8, num_warps=4, target_programs=4096),
+}
 
 
 # The same threshold for channels-last tensors. The band kernels tile one (n, c) plane, so in
@@ -183,6 +207,10 @@ def _launch(src, weight, bias, dst, geometry: Geometry, R: int, DIV: int, walk: 
         )
         return
     KH, KW = geometry.kernel
+    axes = _window_axes(geometry, dst, "fwd")
+    if axes is not None:
+        _launch_window(src, weight, bias, dst, geometry, R, DIV, walk, axes, index_64)
+        return
     if KH * KW <= SMALL_MAX_TAPS:
         key = "fwd_channels_last" if _is_channels_last(dst) else "fwd_nchw"
         config = DEPTHWISE_CONFIG[key]
@@ -218,6 +246,156 @@ def _launch(src, weight, bias, dst, geometry: Geometry, R: int, DIV: int, walk: 
         INDEX_64=index_64,
         num_warps=4,
     )
+
+
+def _window_axes(geometry: Geometry, t: torch.Tensor, op: str):
+    """(tile axis, sliding axis, WINDOW_CONFIG entry) of the window kernel of ``op`` ("fwd"
+    or "wgrad") over ``t`` (the tensor whose layout sets the tiles), as spatial axis
+    indices, or None where it does not run: fewer than ``WINDOW_MIN_TAPS`` taps, a
+    sliding-axis kernel wider than ``WINDOW_MAX_KW``, a negative dilation (the strided dX's
+    phases), or a stride and dilation so large that the window's columns are not shared
+    between output columns. Channels-last slides along the width (tiles of channels x rows),
+    other layouts along the height (tiles along the width, which is the contiguous axis)."""
+    if geometry.kernel[0] * geometry.kernel[1] < WINDOW_MIN_TAPS:
+        return None
+    channels_last = _is_channels_last(t)
+    tile, slide = (0, 1) if channels_last else (1, 0)
+    config = WINDOW_CONFIG[f"{op}_{'channels_last' if channels_last else 'nchw'}"]
+    kw, stride, dil = geometry.kernel[slide], geometry.stride[slide], geometry.dilation[slide]
+    columns = (config["block_w"] - 1) * stride + (kw - 1) * dil + 1
+    if kw > WINDOW_MAX_KW or dil < 1 or columns >= config["block_w"] * kw:
+        return None
+    return tile, slide, config
+
+
+def _window_tiles(t: torch.Tensor, C: int, rows: int, columns: int, config: dict):
+    """(BLOCK_C, BLOCK_H, BLOCK_W) of a window kernel: ``rows`` along the tile axis,
+    ``columns`` along the sliding one (``BLOCK_W`` need not be a power of two)."""
+    block_c = 1
+    if config["block_c"] > 1:
+        block_c = clamped_power_of_2(C, 1, config["block_c"])
+        while block_c > 8 and C % block_c:
+            block_c //= 2
+    block_h = config["block_h"]
+    if INTERPRETER:  # few programs; still several row tiles on the tests' small tensors
+        block_c, block_h = min(block_c, 4), 16
+    return block_c, clamped_power_of_2(rows, 1, block_h), min(config["block_w"], columns)
+
+
+def _launch_window(src, weight, bias, dst, geometry, R, DIV, walk, axes, index_64):
+    """``depthwise_window_kernel`` over ``axes`` (:func:`_window_axes`): the kernel's height
+    is the tile axis and its width the sliding one, so NCHW passes the two spatial axes
+    swapped (sizes, geometry, strides and the weight's tap strides alike)."""
+    t, s, config = axes
+    N, C_dst = dst.shape[:2]
+    DT, DS = dst.shape[2 + t], dst.shape[2 + s]
+    block_c, block_h, block_w = _window_tiles(dst, C_dst, DT, DS, config)
+    grid = (N * cdiv(C_dst, block_c), cdiv(DT, block_h) * cdiv(DS, block_w))
+    launch(
+        depthwise_window_kernel,
+        grid,
+        src,
+        weight,
+        bias if bias is not None else weight,
+        dst,
+        C_dst,
+        src.shape[2 + t],
+        src.shape[2 + s],
+        DT,
+        DS,
+        geometry.kernel[t],
+        R,
+        DIV,
+        geometry.stride[t],
+        geometry.pad_before[t],
+        geometry.pad_before[s],
+        geometry.dilation[t],
+        src.stride(0),
+        src.stride(1),
+        src.stride(2 + t),
+        src.stride(2 + s),
+        dst.stride(0),
+        dst.stride(1),
+        dst.stride(2 + t),
+        dst.stride(2 + s),
+        walk[0],
+        walk[1],
+        walk[2 + t],
+        walk[2 + s],
+        KW=geometry.kernel[s],
+        STRIDE_W=geometry.stride[s],
+        DIL_W=geometry.dilation[s],
+        HAS_BIAS=bias is not None,
+        ACC_DTYPE=accumulator_dtype(src.dtype),
+        BLOCK_C=block_c,
+        BLOCK_H=block_h,
+        BLOCK_W=block_w,
+        INDEX_64=index_64,
+        num_warps=config["num_warps"],
+    )
+
+
+def _launch_window_grad_weight(grad_out, x, geometry, axes, bias_grad: bool, acc_dtype):
+    """``depthwise_window_grad_weight_kernel`` over ``axes`` (swapped as in
+    :func:`_launch_window`); returns its partials (rows of taps, then the bias sums if
+    ``bias_grad``), for ``sum_partials``."""
+    t, s, config = axes
+    N, C_out = grad_out.shape[:2]
+    C_in = x.shape[1]
+    OT, OS = grad_out.shape[2 + t], grad_out.shape[2 + s]
+    KT, KS = geometry.kernel[t], geometry.kernel[s]
+    block_c, block_h, block_w = _window_tiles(grad_out, C_out, OT, OS, config)
+    blocks = KT * cdiv(C_out, block_c) * cdiv(OT, block_h)
+    # Two splits under the interpreter: cheap, and the split bookkeeping gets tested.
+    splits, samples_per_split = batch_splits(
+        N, 2 if INTERPRETER else cdiv(config["target_programs"], blocks)
+    )
+    taps = KT * KS
+    rows = splits * cdiv(OT, block_h)
+    partial = allocate((rows, C_out * (taps + bias_grad)), acc_dtype, x.device)
+    # where tap (kt, ks) lands in the (KH, KW) weight: row-major in the unswapped axes
+    tap_strides = (geometry.kernel[1], 1) if t == 0 else (1, geometry.kernel[1])
+    launch(
+        depthwise_window_grad_weight_kernel,
+        (blocks, splits),
+        grad_out,
+        x,
+        partial,
+        samples_per_split,
+        N,
+        C_out,
+        x.shape[2 + t],
+        x.shape[2 + s],
+        OT,
+        OS,
+        KT,
+        taps,
+        C_out // C_in,
+        geometry.stride[t],
+        geometry.pad_before[t],
+        geometry.pad_before[s],
+        geometry.dilation[t],
+        grad_out.stride(0),
+        grad_out.stride(1),
+        grad_out.stride(2 + t),
+        grad_out.stride(2 + s),
+        x.stride(0),
+        x.stride(1),
+        x.stride(2 + t),
+        x.stride(2 + s),
+        *tap_strides,
+        KW=KS,
+        STRIDE_W=geometry.stride[s],
+        DIL_W=geometry.dilation[s],
+        BIAS_GRAD=bias_grad,
+        ACC_DTYPE=accumulator_dtype(x.dtype),
+        BLOCK_C=block_c,
+        BLOCK_H=block_h,
+        BLOCK_W=block_w,
+        INDEX_64=needs_int64(grad_out, x, partial),
+        num_warps=config["num_warps"],
+    )
+    return partial
 
 
 def depthwise_forward(x, weight, bias, geometry: Geometry) -> torch.Tensor:
@@ -361,6 +539,9 @@ def depthwise_grad_weight(
             INDEX_64=needs_int64(grad_out, x, partial),
             num_warps=4,
         )
+    elif (axes := _window_axes(geometry, grad_out, "wgrad")) is not None:
+        partial = _launch_window_grad_weight(grad_out, x, geometry, axes, bias_grad, acc_dtype)
+        fused_bias = bias_grad
     else:
         key = "wgrad_channels_last" if _is_channels_last(grad_out) else "wgrad_nchw"
         config = DEPTHWISE_CONFIG[key]

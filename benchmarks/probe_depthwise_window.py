@@ -1,0 +1,189 @@
+"""Probe (issue 13): the sliding-window depthwise kernels against the kernels they replace.
+
+``depthwise_window_kernel`` (forward and stride-1 dX) and ``depthwise_window_grad_weight_kernel``
+(dW) load each source column of a kernel row once for every output column it meets; the
+kernels they replace load one shifted tile per tap (forward/dX: ``depthwise_kernel``; dW:
+``depthwise_small_grad_weight_kernel`` in 3 x 3 tap blocks) or, for NCHW floats from 7 wide,
+run the banded tensor-core kernels. Per layer and dtype/layout this times, by CUDA-graph replay
+(kernel time), in one process:
+
+* cuDNN forward and forward + backward (``cudnn.benchmark`` on);
+* ours "before": the window kernels switched off (``WINDOW_MIN_TAPS`` past every kernel);
+* ours with the window kernels, forward over a few tile configurations and forward +
+  backward with the forward's best and a few dW configurations; each configuration's output
+  and gradients are first checked against float64.
+
+    PYTHONPATH=src python benchmarks/probe_depthwise_window.py [--json out.json]
+        [--layers convnext_7x7_early,...] [--variants bf16_cl,fp32_cl,fp32_nchw]
+
+A short table comes last: per row, cuDNN / before / window (best) in ms, forward and
+forward + backward, and the ratios cuDNN/ours.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import functools
+import json
+import sys
+
+import torch
+import torch.nn.functional as F
+
+import tritonconv as tc
+from tritonconv.caches import clear_caches
+from tritonconv.ops import depthwise as ops
+
+# name: N, C, H, W, kernel, stride
+LAYERS = {
+    "convnext_7x7_early": (32, 96, 56, 56, 7, 1),
+    "convnext_7x7_late": (32, 768, 7, 7, 7, 1),
+    "convnext_7x7_mid": (32, 384, 14, 14, 7, 1),
+    "replk_13x13": (16, 256, 28, 28, 13, 1),
+    "mobilenet_5x5_s2": (32, 240, 28, 28, 5, 2),
+    "mobilenet_5x5": (32, 480, 14, 14, 5, 1),
+}
+VARIANTS = {
+    "bf16_cl": (torch.bfloat16, True),
+    "fp32_cl": (torch.float32, True),
+    "fp32_nchw": (torch.float32, False),
+}
+# the layers each variant runs by default (every configuration compiles its own kernels)
+RUNS = {
+    "bf16_cl": list(LAYERS),
+    "fp32_cl": ["convnext_7x7_early", "convnext_7x7_late"],
+    "fp32_nchw": ["convnext_7x7_early", "replk_13x13"],
+}
+FWD_CONFIGS = [(32, 16, 8, 4), (32, 8, 8, 4), (32, 32, 8, 8), (16, 16, 8, 4)]
+NCHW_FWD_CONFIGS = [(1, 64, 8, 4), (1, 128, 8, 4), (1, 64, 4, 4)]
+WGRAD_CONFIGS = [(32, 16, 8, 4), (32, 8, 8, 4)]
+NCHW_WGRAD_CONFIGS = [(1, 64, 8, 4), (1, 128, 8, 4)]
+
+
+def graph_ms(fn) -> float:
+    """Kernel time per call: ten calls captured in a CUDA graph and replayed."""
+    from tritonconv.bench import Options, kernel_ms
+
+    ms = kernel_ms(lambda _: fn(), 10, Options())
+    return float("inf") if ms is None else ms
+
+
+def _step(leaves, dy, kw, module=F):
+    torch.autograd.grad(module.conv2d(*leaves, **kw), leaves, dy)
+
+
+@functools.cache
+def _defaults():
+    return copy.deepcopy(ops.WINDOW_CONFIG), ops.WINDOW_MIN_TAPS, ops.BAND_MIN_KW
+
+
+def configure(window: bool, layout: str, fwd=None, wgrad=None) -> None:
+    """Switch the window kernels on (with these tiles) or off; forget every cached plan."""
+    config, min_taps, band_min_kw = _defaults()
+    ops.WINDOW_CONFIG = copy.deepcopy(config)
+    ops.WINDOW_MIN_TAPS = min_taps if window else 10**9
+    # NCHW floats from 7 wide take the band kernels first: off while the window is measured
+    ops.BAND_MIN_KW = 10**9 if window else band_min_kw
+    for op, tiles in (("fwd", fwd), ("wgrad", wgrad)):
+        if tiles is not None:
+            entry = ops.WINDOW_CONFIG[f"{op}_{layout}"]
+            entry.update(zip(("block_c", "block_h", "block_w", "num_warps"), tiles))
+    if window:  # mobilenet's 5x5 has 25 taps: let the window take it here
+        ops.WINDOW_MIN_TAPS = 25
+    clear_caches()
+
+
+def check(x, w, b, dy, kw) -> float:
+    """Largest error of y, dx, dW, db relative to the float64 result's largest magnitude."""
+    leaves = [t.detach().requires_grad_() for t in (x, w, b)]
+    y = tc.conv2d(*leaves, **kw, algo="depthwise")
+    got = (y, *torch.autograd.grad(y, leaves, dy))
+    ref_leaves = [t.detach().double().requires_grad_() for t in (x, w, b)]
+    ref = F.conv2d(*ref_leaves, **kw)
+    want = (ref, *torch.autograd.grad(ref, ref_leaves, dy.double()))
+    return max(
+        ((g.double() - r).abs().max() / r.abs().max().clamp_min(1e-30)).item()
+        for g, r in zip(got, want)
+    )
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--json", default=None)
+    ap.add_argument("--layers", default=None, help="every variant on these (default: RUNS)")
+    ap.add_argument("--variants", default=",".join(VARIANTS))
+    args = ap.parse_args()
+    runs = [
+        (v, layer)
+        for v in args.variants.split(",")
+        for layer in (args.layers.split(",") if args.layers else RUNS[v])
+    ]
+    torch.backends.cudnn.benchmark = True
+    torch.backends.cudnn.allow_tf32 = False  # fp32 compared at fp32 (ours is FMA fp32 here)
+    rows, bad = [], 0
+    for variant, name in runs:
+        dtype, channels_last = VARIANTS[variant]
+        layout = "channels_last" if channels_last else "nchw"
+        fwd_configs = FWD_CONFIGS if channels_last else NCHW_FWD_CONFIGS
+        wgrad_configs = WGRAD_CONFIGS if channels_last else NCHW_WGRAD_CONFIGS
+        N, C, H, W, k, s = LAYERS[name]
+        fmt = torch.channels_last if channels_last else torch.contiguous_format
+        x = torch.randn(N, C, H, W, device="cuda", dtype=dtype).to(memory_format=fmt)
+        w = torch.randn(C, 1, k, k, device="cuda", dtype=dtype) / k
+        b = torch.randn(C, device="cuda", dtype=dtype)
+        kw = dict(stride=s, padding=k // 2, groups=C)
+        y = F.conv2d(x, w, b, **kw)
+        dy = torch.randn_like(y)
+        leaves = [t.detach().requires_grad_() for t in (x, w, b)]
+        fwd = functools.partial(tc.conv2d, x, w, b, **kw, algo="depthwise")
+        step = functools.partial(_step, leaves, dy, dict(kw, algo="depthwise"), tc)
+        row = dict(layer=name, variant=variant, shape=[N, C, H, W, k, s])
+        row["cudnn_fwd_ms"] = graph_ms(functools.partial(F.conv2d, x, w, b, **kw))
+        row["cudnn_fwd_bwd_ms"] = graph_ms(functools.partial(_step, leaves, dy, kw))
+        configure(False, layout)
+        row["before_error"] = check(x, w, b, dy, kw)
+        row["before_fwd_ms"] = graph_ms(fwd)
+        row["before_fwd_bwd_ms"] = graph_ms(step)
+        tol = 2e-2 if dtype == torch.bfloat16 else 1e-4
+        best = (float("inf"), None)
+        for tiles in fwd_configs:
+            configure(True, layout, fwd=tiles)
+            err = check(x, w, b, dy, kw)
+            bad += not err < tol
+            t = graph_ms(fwd)
+            row.setdefault("window_fwd", []).append(dict(tiles=tiles, ms=t, error=err))
+            best = min(best, (t, tiles))
+        row["window_fwd_ms"], row["window_fwd_tiles"] = best
+        best_step = (float("inf"), None)
+        for tiles in wgrad_configs:
+            configure(True, layout, fwd=row["window_fwd_tiles"], wgrad=tiles)
+            err = check(x, w, b, dy, kw)
+            bad += not err < tol
+            t = graph_ms(step)
+            row.setdefault("window_fwd_bwd", []).append(dict(tiles=tiles, ms=t, error=err))
+            best_step = min(best_step, (t, tiles))
+        row["window_fwd_bwd_ms"], row["window_wgrad_tiles"] = best_step
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    configure(False, "nchw")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+    print("\nlayer                 variant    | fwd ms cuDNN / before / window (x)  "
+          "| fwd+bwd ms cuDNN / before / window (x)")  # fmt: skip
+    for r in rows:
+        print(
+            f"{r['layer']:21} {r['variant']:10} | {r['cudnn_fwd_ms']:.4f} / "
+            f"{r['before_fwd_ms']:.4f} / {r['window_fwd_ms']:.4f} "
+            f"({r['cudnn_fwd_ms'] / r['window_fwd_ms']:.2f}x) {r['window_fwd_tiles']} | "
+            f"{r['cudnn_fwd_bwd_ms']:.4f} / {r['before_fwd_bwd_ms']:.4f} / "
+            f"{r['window_fwd_bwd_ms']:.4f} ({r['cudnn_fwd_bwd_ms'] / r['window_fwd_bwd_ms']:.2f}x)"
+            f" {r['window_wgrad_tiles']}"
+        )
+    print(f"window configurations off tolerance: {bad}")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
