@@ -8,8 +8,11 @@ run the banded tensor-core kernels. Per layer and dtype/layout this times, by CU
 (kernel time), in one process:
 
 * cuDNN forward and forward + backward (``cudnn.benchmark`` on);
-* ours "before": the window kernels switched off (``WINDOW_MIN_TAPS`` past every kernel);
-* ours with the window kernels, forward over a few tile configurations and forward +
+* ours "before": the window kernels switched off (``WINDOW_MIN_TAPS`` past every kernel):
+  the unrolled small kernels, the general FMA kernel or the band kernels;
+* ours with the window kernels, whatever the kernel size (the library's thresholds,
+  ``WINDOW_MIN_TAPS`` and ``WINDOW_MAX_KW``, are what this decides), forward over a few tile
+  configurations and forward +
   backward with the forward's best and a few dW configurations; each configuration's output
   and gradients are first checked against float64.
 
@@ -43,6 +46,10 @@ LAYERS = {
     "replk_13x13": (16, 256, 28, 28, 13, 1),
     "mobilenet_5x5_s2": (32, 240, 28, 28, 5, 2),
     "mobilenet_5x5": (32, 480, 14, 14, 5, 1),
+    "mobilenet_3x3": (32, 144, 56, 56, 3, 1),
+    "efficientnet_3x3_s2": (32, 96, 112, 112, 3, 2),
+    "dw3x3_56_c256": (32, 256, 56, 56, 3, 1),
+    "replk_31x31": (16, 128, 56, 56, 31, 1),
 }
 VARIANTS = {
     "bf16_cl": (torch.bfloat16, True),
@@ -51,14 +58,22 @@ VARIANTS = {
 }
 # the layers each variant runs by default (every configuration compiles its own kernels)
 RUNS = {
-    "bf16_cl": list(LAYERS),
-    "fp32_cl": ["convnext_7x7_early", "convnext_7x7_late"],
-    "fp32_nchw": ["convnext_7x7_early", "replk_13x13"],
+    "bf16_cl": [
+        "convnext_7x7_early",
+        "convnext_7x7_late",
+        "mobilenet_5x5",
+        "mobilenet_3x3",
+        "efficientnet_3x3_s2",
+        "dw3x3_56_c256",
+        "replk_31x31",
+    ],
+    "fp32_cl": ["mobilenet_3x3"],
+    "fp32_nchw": ["convnext_7x7_early", "mobilenet_5x5", "mobilenet_3x3", "replk_31x31"],
 }
-FWD_CONFIGS = [(32, 16, 8, 4), (32, 8, 8, 4), (32, 32, 8, 8), (16, 16, 8, 4)]
-NCHW_FWD_CONFIGS = [(1, 64, 8, 4), (1, 128, 8, 4), (1, 64, 4, 4)]
-WGRAD_CONFIGS = [(32, 16, 8, 4), (32, 8, 8, 4)]
-NCHW_WGRAD_CONFIGS = [(1, 64, 8, 4), (1, 128, 8, 4)]
+FWD_CONFIGS = [(32, 16, 8, 4), (32, 8, 16, 4), (32, 8, 8, 4)]
+NCHW_FWD_CONFIGS = [(1, 64, 8, 4), (4, 64, 8, 4), (2, 64, 16, 4)]
+WGRAD_CONFIGS = [(32, 8, 8, 4), (32, 8, 16, 4), (32, 4, 16, 4)]
+NCHW_WGRAD_CONFIGS = [(1, 64, 8, 4), (4, 64, 8, 4), (2, 64, 16, 4)]
 
 
 def graph_ms(fn) -> float:
@@ -75,22 +90,20 @@ def _step(leaves, dy, kw, module=F):
 
 @functools.cache
 def _defaults():
-    return copy.deepcopy(ops.WINDOW_CONFIG), ops.WINDOW_MIN_TAPS, ops.BAND_MIN_KW
+    return copy.deepcopy(ops.WINDOW_CONFIG), ops.WINDOW_MIN_TAPS, ops.WINDOW_MAX_KW
 
 
-def configure(window: bool, layout: str, fwd=None, wgrad=None) -> None:
-    """Switch the window kernels on (with these tiles) or off; forget every cached plan."""
-    config, min_taps, band_min_kw = _defaults()
+def configure(window: bool, layout: str, kernel: int, fwd=None, wgrad=None) -> None:
+    """Switch the window kernels on (with these tiles, for any kernel size: the library's
+    thresholds are what this measures) or off; forget every cached plan."""
+    config, min_taps, max_kw = _defaults()
     ops.WINDOW_CONFIG = copy.deepcopy(config)
-    ops.WINDOW_MIN_TAPS = min_taps if window else 10**9
-    # NCHW floats from 7 wide take the band kernels first: off while the window is measured
-    ops.BAND_MIN_KW = 10**9 if window else band_min_kw
+    ops.WINDOW_MIN_TAPS = min(min_taps, kernel * kernel) if window else 10**9
+    ops.WINDOW_MAX_KW = max(max_kw, kernel) if window else max_kw
     for op, tiles in (("fwd", fwd), ("wgrad", wgrad)):
         if tiles is not None:
             entry = ops.WINDOW_CONFIG[f"{op}_{layout}"]
             entry.update(zip(("block_c", "block_h", "block_w", "num_warps"), tiles))
-    if window:  # mobilenet's 5x5 has 25 taps: let the window take it here
-        ops.WINDOW_MIN_TAPS = 25
     clear_caches()
 
 
@@ -128,6 +141,8 @@ def main() -> int:
         fwd_configs = FWD_CONFIGS if channels_last else NCHW_FWD_CONFIGS
         wgrad_configs = WGRAD_CONFIGS if channels_last else NCHW_WGRAD_CONFIGS
         N, C, H, W, k, s = LAYERS[name]
+        if k > 13:  # a wide kernel's unrolled window compiles slowly: one configuration
+            fwd_configs, wgrad_configs = fwd_configs[:1], wgrad_configs[:1]
         fmt = torch.channels_last if channels_last else torch.contiguous_format
         x = torch.randn(N, C, H, W, device="cuda", dtype=dtype).to(memory_format=fmt)
         w = torch.randn(C, 1, k, k, device="cuda", dtype=dtype) / k
@@ -141,14 +156,14 @@ def main() -> int:
         row = dict(layer=name, variant=variant, shape=[N, C, H, W, k, s])
         row["cudnn_fwd_ms"] = graph_ms(functools.partial(F.conv2d, x, w, b, **kw))
         row["cudnn_fwd_bwd_ms"] = graph_ms(functools.partial(_step, leaves, dy, kw))
-        configure(False, layout)
+        configure(False, layout, k)
         row["before_error"] = check(x, w, b, dy, kw)
         row["before_fwd_ms"] = graph_ms(fwd)
         row["before_fwd_bwd_ms"] = graph_ms(step)
         tol = 2e-2 if dtype == torch.bfloat16 else 1e-4
         best = (float("inf"), None)
         for tiles in fwd_configs:
-            configure(True, layout, fwd=tiles)
+            configure(True, layout, k, fwd=tiles)
             err = check(x, w, b, dy, kw)
             bad += not err < tol
             t = graph_ms(fwd)
@@ -157,7 +172,7 @@ def main() -> int:
         row["window_fwd_ms"], row["window_fwd_tiles"] = best
         best_step = (float("inf"), None)
         for tiles in wgrad_configs:
-            configure(True, layout, fwd=row["window_fwd_tiles"], wgrad=tiles)
+            configure(True, layout, k, fwd=row["window_fwd_tiles"], wgrad=tiles)
             err = check(x, w, b, dy, kw)
             bad += not err < tol
             t = graph_ms(step)
@@ -166,7 +181,7 @@ def main() -> int:
         row["window_fwd_bwd_ms"], row["window_wgrad_tiles"] = best_step
         rows.append(row)
         print(json.dumps(row), flush=True)
-    configure(False, "nchw")
+    configure(False, "nchw", 1)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)

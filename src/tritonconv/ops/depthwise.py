@@ -1,13 +1,16 @@
 """Depthwise convolution launchers (groups == C_in, C_out = multiplier * C_in): forward, input
 gradient and weight gradient.
 
-Which kernel (``kernels/depthwise.py``) runs:
+Which kernel (``kernels/depthwise.py``) runs, the first that takes the call:
 
+* kernels of ``WINDOW_MIN_TAPS`` taps and more, up to ``WINDOW_MAX_KW`` wide, any dtype: the
+  sliding-window kernels (forward, stride-1 input gradient, weight gradient), which load each
+  source column once for every output column it meets (:func:`_window_axes`).
 * fp16/bf16/fp32 with ``KW >= BAND_MIN_KW`` (``BAND_MIN_KW_CHANNELS_LAST`` for channels-last
   tensors): the banded tensor-core kernels (forward, stride-1 input gradient, weight
-  gradient). Their redundant multiplies are about ``BLOCK_J / KW``, so below a 7-wide kernel
-  the FMA kernel, which is memory-bound there anyway, is the better one.
-* otherwise (small kernels, fp64, integers): the FMA kernels.
+  gradient). Their redundant multiplies are about ``BLOCK_J / KW``.
+* otherwise (small kernels, fp64, integers): the FMA kernels, taps unrolled up to
+  ``SMALL_MAX_TAPS``.
 * the input gradient of a strided depthwise convolution is not one convolution of ``dy`` but
   one per *phase* (input positions with the same remainders by the stride): each phase's
   taps only, walked with a negative dilation, by the same kernels (:func:`_phases`); kernels
@@ -55,7 +58,8 @@ from .common import (
 
 # Kernel width from which the banded tensor-core kernels replace the FMA kernels (a reasoned
 # choice: at KW = 7 a 32-column band does ~4.6x redundant multiplies on tensor cores that are
-# ~8-16x faster than FMAs; to be confirmed by measurement on the GPU).
+# ~8-16x faster than FMAs). Since the window kernels, which are asked first, the band kernels
+# run only what those do not take: kernels wider than ``WINDOW_MAX_KW``, widely strided ones.
 BAND_MIN_KW = 7
 
 # Launch configuration of the small-kernel FMA kernels (``depthwise_small_kernel``, forward and
@@ -78,13 +82,15 @@ DEPTHWISE_CONFIG = {
 # unrolled kernel covers up to 3x3 (one accumulator tile per tap).
 SMALL_MAX_TAPS = 25
 
-# Kernels from this many taps take the sliding-window kernel for the forward and the
-# stride-1 dX (``depthwise_window_kernel``) where it fits (:func:`_window_axes`): it loads each
-# source column of a kernel row once for all the output columns it meets, where the other FMA
-# kernels load one shifted tile per tap. Reasoned from session 7's bf16 7x7 profile (the
-# per-tap addresses, masks and conversions were the limit, not DRAM); to be set by measurement
-# (benchmarks/probe_depthwise_nhwc.py times both).
-WINDOW_MIN_TAPS = 26
+# Kernels from this many taps take the sliding-window kernels (forward and stride-1 dX:
+# ``depthwise_window_kernel``; dW: ``depthwise_window_grad_weight_kernel``) where they fit
+# (:func:`_window_axes`), before the band kernels: they load each source column of a kernel
+# row once for all the output columns it meets, where the other FMA kernels load one shifted
+# tile per tap. H100, benchmarks/probe_depthwise_window.py (kernel ms, before -> window):
+# ConvNeXt 7x7 bf16 channels-last forward 0.251 -> 0.058 (cuDNN 0.095), fwd+bwd 0.905 ->
+# 0.191; MobileNet 5x5 (25 taps; the unrolled small kernel before) 0.034 -> 0.014; NCHW fp32
+# 7x7 (the band kernel before) 0.788 -> 0.166, 13x13 0.375 -> 0.344 (RESULTS.md, session 8).
+WINDOW_MIN_TAPS = 25
 # Widest kernel (along the sliding axis) the window kernel unrolls.
 WINDOW_MAX_KW = 13
 # Tiles of the window kernels: ``block_w`` output columns a program (unrolled, any count),
@@ -111,8 +117,9 @@ BAND_MIN_KW_CHANNELS_LAST = 15
 
 
 def uses_band(geometry: Geometry, *tensors: torch.Tensor) -> bool:
-    """Whether the banded tensor-core kernels run a depthwise call over ``tensors`` (the
-    ones the kernel reads and writes): floating point, and a kernel at least ``BAND_MIN_KW``
+    """Whether the banded tensor-core kernels would run a depthwise call over ``tensors``
+    (the ones the kernel reads and writes) that the window kernels do not take (they are
+    asked first: :func:`_window_axes`): floating point, and a kernel at least ``BAND_MIN_KW``
     wide, or ``BAND_MIN_KW_CHANNELS_LAST`` when one of them is channels-last."""
     channels_last = any(is_channels_last(t) for t in tensors)
     min_kw = BAND_MIN_KW_CHANNELS_LAST if channels_last else BAND_MIN_KW
@@ -189,6 +196,10 @@ def _launch(src, weight, bias, dst, geometry: Geometry, R: int, DIV: int, walk: 
         *walk,
     )
     index_64 = needs_int64(src, dst, weight)
+    axes = _window_axes(geometry, dst, "fwd")
+    if axes is not None:
+        _launch_window(src, weight, bias, dst, geometry, R, DIV, walk, axes, index_64)
+        return
     if uses_band(geometry, src, dst):
         block_h, block_w = clamped_power_of_2(DH, 16, 32), clamped_power_of_2(DW, 16, 32)
         grid = (N * C_dst, cdiv(DH, block_h) * cdiv(DW, block_w))
@@ -207,10 +218,6 @@ def _launch(src, weight, bias, dst, geometry: Geometry, R: int, DIV: int, walk: 
         )
         return
     KH, KW = geometry.kernel
-    axes = _window_axes(geometry, dst, "fwd")
-    if axes is not None:
-        _launch_window(src, weight, bias, dst, geometry, R, DIV, walk, axes, index_64)
-        return
     if KH * KW <= SMALL_MAX_TAPS:
         key = "fwd_channels_last" if _is_channels_last(dst) else "fwd_nchw"
         config = DEPTHWISE_CONFIG[key]
@@ -505,7 +512,10 @@ def depthwise_grad_weight(
     strides = (*grad_out.stride(), *x.stride())
     acc_dtype = partial_dtype(x.dtype)  # int64 for integers: exact
     fused_bias = False
-    if uses_band(geometry, x, grad_out):
+    if (axes := _window_axes(geometry, grad_out, "wgrad")) is not None:
+        partial = _launch_window_grad_weight(grad_out, x, geometry, axes, bias_grad, acc_dtype)
+        fused_bias = bias_grad
+    elif uses_band(geometry, x, grad_out):
         block_kh, block_kw = clamped_power_of_2(KH, 16, 32), clamped_power_of_2(KW, 16, 32)
         tap_tiles = cdiv(KH, block_kh) * cdiv(KW, block_kw)
         if INTERPRETER:  # two splits, so the split reduction is tested on CPU too
@@ -539,9 +549,6 @@ def depthwise_grad_weight(
             INDEX_64=needs_int64(grad_out, x, partial),
             num_warps=4,
         )
-    elif (axes := _window_axes(geometry, grad_out, "wgrad")) is not None:
-        partial = _launch_window_grad_weight(grad_out, x, geometry, axes, bias_grad, acc_dtype)
-        fused_bias = bias_grad
     else:
         key = "wgrad_channels_last" if _is_channels_last(grad_out) else "wgrad_nchw"
         config = DEPTHWISE_CONFIG[key]
