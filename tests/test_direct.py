@@ -148,7 +148,7 @@ def test_empty_batch(algo, device):
 @pytest.mark.parametrize("multiplier", (1, 2))
 @pytest.mark.parametrize("kernel", (3, 7), ids=("fma", "band"))
 @pytest.mark.parametrize("channels_last", (False, True), ids=("nchw", "nhwc"))
-def test_depthwise(multiplier, kernel, channels_last, device):
+def test_depthwise(multiplier, kernel, channels_last, device, window_off):
     C = 3
     x = random_tensor((2, C, 9, 10), torch.float32, device)
     if channels_last:
@@ -170,7 +170,7 @@ def test_depthwise_geometry(kw, kernel, device):
     _check(x, w, algo="depthwise", groups=2, **kw)
 
 
-def test_band_kernels_take_channels_last_only_from_15_wide(device):
+def test_band_kernels_take_channels_last_only_from_15_wide(device, window_off):
     """In channels-last memory the band kernels' plane tiles read strided: the FMA kernels
     serve channels-last kernels up to 13 wide; the band ones still serve 15+ (checked too)."""
     from tritonconv.geometry import make_geometry
@@ -191,7 +191,7 @@ def test_band_kernels_take_channels_last_only_from_15_wide(device):
     _check(cl, w, algo="depthwise", padding=7, groups=2)
 
 
-def test_depthwise_bf16_band(device):
+def test_depthwise_bf16_band(device, window_off):
     x = random_tensor((1, 2, 12, 12), torch.bfloat16, device)
     w = random_tensor((2, 1, 9, 9), torch.bfloat16, device)
     _check(x, w, algo="depthwise", padding=4, groups=2)
@@ -210,6 +210,20 @@ def poisoned():
         return t
 
     return poisoned_empty
+
+
+@pytest.fixture
+def window_off(monkeypatch):
+    """The window kernels switched off (they take kernels from 3 x 3 to 31 wide first), so
+    the unrolled small kernels, the tap-block dW and the band kernels run what they still run
+    in the library (strided dX phases, kernels under 9 taps or over 31 wide, geometries whose
+    window columns are not shared); cached plans forgotten before and after."""
+    from tritonconv.ops import depthwise as ops
+
+    tritonconv.clear_caches()
+    monkeypatch.setattr(ops, "WINDOW_MIN_TAPS", 10**9)
+    yield
+    tritonconv.clear_caches()
 
 
 def _layout(x, layout):
@@ -235,7 +249,7 @@ def _layout(x, layout):
     ],
     ids=("3x3", "1x3", "2x2same", "3x2geo", "4x5"),
 )
-def test_depthwise_small_kernels(layout, multiplier, kernel, kw, device):
+def test_depthwise_small_kernels(layout, multiplier, kernel, kw, device, window_off):
     """The unrolled small-kernel kernels (forward, stride-1 dX, dW up to 3x3) in float64 against
     PyTorch, odd sizes spanning several tiles and a batch split unevenly."""
     C = 3
@@ -307,7 +321,7 @@ def test_integer_depthwise_strided_is_exact(dtype, device):
 
 @pytest.mark.parametrize("dtype", (torch.float32, torch.bfloat16))
 @pytest.mark.parametrize("layout", ("nchw", "nhwc"))
-def test_depthwise_small_low_precision(dtype, layout, device):
+def test_depthwise_small_low_precision(dtype, layout, device, window_off):
     x = _layout(random_tensor((2, 8, 11, 9), dtype, device), layout)
     w = random_tensor((8, 1, 3, 3), dtype, device)
     b = random_tensor((8,), dtype, device)
@@ -316,7 +330,9 @@ def test_depthwise_small_low_precision(dtype, layout, device):
 
 @pytest.mark.parametrize("layout", ("nchw", "nhwc"))
 @pytest.mark.parametrize("kernel", ((3, 3), (5, 4), (8, 3)), ids=("3x3", "5x4", "8x3"))
-def test_depthwise_small_writes_everything(layout, kernel, device, monkeypatch, poisoned):
+def test_depthwise_small_writes_everything(
+    layout, kernel, device, monkeypatch, poisoned, window_off
+):
     """Outputs and dW partial buffers start as NaN: every element must be written (kernels
     past 3 x 3 in tap blocks, the last ones partly outside the kernel; the bias gradient's
     partials by the first block only)."""
@@ -346,7 +362,7 @@ WINDOW_CASES = [
     "kernel, multiplier, kw", WINDOW_CASES, ids=("7x7", "7x5m2", "5x6s21d12", "6x5s12d21m2")
 )
 def test_depthwise_window(layout, kernel, multiplier, kw, device, monkeypatch, poisoned):
-    """The sliding-window kernels (forward, stride-1 dX, dW; kernels of 25 taps and more) in
+    """The sliding-window kernels (forward, stride-1 dX, dW; kernels of 9 taps and more) in
     float64 against PyTorch, odd sizes spanning several tiles and strips, outputs and dW
     partials starting as NaN; the calls must have gone through them."""
     from tritonconv.ops import depthwise as ops

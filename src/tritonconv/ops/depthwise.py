@@ -86,24 +86,30 @@ SMALL_MAX_TAPS = 25
 # ``depthwise_window_kernel``; dW: ``depthwise_window_grad_weight_kernel``) where they fit
 # (:func:`_window_axes`), before the band kernels: they load each source column of a kernel
 # row once for all the output columns it meets, where the other FMA kernels load one shifted
-# tile per tap. H100, benchmarks/probe_depthwise_window.py (kernel ms, before -> window):
-# ConvNeXt 7x7 bf16 channels-last forward 0.251 -> 0.058 (cuDNN 0.095), fwd+bwd 0.905 ->
-# 0.191; MobileNet 5x5 (25 taps; the unrolled small kernel before) 0.034 -> 0.014; NCHW fp32
-# 7x7 (the band kernel before) 0.788 -> 0.166, 13x13 0.375 -> 0.344 (RESULTS.md, session 8).
-WINDOW_MIN_TAPS = 25
-# Widest kernel (along the sliding axis) the window kernel unrolls.
-WINDOW_MAX_KW = 13
+# tile per tap. H100, benchmarks/probe_depthwise_window.py (kernel ms, bf16 channels-last,
+# before -> window): ConvNeXt 7x7 forward 0.251 -> 0.058 (cuDNN 0.095), fwd+bwd 0.899 ->
+# 0.188; MobileNet 3x3 (the unrolled small kernel before) 0.062 -> 0.038, 5x5 0.034 ->
+# 0.013; RepLK 31x31 (the band kernel before) 2.21 -> 0.69; fp32 NCHW 7x7 (band) 0.799 ->
+# 0.068, 31x31 (band) 2.82 -> 1.77 (RESULTS.md, session 8).
+WINDOW_MIN_TAPS = 9
+# Widest kernel (along the sliding axis) the window kernels unroll (31: RepLK's; measured
+# faster than the band kernels there; wider ones keep the band kernels).
+WINDOW_MAX_KW = 31
 # Tiles of the window kernels: ``block_w`` output columns a program (unrolled, any count),
 # each a ``block_c`` x ``block_h`` tile; NCHW slides along the height instead and tiles the
-# width (``block_h`` then runs along the width, one channel a program). dW also splits the
-# batch until about ``target_programs`` programs run.
+# width (``block_h`` then runs along the width, ``block_c`` planes). dW also splits the batch
+# until about ``target_programs`` programs run. From probe_depthwise_window.py on the H100
+# (geomean over 3x3-7x7 layers, relative to the best per layer): channels-last forward
+# 32 x 8 x 8 1.04 (32 x 8 x 16: 1.05, 32 x 16 x 8: 1.06), fwd+bwd with dW 32 x 8 x 16 1.00
+# (32 x 8 x 8: 1.02, 32 x 4 x 16: 1.15); NCHW 4 planes x 64 x 8 best everywhere (one plane a
+# program: 2.6x slower forward, half its threads idle on a 64-wide tile).
 WINDOW_CONFIG = {
-    "fwd_channels_last": dict(block_c=32, block_h=16, block_w=8, num_warps=4),
-    "fwd_nchw": dict(block_c=1, block_h=64, block_w=8, num_warps=4),
+    "fwd_channels_last": dict(block_c=32, block_h=8, block_w=8, num_warps=4),
+    "fwd_nchw": dict(block_c=4, block_h=64, block_w=8, num_warps=4),
     "wgrad_channels_last": dict(
-        block_c=32, block_h=16, block_w=8, num_warps=4, target_programs=4096
+        block_c=32, block_h=8, block_w=16, num_warps=4, target_programs=4096
     ),
-    "wgrad_nchw": dict(block_c=1, block_h=64, block_w=8, num_warps=4, target_programs=4096),
+    "wgrad_nchw": dict(block_c=4, block_h=64, block_w=8, num_warps=4, target_programs=4096),
 }
 
 
