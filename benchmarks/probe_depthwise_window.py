@@ -70,10 +70,12 @@ RUNS = {
     "fp32_cl": ["mobilenet_3x3"],
     "fp32_nchw": ["convnext_7x7_early", "mobilenet_5x5", "mobilenet_3x3", "replk_31x31"],
 }
-FWD_CONFIGS = [(32, 16, 8, 4), (32, 8, 16, 4), (32, 8, 8, 4)]
-NCHW_FWD_CONFIGS = [(1, 64, 8, 4), (4, 64, 8, 4), (2, 64, 16, 4)]
-WGRAD_CONFIGS = [(32, 8, 8, 4), (32, 8, 16, 4), (32, 4, 16, 4)]
-NCHW_WGRAD_CONFIGS = [(1, 64, 8, 4), (4, 64, 8, 4), (2, 64, 16, 4)]
+# (block_c, block_h, block_w, num_warps), the library's defaults first (a wide kernel runs
+# only those)
+FWD_CONFIGS = [(32, 8, 8, 4), (32, 16, 8, 4), (32, 8, 16, 4)]
+NCHW_FWD_CONFIGS = [(4, 64, 8, 4), (1, 64, 8, 4), (2, 64, 16, 4)]
+WGRAD_CONFIGS = [(32, 8, 16, 4), (32, 8, 8, 4), (32, 4, 16, 4)]
+NCHW_WGRAD_CONFIGS = [(4, 64, 8, 4), (1, 64, 8, 4), (2, 64, 16, 4)]
 
 
 def graph_ms(fn) -> float:
@@ -141,7 +143,7 @@ def main() -> int:
         fwd_configs = FWD_CONFIGS if channels_last else NCHW_FWD_CONFIGS
         wgrad_configs = WGRAD_CONFIGS if channels_last else NCHW_WGRAD_CONFIGS
         N, C, H, W, k, s = LAYERS[name]
-        if k > 13:  # a wide kernel's unrolled window compiles slowly: one configuration
+        if k > 13:  # a wide kernel's unrolled window compiles slowly: the defaults only
             fwd_configs, wgrad_configs = fwd_configs[:1], wgrad_configs[:1]
         fmt = torch.channels_last if channels_last else torch.contiguous_format
         x = torch.randn(N, C, H, W, device="cuda", dtype=dtype).to(memory_format=fmt)

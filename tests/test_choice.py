@@ -246,3 +246,17 @@ def test_device_ms_times_the_kernels_not_the_host():
 
     ms = device_ms(call, 3, calls=4)
     assert 0.05 < ms < 2.0, ms
+
+
+def test_explain_names_the_depthwise_kernels(device):
+    """explain says which depthwise kernels run, forward, dX and dW (issue 13, item 3)."""
+    x = torch.randn(1, 8, 12, 12, device=device).to(memory_format=torch.channels_last)
+    w7, w33 = (torch.randn(8, 1, k, k, device=device) for k in (7, 33))
+    reason = tc.explain(x, w7, padding=3, groups=8, algo="depthwise").reason
+    assert reason.count("sliding window along the width") == 3, reason
+    reason = tc.explain(x.contiguous(), w7, stride=2, padding=3, groups=8).reason
+    assert "window along the height" in reason and "per stride phase" in reason, reason
+    reason = tc.explain(x.contiguous(), w33, padding=16, groups=8, algo="depthwise").reason
+    assert reason.count("banded tensor-core") == 3, reason
+    small = torch.randn(8, 1, 1, 3, device=device)
+    assert "taps unrolled" in tc.explain(x, small, groups=8, algo="depthwise").reason

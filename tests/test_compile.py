@@ -74,6 +74,22 @@ def test_conv2d_one_graph(algo, device):
     _check_one_graph(_conv(algo), (x, w, b), reference)
 
 
+@pytest.mark.parametrize("channels_last", (False, True), ids=("nchw", "nhwc"))
+def test_strided_depthwise_one_graph(channels_last, device):
+    """A strided depthwise convolution's input gradient is one launch per stride phase, each
+    writing a strided view of dx (a view mutated in a traced graph), multiplier 2."""
+    x = torch.randn(2, 3, 9, 8, device=device, dtype=torch.float64)
+    if channels_last:
+        x = x.to(memory_format=torch.channels_last)
+    x.requires_grad_()
+    w = torch.randn(6, 1, 3, 3, device=device, dtype=torch.float64, requires_grad=True)
+
+    def f(x, w):
+        return tc.conv2d(x, w, stride=2, padding=1, groups=3, algo="depthwise") * 2
+
+    _check_one_graph(f, (x, w), lambda x, w: F.conv2d(x, w, stride=2, padding=1, groups=3) * 2)
+
+
 def test_unfold_fold_and_crop_one_graph(device):
     x = torch.randn(2, 3, 7, 6, device=device, dtype=torch.float64, requires_grad=True)
 

@@ -29,7 +29,7 @@ from .geometry import (
     shape_str,
 )
 from .launch import tracing
-from .ops import conv_gemm, implicit_gemm
+from .ops import conv_gemm, depthwise, implicit_gemm
 from .plans import BoundedCache, lookup, tensor_key, values_key
 
 #: Convolution algorithms ``conv2d(..., algo=...)`` accepts: the forward op of each, applied as
@@ -496,6 +496,9 @@ def explain(
     else:
         params = _params(args, ndim, transposed, limit)
         found = _auto(input, weight, bias, args, params, name, ndim, transposed)
+    if found.algo == "depthwise" and not transposed and args.geometry.ndim == 2:
+        kernels = depthwise.describe(args.geometry, input)
+        return dataclasses.replace(found, reason=f"{found.reason}; {kernels}")
     if found.algo != "implicit_gemm":
         return found
     if found.config:

@@ -41,7 +41,7 @@ from ..kernels.depthwise import (
     depthwise_window_grad_weight_kernel,
     depthwise_window_kernel,
 )
-from ..launch import allocate, launch, launch_plan, tracing
+from ..launch import allocate, launch, launch_plan
 from . import direct
 from .common import (
     accumulator_dtype,
@@ -411,6 +411,33 @@ def _launch_window_grad_weight(grad_out, x, geometry, axes, bias_grad: bool, acc
     return partial
 
 
+def describe(geometry: Geometry, x: torch.Tensor) -> str:
+    """Which kernels a 2-D depthwise convolution over ``x`` runs, forward, input gradient and
+    weight gradient, and why (for :func:`tritonconv.explain`)."""
+    taps = geometry.kernel[0] * geometry.kernel[1]
+
+    def family(op: str) -> str:
+        if _window_axes(geometry, x, op) is not None:
+            along = "width" if _is_channels_last(x) else "height"
+            return f"sliding window along the {along} ({taps} taps, each column loaded once)"
+        if uses_band(geometry, x):
+            return "banded tensor-core (wider than the window kernels take)"
+        if op == "wgrad":
+            return "FMA, one accumulator per tap in 3x3 tap blocks"
+        if taps <= SMALL_MAX_TAPS:
+            return "FMA, taps unrolled"
+        return "FMA, general"
+
+    if any(s != 1 for s in geometry.stride):
+        phases = _phases_of(geometry, tuple(geometry.input), (taps, taps, geometry.kernel[1], 1))
+        dx = "one stride-1 FMA convolution per stride phase (only the taps that reach it)"
+        if phases is None:
+            dx = "general direct kernel (a phase wide enough for the band kernels)"
+    else:
+        dx = family("fwd") + ", taps flipped"
+    return f"forward: {family('fwd')}; dX: {dx}; dW: {family('wgrad')}"
+
+
 def depthwise_forward(x, weight, bias, geometry: Geometry) -> torch.Tensor:
     """y = conv2d(x, weight, bias, groups=C_in) for a batched input, in x's memory format."""
     check_kernel_device(x, "input")
@@ -430,11 +457,13 @@ def depthwise_grad_input(grad_out, weight, like, geometry: Geometry, shape=None)
     C_in = shape[1]
     multiplier = weight.shape[0] // C_in
     if any(s != 1 for s in geometry.stride):
-        # Under torch.compile the phases' launches would write into strided views of dx, a
-        # pattern whose functionalization has not yet run on a GPU: traced graphs keep the
-        # gather kernel until a GPU run has checked it (benchmarks/NOTES.md, next session).
-        phases = None if tracing(grad_out, weight) else _phases(geometry, shape[2:], weight)
-        if phases is None:  # traced, or a phase's kernel wide enough for the band kernels
+        # Traced (torch.compile), the phases' launches write into strided views of dx, which
+        # functionalization turns into writes to dx. Symbolic sizes (dynamic=True) keep the
+        # gather kernel: the phases are worked out once per concrete geometry.
+        phases = None
+        if _concrete(geometry, shape):
+            phases = _phases(geometry, shape[2:], weight)
+        if phases is None:  # symbolic, or a phase's kernel wide enough for the band kernels
             return direct.conv2d_grad_input(grad_out, weight, like, geometry, C_in, shape)
         # positions no tap reaches are zeros: allocated so (a launch plan replays that)
         grad_in = empty_like_format(shape, like, zero=None in phases.values())
@@ -454,6 +483,12 @@ def depthwise_grad_input(grad_out, weight, like, geometry: Geometry, shape=None)
     flipped = make_geometry(geometry.output, geometry.kernel, (1, 1), pads, pads, geometry.dilation)
     _launch(grad_out, weight, None, grad_in, flipped, multiplier, 1, _weight_walk(weight, True))
     return grad_in
+
+
+def _concrete(geometry: Geometry, shape) -> bool:
+    """Whether every size of a call is a plain int (not a symbolic size while tracing)."""
+    sizes = (*geometry.input, *geometry.output, *shape)
+    return all(type(v) is int for v in sizes)
 
 
 def _phase_axis(r: int, pad: int, dil: int, stride: int, K: int):
