@@ -5,16 +5,18 @@
 kernels they replace load one shifted tile per tap (forward/dX: ``depthwise_kernel``; dW:
 ``depthwise_small_grad_weight_kernel`` in 3 x 3 tap blocks) or, for NCHW floats from 7 wide,
 run the banded tensor-core kernels. Per layer and dtype/layout this times, by CUDA-graph replay
-(kernel time), in one process:
+over input sets that together overflow the L2 cache (kernel time, every call reading its
+inputs from DRAM as in a network), without a bias unless ``--bias`` (cuDNN adds a bias in a
+kernel of its own), in one process:
 
 * cuDNN forward and forward + backward (``cudnn.benchmark`` on);
 * ours "before": the window kernels switched off (``WINDOW_MIN_TAPS`` past every kernel):
   the unrolled small kernels, the general FMA kernel or the band kernels;
 * ours with the window kernels, whatever the kernel size (the library's thresholds,
   ``WINDOW_MIN_TAPS`` and ``WINDOW_MAX_KW``, are what this decides), forward over a few tile
-  configurations and forward +
-  backward with the forward's best and a few dW configurations; each configuration's output
-  and gradients are first checked against float64.
+  configurations (tiles; kernel rows unrolled or looped) and forward + backward with the
+  forward's best and a few dW configurations; each configuration's output and gradients are
+  first checked against float64.
 
     PYTHONPATH=src python benchmarks/probe_depthwise_window.py [--json out.json]
         [--layers convnext_7x7_early,...] [--variants bf16_cl,fp32_cl,fp32_nchw]
@@ -35,6 +37,7 @@ import torch
 import torch.nn.functional as F
 
 import tritonconv as tc
+from tritonconv.bench import input_sets
 from tritonconv.caches import clear_caches
 from tritonconv.ops import depthwise as ops
 
@@ -65,29 +68,31 @@ RUNS = {
         "mobilenet_3x3",
         "efficientnet_3x3_s2",
         "dw3x3_56_c256",
-        "replk_31x31",
     ],
     "fp32_cl": ["mobilenet_3x3"],
-    "fp32_nchw": ["convnext_7x7_early", "mobilenet_5x5", "mobilenet_3x3", "replk_31x31"],
+    "fp32_nchw": ["convnext_7x7_early", "mobilenet_3x3", "replk_13x13", "replk_31x31"],
 }
-# (block_c, block_h, block_w, num_warps), the library's defaults first (a wide kernel runs
-# only those)
-FWD_CONFIGS = [(32, 8, 8, 4), (32, 16, 8, 4), (32, 8, 16, 4)]
-NCHW_FWD_CONFIGS = [(4, 64, 8, 4), (1, 64, 8, 4), (2, 64, 16, 4)]
-WGRAD_CONFIGS = [(32, 8, 16, 4), (32, 8, 8, 4), (32, 4, 16, 4)]
-NCHW_WGRAD_CONFIGS = [(4, 64, 8, 4), (1, 64, 8, 4), (2, 64, 16, 4)]
+# (block_c, block_h, block_w, num_warps, unroll kernel rows), the library's defaults first (a
+# wide kernel runs only those)
+FWD_CONFIGS = [(32, 8, 8, 4, 0), (32, 8, 8, 4, 1), (32, 16, 8, 4, 1), (32, 8, 16, 4, 0)]
+NCHW_FWD_CONFIGS = [(4, 64, 8, 4, 0), (4, 64, 8, 4, 1), (8, 32, 8, 4, 1)]
+WGRAD_CONFIGS = [(32, 8, 16, 4), (32, 8, 8, 4)]
+NCHW_WGRAD_CONFIGS = [(4, 64, 8, 4), (8, 32, 8, 4)]
 
 
-def graph_ms(fn) -> float:
-    """Kernel time per call: ten calls captured in a CUDA graph and replayed."""
+def graph_ms(fn, count: int) -> float:
+    """Kernel time per call: one pass over ``count`` input sets (together larger than the L2
+    cache: each call reads its inputs from DRAM, as in a network) captured in a CUDA graph and
+    replayed (``bench.kernel_ms``), per call."""
     from tritonconv.bench import Options, kernel_ms
 
-    ms = kernel_ms(lambda _: fn(), 10, Options())
+    ms = kernel_ms(fn, count, Options())
     return float("inf") if ms is None else ms
 
 
 def _step(leaves, dy, kw, module=F):
-    torch.autograd.grad(module.conv2d(*leaves, **kw), leaves, dy)
+    x, w, *b = leaves
+    torch.autograd.grad(module.conv2d(x, w, *b, **kw), leaves, dy)
 
 
 @functools.cache
@@ -102,19 +107,20 @@ def configure(window: bool, layout: str, kernel: int, fwd=None, wgrad=None) -> N
     ops.WINDOW_CONFIG = copy.deepcopy(config)
     ops.WINDOW_MIN_TAPS = min(min_taps, kernel * kernel) if window else 10**9
     ops.WINDOW_MAX_KW = max(max_kw, kernel) if window else max_kw
+    ops.WINDOW_UNROLL_MAX_KH = 31 if fwd is not None and fwd[4] else 0
     for op, tiles in (("fwd", fwd), ("wgrad", wgrad)):
         if tiles is not None:
             entry = ops.WINDOW_CONFIG[f"{op}_{layout}"]
-            entry.update(zip(("block_c", "block_h", "block_w", "num_warps"), tiles))
+            entry.update(zip(("block_c", "block_h", "block_w", "num_warps"), tiles[:4]))
     clear_caches()
 
 
 def check(x, w, b, dy, kw) -> float:
-    """Largest error of y, dx, dW, db relative to the float64 result's largest magnitude."""
-    leaves = [t.detach().requires_grad_() for t in (x, w, b)]
+    """Largest error of y, dx, dW (, db) relative to the float64 result's largest magnitude."""
+    leaves = [t.detach().requires_grad_() for t in (x, w, b) if t is not None]
     y = tc.conv2d(*leaves, **kw, algo="depthwise")
     got = (y, *torch.autograd.grad(y, leaves, dy))
-    ref_leaves = [t.detach().double().requires_grad_() for t in (x, w, b)]
+    ref_leaves = [t.detach().double().requires_grad_() for t in leaves]
     ref = F.conv2d(*ref_leaves, **kw)
     want = (ref, *torch.autograd.grad(ref, ref_leaves, dy.double()))
     return max(
@@ -128,6 +134,7 @@ def main() -> int:
     ap.add_argument("--json", default=None)
     ap.add_argument("--layers", default=None, help="every variant on these (default: RUNS)")
     ap.add_argument("--variants", default=",".join(VARIANTS))
+    ap.add_argument("--bias", action="store_true", help="with a bias (cuDNN adds it apart)")
     args = ap.parse_args()
     runs = [
         (v, layer)
@@ -146,29 +153,43 @@ def main() -> int:
         if k > 13:  # a wide kernel's unrolled window compiles slowly: the defaults only
             fwd_configs, wgrad_configs = fwd_configs[:1], wgrad_configs[:1]
         fmt = torch.channels_last if channels_last else torch.contiguous_format
-        x = torch.randn(N, C, H, W, device="cuda", dtype=dtype).to(memory_format=fmt)
-        w = torch.randn(C, 1, k, k, device="cuda", dtype=dtype) / k
-        b = torch.randn(C, device="cuda", dtype=dtype)
         kw = dict(stride=s, padding=k // 2, groups=C)
-        y = F.conv2d(x, w, b, **kw)
-        dy = torch.randn_like(y)
-        leaves = [t.detach().requires_grad_() for t in (x, w, b)]
-        fwd = functools.partial(tc.conv2d, x, w, b, **kw, algo="depthwise")
-        step = functools.partial(_step, leaves, dy, dict(kw, algo="depthwise"), tc)
-        row = dict(layer=name, variant=variant, shape=[N, C, H, W, k, s])
-        row["cudnn_fwd_ms"] = graph_ms(functools.partial(F.conv2d, x, w, b, **kw))
-        row["cudnn_fwd_bwd_ms"] = graph_ms(functools.partial(_step, leaves, dy, kw))
+
+        def make(N=N, C=C, H=H, W=W, k=k, fmt=fmt, dtype=dtype, kw=kw):
+            x = torch.randn(N, C, H, W, device="cuda", dtype=dtype).to(memory_format=fmt)
+            w = torch.randn(C, 1, k, k, device="cuda", dtype=dtype) / k
+            b = torch.randn(C, device="cuda", dtype=dtype) if args.bias else None
+            dy = torch.randn_like(F.conv2d(x, w, b, **kw))
+            leaves = [t.detach().requires_grad_() for t in (x, w, b) if t is not None]
+            return x, w, b, dy, leaves
+
+        sets = input_sets(make, 2 * N * C * H * W * torch.finfo(dtype).bits // 8)
+        count = len(sets)
+        x, w, b, dy, _ = sets[0]
+
+        def fwd(i, module=tc, sets=sets, kw=kw):
+            x, w, b = sets[i][:3]
+            extra = dict(algo="depthwise") if module is tc else {}
+            module.conv2d(x, w, b, **kw, **extra)
+
+        def step(i, module=tc, sets=sets, kw=kw):
+            extra = dict(algo="depthwise") if module is tc else {}
+            _step(sets[i][4], sets[i][3], dict(kw, **extra), module)
+
+        row = dict(layer=name, variant=variant, shape=[N, C, H, W, k, s], bias=args.bias)
+        row["cudnn_fwd_ms"] = graph_ms(functools.partial(fwd, module=F), count)
+        row["cudnn_fwd_bwd_ms"] = graph_ms(functools.partial(step, module=F), count)
         configure(False, layout, k)
         row["before_error"] = check(x, w, b, dy, kw)
-        row["before_fwd_ms"] = graph_ms(fwd)
-        row["before_fwd_bwd_ms"] = graph_ms(step)
+        row["before_fwd_ms"] = graph_ms(fwd, count)
+        row["before_fwd_bwd_ms"] = graph_ms(step, count)
         tol = 2e-2 if dtype == torch.bfloat16 else 1e-4
         best = (float("inf"), None)
         for tiles in fwd_configs:
             configure(True, layout, k, fwd=tiles)
             err = check(x, w, b, dy, kw)
             bad += not err < tol
-            t = graph_ms(fwd)
+            t = graph_ms(fwd, count)
             row.setdefault("window_fwd", []).append(dict(tiles=tiles, ms=t, error=err))
             best = min(best, (t, tiles))
         row["window_fwd_ms"], row["window_fwd_tiles"] = best
@@ -177,7 +198,7 @@ def main() -> int:
             configure(True, layout, k, fwd=row["window_fwd_tiles"], wgrad=tiles)
             err = check(x, w, b, dy, kw)
             bad += not err < tol
-            t = graph_ms(step)
+            t = graph_ms(step, count)
             row.setdefault("window_fwd_bwd", []).append(dict(tiles=tiles, ms=t, error=err))
             best_step = min(best_step, (t, tiles))
         row["window_fwd_bwd_ms"], row["window_wgrad_tiles"] = best_step

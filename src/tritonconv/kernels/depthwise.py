@@ -408,6 +408,35 @@ def depthwise_small_kernel(
 
 
 @triton.jit
+def _window_row(
+    accs, src_c, w_c, ih, kh, out_ok, c_ok, iw0_c, SH, SW, src_sh, src_sw, w_skh, w_skw,
+    KW: tl.constexpr, STRIDE_W: tl.constexpr, DIL_W: tl.constexpr, BLOCK_W: tl.constexpr,
+    ACC_DTYPE: tl.constexpr,
+):  # fmt: skip
+    """``accs`` (one tile per output column) plus kernel row ``kh``'s taps, its source row
+    ``ih`` (per tile row) loaded one column at a time, each column once."""
+    row_ok = out_ok & ((ih >= 0) & (ih < SH))[None, :]
+    row = src_c + (ih * src_sh)[None, :]
+    taps = ()
+    for kw in tl.static_range(KW):
+        wt = tl.load(w_c + kh * w_skh + kw * w_skw, mask=c_ok, other=0)
+        taps = taps + (wt.to(ACC_DTYPE)[:, None],)
+    for j in tl.static_range((BLOCK_W - 1) * STRIDE_W + (KW - 1) * DIL_W + 1):
+        iw = iw0_c + j
+        ok = row_ok & ((iw >= 0) & (iw < SW))[:, None]
+        x = tl.load(row + j * src_sw, mask=ok, other=0).to(ACC_DTYPE)
+        summed = ()
+        for o in tl.static_range(BLOCK_W):
+            acc = accs[o]
+            for kw in tl.static_range(KW):  # the tap, if any, meeting column j
+                if o * STRIDE_W + kw * DIL_W == j:
+                    acc += x * taps[kw]
+            summed = summed + (acc,)
+        accs = summed
+    return accs
+
+
+@triton.jit
 def depthwise_window_kernel(
     # pointers
     src_ptr,
@@ -445,6 +474,7 @@ def depthwise_window_kernel(
     KW: tl.constexpr,
     STRIDE_W: tl.constexpr,
     DIL_W: tl.constexpr,
+    UNROLL_KH: tl.constexpr,
     HAS_BIAS: tl.constexpr,
     ACC_DTYPE: tl.constexpr,
     BLOCK_C: tl.constexpr,
@@ -461,7 +491,8 @@ def depthwise_window_kernel(
     that per-tap work, not the multiply-adds or DRAM, was the limit. Width stride and
     dilation are compile-time (they say which column meets which tap); the launcher maps the
     layout's strided spatial axis to the width (the tiles run along the contiguous axis).
-    Grid ``(N * channel blocks, spatial tiles)``."""
+    ``UNROLL_KH`` (0, or ``KH``) unrolls the kernel rows too, so that every row's loads can
+    be in flight together. Grid ``(N * channel blocks, spatial tiles)``."""
     pid_nc = tl.program_id(0)
     pid_hw = tl.program_id(1)
     c_blocks = tl.cdiv(C_dst, BLOCK_C)
@@ -487,28 +518,21 @@ def depthwise_window_kernel(
         accs = accs + (tl.zeros([BLOCK_C, BLOCK_H], dtype=ACC_DTYPE),)
     for r in range(0, R):
         wc = c * R + r
-        src_c = src_ptr + n * src_sn + (wc // DIV) * src_sc
+        src_c = (src_ptr + n * src_sn + (wc // DIV) * src_sc)[:, None] + iw0 * src_sw
         w_c = w_ptr + w_base + wc * w_sc
-        for kh in range(0, KH):
-            ih = h * stride_h - pad_h + kh * dil_h
-            row_ok = out_ok & ((ih >= 0) & (ih < SH))[None, :]
-            row = src_c[:, None] + (ih * src_sh)[None, :] + iw0 * src_sw
-            taps = ()
-            for kw in tl.static_range(KW):
-                wt = tl.load(w_c + kh * w_skh + kw * w_skw, mask=c_ok, other=0)
-                taps = taps + (wt.to(ACC_DTYPE)[:, None],)
-            for j in tl.static_range((BLOCK_W - 1) * STRIDE_W + (KW - 1) * DIL_W + 1):
-                iw = iw0_c + j
-                ok = row_ok & ((iw >= 0) & (iw < SW))[:, None]
-                x = tl.load(row + j * src_sw, mask=ok, other=0).to(ACC_DTYPE)
-                summed = ()
-                for o in tl.static_range(BLOCK_W):
-                    acc = accs[o]
-                    for kw in tl.static_range(KW):  # the tap, if any, meeting column j
-                        if o * STRIDE_W + kw * DIL_W == j:
-                            acc += x * taps[kw]
-                    summed = summed + (acc,)
-                accs = summed
+        ih0 = h * stride_h - pad_h
+        if UNROLL_KH:  # every kernel row's loads visible at once (UNROLL_KH == KH)
+            for kh in tl.static_range(UNROLL_KH):
+                accs = _window_row(
+                    accs, src_c, w_c, ih0 + kh * dil_h, kh, out_ok, c_ok, iw0_c, SH, SW,
+                    src_sh, src_sw, w_skh, w_skw, KW, STRIDE_W, DIL_W, BLOCK_W, ACC_DTYPE,
+                )  # fmt: skip
+        else:
+            for kh in range(0, KH):
+                accs = _window_row(
+                    accs, src_c, w_c, ih0 + kh * dil_h, kh, out_ok, c_ok, iw0_c, SH, SW,
+                    src_sh, src_sw, w_skh, w_skw, KW, STRIDE_W, DIL_W, BLOCK_W, ACC_DTYPE,
+                )  # fmt: skip
 
     dst = dst_ptr + n * dst_sn + (c * dst_sc)[:, None] + (h * dst_sh)[None, :] + w0 * dst_sw
     if HAS_BIAS:

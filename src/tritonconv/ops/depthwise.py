@@ -92,6 +92,9 @@ SMALL_MAX_TAPS = 25
 # 0.013; RepLK 31x31 (the band kernel before) 2.21 -> 0.69; fp32 NCHW 7x7 (band) 0.799 ->
 # 0.068, 31x31 (band) 2.82 -> 1.77 (RESULTS.md, session 8).
 WINDOW_MIN_TAPS = 9
+# Kernels up to this many rows (along the tile axis) have the forward window kernel unroll its
+# kernel rows as well (every row's loads in flight together; 0: never).
+WINDOW_UNROLL_MAX_KH = 0
 # Widest kernel (along the sliding axis) the window kernels unroll (31: RepLK's; measured
 # faster than the band kernels there; wider ones keep the band kernels).
 WINDOW_MAX_KW = 31
@@ -338,6 +341,7 @@ def _launch_window(src, weight, bias, dst, geometry, R, DIV, walk, axes, index_6
         KW=geometry.kernel[s],
         STRIDE_W=geometry.stride[s],
         DIL_W=geometry.dilation[s],
+        UNROLL_KH=geometry.kernel[t] if geometry.kernel[t] <= WINDOW_UNROLL_MAX_KH else 0,
         HAS_BIAS=bias is not None,
         ACC_DTYPE=accumulator_dtype(src.dtype),
         BLOCK_C=block_c,
