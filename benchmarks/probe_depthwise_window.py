@@ -72,9 +72,9 @@ RUNS = {
     "fp32_cl": ["mobilenet_3x3"],
     "fp32_nchw": ["convnext_7x7_early", "mobilenet_3x3", "replk_13x13", "replk_31x31"],
 }
-# (block_c, block_h, block_w, num_warps, unroll kernel rows), the library's defaults first (a
-# wide kernel runs only those)
-FWD_CONFIGS = [(32, 8, 8, 4, 0), (32, 8, 8, 4, 1), (32, 16, 8, 4, 1), (32, 8, 16, 4, 0)]
+# (block_c, block_h, block_w, num_warps, unroll kernel rows): the library's default for 7x7
+# and for 3x3/5x5 first (a wide kernel runs only the first)
+FWD_CONFIGS = [(32, 8, 8, 4, 0), (32, 16, 8, 4, 1), (32, 8, 8, 4, 1), (32, 8, 16, 4, 0)]
 NCHW_FWD_CONFIGS = [(4, 64, 8, 4, 0), (4, 64, 8, 4, 1), (8, 32, 8, 4, 1)]
 WGRAD_CONFIGS = [(32, 8, 16, 4), (32, 8, 8, 4)]
 NCHW_WGRAD_CONFIGS = [(4, 64, 8, 4), (8, 32, 8, 4)]
@@ -107,11 +107,12 @@ def configure(window: bool, layout: str, kernel: int, fwd=None, wgrad=None) -> N
     ops.WINDOW_CONFIG = copy.deepcopy(config)
     ops.WINDOW_MIN_TAPS = min(min_taps, kernel * kernel) if window else 10**9
     ops.WINDOW_MAX_KW = max(max_kw, kernel) if window else max_kw
-    ops.WINDOW_UNROLL_MAX_KH = 31 if fwd is not None and fwd[4] else 0
     for op, tiles in (("fwd", fwd), ("wgrad", wgrad)):
         if tiles is not None:
             entry = ops.WINDOW_CONFIG[f"{op}_{layout}"]
             entry.update(zip(("block_c", "block_h", "block_w", "num_warps"), tiles[:4]))
+            if op == "fwd":  # rows unrolled or looped, over the tile's own rows
+                entry.update(unroll_max_kh=31 if tiles[4] else 0, unrolled_block_h=tiles[1])
     clear_caches()
 
 

@@ -92,23 +92,25 @@ SMALL_MAX_TAPS = 25
 # 0.013; RepLK 31x31 (the band kernel before) 2.21 -> 0.69; fp32 NCHW 7x7 (band) 0.799 ->
 # 0.068, 31x31 (band) 2.82 -> 1.77 (RESULTS.md, session 8).
 WINDOW_MIN_TAPS = 9
-# Kernels up to this many rows (along the tile axis) have the forward window kernel unroll its
-# kernel rows as well (every row's loads in flight together; 0: never).
-WINDOW_UNROLL_MAX_KH = 0
 # Widest kernel (along the sliding axis) the window kernels unroll (31: RepLK's; measured
 # faster than the band kernels there; wider ones keep the band kernels).
 WINDOW_MAX_KW = 31
 # Tiles of the window kernels: ``block_w`` output columns a program (unrolled, any count),
 # each a ``block_c`` x ``block_h`` tile; NCHW slides along the height instead and tiles the
-# width (``block_h`` then runs along the width, ``block_c`` planes). dW also splits the batch
-# until about ``target_programs`` programs run. From probe_depthwise_window.py on the H100
-# (geomean over 3x3-7x7 layers, relative to the best per layer): channels-last forward
-# 32 x 8 x 8 1.04 (32 x 8 x 16: 1.05, 32 x 16 x 8: 1.06), fwd+bwd with dW 32 x 8 x 16 1.00
-# (32 x 8 x 8: 1.02, 32 x 4 x 16: 1.15); NCHW 4 planes x 64 x 8 best everywhere (one plane a
-# program: 2.6x slower forward, half its threads idle on a 64-wide tile).
+# width (``block_h`` then runs along the width, ``block_c`` planes). A forward kernel of at
+# most ``unroll_max_kh`` rows also unrolls its rows (every row's loads in flight together)
+# over ``unrolled_block_h`` tile rows. dW splits the batch until about ``target_programs``
+# programs run. From probe_depthwise_window.py on the H100 (RESULTS.md, session 8):
+# channels-last forward 32 x 8 x 8 (7x7: 32 x 16 with rows unrolled is 27 % slower), and for
+# 3x3/5x5 rows unrolled over 32 x 16 x 8 (MobileNet 3x3 bf16 0.041 -> 0.032 ms, 5x5 0.016 ->
+# 0.014; EfficientNet and C256 3x3 unchanged); fwd+bwd with dW 32 x 8 x 16 (32 x 8 x 8: 1.02x
+# the time, 32 x 4 x 16: 1.15x); NCHW 4 planes x 64 x 8 best everywhere (one plane a program:
+# 2.6x slower forward, half its threads idle on a 64-wide tile; rows unrolled: within 5 %).
 WINDOW_CONFIG = {
-    "fwd_channels_last": dict(block_c=32, block_h=8, block_w=8, num_warps=4),
-    "fwd_nchw": dict(block_c=4, block_h=64, block_w=8, num_warps=4),
+    "fwd_channels_last": dict(
+        block_c=32, block_h=8, block_w=8, num_warps=4, unroll_max_kh=5, unrolled_block_h=16
+    ),
+    "fwd_nchw": dict(block_c=4, block_h=64, block_w=8, num_warps=4, unroll_max_kh=0),
     "wgrad_channels_last": dict(
         block_c=32, block_h=8, block_w=16, num_warps=4, target_programs=4096
     ),
@@ -120,8 +122,9 @@ WINDOW_CONFIG = {
 # channels-last memory consecutive elements of a tile are C apart: a 32-byte sector fetched per
 # 2- or 4-byte element, the likely cause of the 0.11-0.14x cuDNN issue 13 measured on ConvNeXt's
 # 7x7 bf16 channels-last layers. The FMA kernels tile a block of contiguous channels there, so
-# they take channels-last kernels up to 13 wide; from 15 wide the tensor cores' share of the
-# work outweighs the strided reads (31x31 bf16 channels-last: 2.7-4.2x cuDNN with the band).
+# they took channels-last kernels up to 13 wide; from 15 wide the tensor cores' share of the
+# work outweighed the strided reads (31x31 bf16 channels-last: 2.7-4.2x cuDNN with the band).
+# The window kernels now take both up to WINDOW_MAX_KW (31x31: 9x cuDNN, 3.2x the band).
 BAND_MIN_KW_CHANNELS_LAST = 15
 
 
@@ -305,6 +308,9 @@ def _launch_window(src, weight, bias, dst, geometry, R, DIV, walk, axes, index_6
     t, s, config = axes
     N, C_dst = dst.shape[:2]
     DT, DS = dst.shape[2 + t], dst.shape[2 + s]
+    unroll = geometry.kernel[t] <= config["unroll_max_kh"]
+    if unroll:
+        config = dict(config, block_h=config["unrolled_block_h"])
     block_c, block_h, block_w = _window_tiles(dst, C_dst, DT, DS, config)
     grid = (N * cdiv(C_dst, block_c), cdiv(DT, block_h) * cdiv(DS, block_w))
     launch(
@@ -341,7 +347,7 @@ def _launch_window(src, weight, bias, dst, geometry, R, DIV, walk, axes, index_6
         KW=geometry.kernel[s],
         STRIDE_W=geometry.stride[s],
         DIL_W=geometry.dilation[s],
-        UNROLL_KH=geometry.kernel[t] if geometry.kernel[t] <= WINDOW_UNROLL_MAX_KH else 0,
+        UNROLL_KH=geometry.kernel[t] if unroll else 0,
         HAS_BIAS=bias is not None,
         ACC_DTYPE=accumulator_dtype(src.dtype),
         BLOCK_C=block_c,
