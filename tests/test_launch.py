@@ -198,7 +198,8 @@ def test_a_body_returning_a_view_is_not_planned(device):
         x = torch.randn(8, device=device)
         out = torch.empty(8, device=device)
         assert_close(_returns_a_view(x, out), (2 * x)[1:].cpu())
-    assert not _returns_a_view.plans.entries
+    # remembered as unplannable: no replay (it would return no view), no re-recording
+    assert list(_returns_a_view.plans.entries.values()) == [launch.UNPLANNABLE]
 
 
 def test_tf32_setting_is_part_of_every_plan(device):
@@ -390,3 +391,34 @@ def test_lean_launches_on_the_gpu_match_tritons_own(device):
     finally:
         wrapper.launch = c_launch
     assert len(seen) == 2 and seen[0] == seen[1]
+
+
+@launch.launch_plan
+def _axpy_halves(x, y, out):
+    """Two launches on views it makes itself: no plan can replay that."""
+    half = out.numel() // 2
+    _axpy(x[:half], y[:half], out[:half], 2)
+    _axpy(x[half:], y[half:], out[half:], 3)
+
+
+def test_an_unplannable_signature_is_recorded_once(device, monkeypatch):
+    """A call whose launches read views it made cannot be replayed: its signature is
+    remembered as unplannable, later calls run unrecorded (was: recorded and discarded on
+    every call, nested plans bypassed: about a millisecond per strided depthwise backward on
+    the H100), and the planned functions it calls replay their own plans."""
+    _axpy.plans.clear()
+    _axpy_halves.plans.clear()
+    recordings = []
+    real = launch._build_plan
+    monkeypatch.setattr(launch, "_build_plan", lambda *a: recordings.append(1) or real(*a))
+    for _ in range(3):
+        x, y = torch.randn(64, device=device), torch.randn(64, device=device)
+        out = torch.full((64,), float("nan"), device=device)
+        _axpy_halves(x, y, out)
+        assert_close(out[:32], (2 * x[:32] + y[:32]).cpu())
+        assert_close(out[32:], (3 * x[32:] + y[32:]).cpu())
+    # one recording of the outer function, then one of each inner signature (alpha 2 and 3)
+    assert len(recordings) == 3
+    assert _axpy_halves.plans.get(next(iter(_axpy_halves.plans.entries))) is launch.UNPLANNABLE
+    assert _axpy_halves.plan_of(x, y, out) is None
+    assert len(_axpy.plans.entries) == 2

@@ -26,7 +26,10 @@ normally while every allocation and launch is recorded, tensors by which argumen
 they were; later calls replay the record on the new tensors without running the function's
 Python at all: geometry, tile choice, grids, strides, output layouts and the kernels' argument
 lists are worked out once per signature. (Under the interpreter the replay
-interprets the recorded launches, so CPU tests exercise the recording too.)
+interprets the recorded launches, so CPU tests exercise the recording too.) A signature whose
+record cannot be replayed (a launch on a view the function made) is remembered as such: its
+later calls run the function unrecorded, and the planned functions it calls replay their own
+plans, instead of recording (and discarding) the whole call every time.
 """
 
 from __future__ import annotations
@@ -323,11 +326,18 @@ def _index(table: list, t) -> int | None:
     return next((i for i, u in enumerate(table) if u is t), None)
 
 
+# What a plan cache holds for a signature whose calls cannot be replayed (a launch reads, or
+# the function returns, a view or a tensor some other op made): later calls run the function
+# without recording it, so the planned functions it calls replay their own plans.
+UNPLANNABLE = object()
+
+
 def _build_plan(events, tensors: list, result) -> _Plan | None:
     """The recorded events as a plan over ``tensors`` (the function's tensor arguments, then
-    what it allocated); None if a launch read, or the function returned, a tensor that is
-    neither (a view or a tensor made by some other op: the function cannot be replayed), or
-    one tensor came as two arguments (a later call may pass two distinct ones)."""
+    what it allocated); ``UNPLANNABLE`` if a launch read, or the function returned, a tensor
+    that is neither (a view or a tensor made by some other op: the function cannot be
+    replayed); None if one tensor came as two arguments (this call only: a later call may
+    pass two distinct ones)."""
     table = list(tensors)
     if len({id(t) for t in table}) != len(table):
         return None
@@ -344,7 +354,7 @@ def _build_plan(events, tensors: list, result) -> _Plan | None:
             if isinstance(arg, torch.Tensor):
                 index = _index(table, arg)
                 if index is None:
-                    return None
+                    return UNPLANNABLE
                 slots.append((position, index))
         steps.append(_Launch(kernel, grid, args, meta, slots))
     if result is None:
@@ -352,11 +362,11 @@ def _build_plan(events, tensors: list, result) -> _Plan | None:
     elif isinstance(result, torch.Tensor):
         indices = _index(table, result)
         if indices is None:
-            return None
+            return UNPLANNABLE
     else:
         indices = tuple(_index(table, t) for t in result)
         if None in indices:
-            return None
+            return UNPLANNABLE
     return _Plan(steps, indices)
 
 
@@ -397,6 +407,8 @@ def launch_plan(fn):
             plan = plans.get(key)
         except TypeError:  # an unhashable argument
             return fn(*args)
+        if plan is UNPLANNABLE:
+            return fn(*args)
         if plan is not None:
             return plan.run(tensors)
         _recorder.events = events = []
@@ -412,9 +424,10 @@ def launch_plan(fn):
     def plan_of(*args) -> _Plan | None:
         """The recorded plan of these arguments' signature, if there is one."""
         try:
-            return plans.get(_signature_key(args))
+            plan = plans.get(_signature_key(args))
         except TypeError:
             return None
+        return None if plan is UNPLANNABLE else plan
 
     planned.plans = plans
     planned.plan_of = plan_of
