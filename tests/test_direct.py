@@ -301,6 +301,38 @@ def test_depthwise_strided_input_gradient_without_taps_replays_zeros(device, mon
         assert torch.equal(dx, torch.zeros_like(x))
 
 
+@pytest.mark.parametrize("layout", ("nchw", "nhwc"))
+def test_depthwise_strided_backward_replays_its_plan(layout, device, monkeypatch):
+    """The strided input gradient's phases write views of dx; the backward's launch plan
+    re-makes those views over each call's dx, so repeated calls replay (nothing recorded after
+    the first) and stay right, every element written (allocations start as NaN)."""
+    from tritonconv import launch
+
+    empty_strided = torch.empty_strided
+
+    def poisoned(*args, **kwargs):
+        t = empty_strided(*args, **kwargs)
+        return t.fill_(float("nan")) if t.is_floating_point() else t
+
+    monkeypatch.setattr(torch, "empty_strided", poisoned)
+    tritonconv.clear_caches()
+    recordings = []
+    real = launch._build_plan
+    monkeypatch.setattr(launch, "_build_plan", lambda *a: recordings.append(1) or real(*a))
+    w = random_tensor((6, 1, 3, 3), torch.float64, device)
+    counts = []
+    for _ in range(3):
+        x = _layout(random_tensor((2, 3, 9, 8), torch.float64, device), layout)
+        _check(x, w, algo="depthwise", stride=2, padding=1, groups=3)
+        counts.append(len(recordings))
+    assert counts[1] == counts[2], counts  # the third call recorded nothing
+    from tritonconv import caches
+
+    plans = [p for cache in caches._ALL for p in cache.entries.values()]
+    assert launch.UNPLANNABLE not in plans  # replayed whole, not run unrecorded
+    tritonconv.clear_caches()
+
+
 @pytest.mark.parametrize("dtype", (torch.int32, torch.int64))
 def test_integer_depthwise_strided_is_exact(dtype, device):
     x = torch.randint(-50, 50, (2, 4, 11, 10), dtype=dtype, device=device)

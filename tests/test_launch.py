@@ -395,18 +395,16 @@ def test_lean_launches_on_the_gpu_match_tritons_own(device):
 
 @launch.launch_plan
 def _axpy_halves(x, y, out):
-    """Two launches on views it makes itself: no plan can replay that."""
+    """Two launches on views it makes of its arguments (the kernel reads them contiguously;
+    the strided depthwise input gradient's tests cover strided views)."""
     half = out.numel() // 2
-    _axpy(x[:half], y[:half], out[:half], 2)
-    _axpy(x[half:], y[half:], out[half:], 3)
+    launch.launch(_axpy_kernel, (1,), x[:half], y[half:], out[:half], half, 2, BLOCK=64)
+    launch.launch(_axpy_kernel, (1,), x[half:], y[:half], out[half:], half, 3, BLOCK=64)
 
 
-def test_an_unplannable_signature_is_recorded_once(device, monkeypatch):
-    """A call whose launches read views it made cannot be replayed: its signature is
-    remembered as unplannable, later calls run unrecorded (was: recorded and discarded on
-    every call, nested plans bypassed: about a millisecond per strided depthwise backward on
-    the H100), and the planned functions it calls replay their own plans."""
-    _axpy.plans.clear()
+def test_launches_on_views_replay(device, monkeypatch):
+    """Views a planned function makes of its tensors are re-made over each call's tensors by
+    the replay (offset and strides): recorded once, right on every call."""
     _axpy_halves.plans.clear()
     recordings = []
     real = launch._build_plan
@@ -415,10 +413,34 @@ def test_an_unplannable_signature_is_recorded_once(device, monkeypatch):
         x, y = torch.randn(64, device=device), torch.randn(64, device=device)
         out = torch.full((64,), float("nan"), device=device)
         _axpy_halves(x, y, out)
-        assert_close(out[:32], (2 * x[:32] + y[:32]).cpu())
-        assert_close(out[32:], (3 * x[32:] + y[32:]).cpu())
-    # one recording of the outer function, then one of each inner signature (alpha 2 and 3)
-    assert len(recordings) == 3
-    assert _axpy_halves.plans.get(next(iter(_axpy_halves.plans.entries))) is launch.UNPLANNABLE
-    assert _axpy_halves.plan_of(x, y, out) is None
-    assert len(_axpy.plans.entries) == 2
+        assert_close(out[:32], (2 * x[:32] + y[32:]).cpu())
+        assert_close(out[32:], (3 * x[32:] + y[:32]).cpu())
+    assert len(recordings) == 1
+    assert _axpy_halves.plan_of(x, y, out) is not None
+
+
+@launch.launch_plan
+def _axpy_on_a_copy(x, y, out):
+    """A launch on a tensor another op made (not :func:`launch.allocate`): not replayable."""
+    _axpy(x.clone(), y, out, 2)
+
+
+def test_an_unplannable_signature_is_recorded_once(device, monkeypatch):
+    """A call whose launch reads a tensor some other op made cannot be replayed: its signature
+    is remembered as unplannable, later calls run unrecorded (was: recorded and discarded on
+    every call, nested plans bypassed), and the planned functions it calls replay theirs."""
+    _axpy.plans.clear()
+    _axpy_on_a_copy.plans.clear()
+    recordings = []
+    real = launch._build_plan
+    monkeypatch.setattr(launch, "_build_plan", lambda *a: recordings.append(1) or real(*a))
+    for _ in range(3):
+        x, y = torch.randn(64, device=device), torch.randn(64, device=device)
+        out = torch.full((64,), float("nan"), device=device)
+        _axpy_on_a_copy(x, y, out)
+        assert_close(out, (2 * x + y).cpu())
+    # one recording of the outer function, then one of the inner one's signature
+    assert len(recordings) == 2
+    assert list(_axpy_on_a_copy.plans.entries.values()) == [launch.UNPLANNABLE]
+    assert _axpy_on_a_copy.plan_of(x, y, out) is None
+    assert len(_axpy.plans.entries) == 1

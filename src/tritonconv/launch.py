@@ -270,6 +270,50 @@ class _Alloc:
         table.append(t)
 
 
+class _View:
+    """A view a planned function made of a tensor of the table and launched on (the strided
+    depthwise input gradient's stride phases): re-made over the replay's tensor from its
+    shape, strides and storage offset relative to that tensor."""
+
+    __slots__ = ("base", "offset", "shape", "strides")
+
+    def __init__(self, base: int, shape, strides, offset: int):
+        self.base, self.shape, self.strides, self.offset = base, shape, strides, offset
+
+    def run(self, table: list) -> None:
+        t = table[self.base]
+        table.append(t.as_strided(self.shape, self.strides, t.storage_offset() + self.offset))
+
+
+def _extent(t: torch.Tensor) -> tuple[int, int]:
+    """First and last storage element ``t`` reaches (``t`` not empty)."""
+    start = t.storage_offset()
+    return start, start + sum((n - 1) * s for n, s in zip(t.shape, t.stride(), strict=True))
+
+
+def _view_step(table: list, roots: list, t: torch.Tensor) -> _View | None:
+    """``t`` as a :class:`_View` of the one tensor of ``table`` (among the ``roots``
+    indices: arguments and allocations) whose storage it shares and whose elements it stays
+    within; None if there is no such single tensor."""
+    if t.numel() == 0:
+        return None
+    storage = t.untyped_storage().data_ptr()
+    bases = [
+        i
+        for i in roots
+        if (u := table[i]).device == t.device
+        and u.untyped_storage().data_ptr() == storage
+        and u.numel()
+    ]
+    if len(bases) != 1:
+        return None
+    base = table[bases[0]]
+    (lo, hi), (base_lo, base_hi) = _extent(t), _extent(base)
+    if t.dtype != base.dtype or lo < base_lo or hi > base_hi:
+        return None
+    return _View(bases[0], tuple(t.shape), t.stride(), lo - base.storage_offset())
+
+
 class _Launch:
     """A recorded launch: the kernel's arguments with the tensors left as slots (indices into
     the replay's tensor table), and its compiled kernels by device and pointer alignment."""
@@ -334,16 +378,18 @@ UNPLANNABLE = object()
 
 def _build_plan(events, tensors: list, result) -> _Plan | None:
     """The recorded events as a plan over ``tensors`` (the function's tensor arguments, then
-    what it allocated); ``UNPLANNABLE`` if a launch read, or the function returned, a tensor
-    that is neither (a view or a tensor made by some other op: the function cannot be
-    replayed); None if one tensor came as two arguments (this call only: a later call may
-    pass two distinct ones)."""
+    what it allocated, then the views of those its launches read: :func:`_view_step`);
+    ``UNPLANNABLE`` if a launch read, or the function returned, a tensor that is none of
+    these (made by some other op: the function cannot be replayed); None if one tensor came
+    as two arguments (this call only: a later call may pass two distinct ones)."""
     table = list(tensors)
     if len({id(t) for t in table}) != len(table):
         return None
+    roots = list(range(len(table)))  # arguments and allocations: what views are made of
     steps = []
     for event in events:
         if isinstance(event, _Alloc):
+            roots.append(len(table))
             table.append(event.tensor)
             event.tensor = None
             steps.append(event)
@@ -354,7 +400,12 @@ def _build_plan(events, tensors: list, result) -> _Plan | None:
             if isinstance(arg, torch.Tensor):
                 index = _index(table, arg)
                 if index is None:
-                    return UNPLANNABLE
+                    view = _view_step(table, roots, arg)
+                    if view is None:
+                        return UNPLANNABLE
+                    steps.append(view)
+                    table.append(arg)
+                    index = len(table) - 1
                 slots.append((position, index))
         steps.append(_Launch(kernel, grid, args, meta, slots))
     if result is None:
