@@ -42,3 +42,15 @@ def _exact_fp32():
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
+
+
+@pytest.fixture
+def plan_recordings(monkeypatch):
+    """A list that gains one entry each time a launch plan is built (a call recorded) while
+    the test runs: how tests see that later calls replay instead of recording again."""
+    from tritonconv import launch
+
+    recordings = []
+    real = launch._build_plan
+    monkeypatch.setattr(launch, "_build_plan", lambda *a: recordings.append(1) or real(*a))
+    return recordings

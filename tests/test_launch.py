@@ -402,20 +402,17 @@ def _axpy_halves(x, y, out):
     launch.launch(_axpy_kernel, (1,), x[half:], y[:half], out[half:], half, 3, BLOCK=64)
 
 
-def test_launches_on_views_replay(device, monkeypatch):
+def test_launches_on_views_replay(device, plan_recordings):
     """Views a planned function makes of its tensors are re-made over each call's tensors by
     the replay (offset and strides): recorded once, right on every call."""
     _axpy_halves.plans.clear()
-    recordings = []
-    real = launch._build_plan
-    monkeypatch.setattr(launch, "_build_plan", lambda *a: recordings.append(1) or real(*a))
     for _ in range(3):
         x, y = torch.randn(64, device=device), torch.randn(64, device=device)
         out = torch.full((64,), float("nan"), device=device)
         _axpy_halves(x, y, out)
         assert_close(out[:32], (2 * x[:32] + y[32:]).cpu())
         assert_close(out[32:], (3 * x[32:] + y[:32]).cpu())
-    assert len(recordings) == 1
+    assert len(plan_recordings) == 1
     assert _axpy_halves.plan_of(x, y, out) is not None
 
 
@@ -425,22 +422,19 @@ def _axpy_on_a_copy(x, y, out):
     _axpy(x.clone(), y, out, 2)
 
 
-def test_an_unplannable_signature_is_recorded_once(device, monkeypatch):
+def test_an_unplannable_signature_is_recorded_once(device, plan_recordings):
     """A call whose launch reads a tensor some other op made cannot be replayed: its signature
     is remembered as unplannable, later calls run unrecorded (was: recorded and discarded on
     every call, nested plans bypassed), and the planned functions it calls replay theirs."""
     _axpy.plans.clear()
     _axpy_on_a_copy.plans.clear()
-    recordings = []
-    real = launch._build_plan
-    monkeypatch.setattr(launch, "_build_plan", lambda *a: recordings.append(1) or real(*a))
     for _ in range(3):
         x, y = torch.randn(64, device=device), torch.randn(64, device=device)
         out = torch.full((64,), float("nan"), device=device)
         _axpy_on_a_copy(x, y, out)
         assert_close(out, (2 * x + y).cpu())
     # one recording of the outer function, then one of the inner one's signature
-    assert len(recordings) == 2
+    assert len(plan_recordings) == 2
     assert list(_axpy_on_a_copy.plans.entries.values()) == [launch.UNPLANNABLE]
     assert _axpy_on_a_copy.plan_of(x, y, out) is None
     assert len(_axpy.plans.entries) == 1
