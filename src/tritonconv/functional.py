@@ -497,7 +497,7 @@ def explain(
         params = _params(args, ndim, transposed, limit)
         found = _auto(input, weight, bias, args, params, name, ndim, transposed)
     if found.algo == "depthwise" and not transposed and args.geometry.ndim == 2:
-        kernels = depthwise.describe(args.geometry, input)
+        kernels = depthwise.describe(args.geometry, input, weight)
         return dataclasses.replace(found, reason=f"{found.reason}; {kernels}")
     if found.algo != "implicit_gemm":
         return found

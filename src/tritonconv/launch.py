@@ -26,10 +26,12 @@ normally while every allocation and launch is recorded, tensors by which argumen
 they were; later calls replay the record on the new tensors without running the function's
 Python at all: geometry, tile choice, grids, strides, output layouts and the kernels' argument
 lists are worked out once per signature. (Under the interpreter the replay
-interprets the recorded launches, so CPU tests exercise the recording too.) A signature whose
-record cannot be replayed (a launch on a view the function made) is remembered as such: its
-later calls run the function unrecorded, and the planned functions it calls replay their own
-plans, instead of recording (and discarding) the whole call every time.
+interprets the recorded launches, so CPU tests exercise the recording too.) A launch on a
+view the function made of one of its tensors is replayed on the same view of the call's
+tensor. A signature whose record cannot be replayed (a launch on a tensor some other op made)
+is remembered as such: its later calls run the function unrecorded, and the planned functions
+it calls replay their own plans, instead of recording (and discarding) the whole call every
+time.
 """
 
 from __future__ import annotations
@@ -370,9 +372,9 @@ def _index(table: list, t) -> int | None:
     return next((i for i, u in enumerate(table) if u is t), None)
 
 
-# What a plan cache holds for a signature whose calls cannot be replayed (a launch reads, or
-# the function returns, a view or a tensor some other op made): later calls run the function
-# without recording it, so the planned functions it calls replay their own plans.
+# What a plan cache holds for a signature whose calls cannot be replayed (a launch reads a
+# tensor some other op made, or the function returns a view or such a tensor): later calls
+# run the function without recording it, so the planned functions it calls replay their own.
 UNPLANNABLE = object()
 
 

@@ -159,15 +159,19 @@ def _fma_tiles(t: torch.Tensor, height: int, width: int):
     return 1, clamped_power_of_2(height, 1, max(1, elements // block_w)), block_w
 
 
+def _channel_block(channels: int, limit: int) -> int:
+    """A power-of-two block of at most ``limit`` channels, halved (down to 8) until it
+    divides ``channels``, so that no block straddles the end of the channels."""
+    block_c = clamped_power_of_2(channels, 1, limit)
+    while block_c > 8 and channels % block_c:
+        block_c //= 2
+    return block_c
+
+
 def _small_tiles(t: torch.Tensor, height: int, width: int, config: dict):
     """(BLOCK_C, BLOCK_H, BLOCK_W) of the small-kernel kernels from a DEPTHWISE_CONFIG entry."""
     block_h, block_w = config["block_h"], config["block_w"]
-    block_c = 1
-    if _is_channels_last(t):
-        channels = t.shape[1]
-        block_c = clamped_power_of_2(channels, 1, config["block_c"])
-        while block_c > 8 and channels % block_c:
-            block_c //= 2
+    block_c = _channel_block(t.shape[1], config["block_c"]) if _is_channels_last(t) else 1
     if INTERPRETER:
         block_h, block_w = 32, 64
         block_c = min(block_c, 4)
@@ -290,11 +294,7 @@ def _window_axes(geometry: Geometry, t: torch.Tensor, op: str):
 def _window_tiles(t: torch.Tensor, C: int, rows: int, columns: int, config: dict):
     """(BLOCK_C, BLOCK_H, BLOCK_W) of a window kernel: ``rows`` along the tile axis,
     ``columns`` along the sliding one (``BLOCK_W`` need not be a power of two)."""
-    block_c = 1
-    if config["block_c"] > 1:
-        block_c = clamped_power_of_2(C, 1, config["block_c"])
-        while block_c > 8 and C % block_c:
-            block_c //= 2
+    block_c = _channel_block(C, config["block_c"])
     block_h = config["block_h"]
     if INTERPRETER:  # few programs; still several row tiles on the tests' small tensors
         block_c, block_h = min(block_c, 4), 16
@@ -421,9 +421,9 @@ def _launch_window_grad_weight(grad_out, x, geometry, axes, bias_grad: bool, acc
     return partial
 
 
-def describe(geometry: Geometry, x: torch.Tensor) -> str:
-    """Which kernels a 2-D depthwise convolution over ``x`` runs, forward, input gradient and
-    weight gradient, and why (for :func:`tritonconv.explain`)."""
+def describe(geometry: Geometry, x: torch.Tensor, weight: torch.Tensor) -> str:
+    """Which kernels a 2-D depthwise convolution of ``x`` by ``weight`` runs, forward, input
+    gradient and weight gradient, and why (for :func:`tritonconv.explain`)."""
     taps = geometry.kernel[0] * geometry.kernel[1]
 
     def family(op: str) -> str:
@@ -439,9 +439,8 @@ def describe(geometry: Geometry, x: torch.Tensor) -> str:
         return "FMA, general"
 
     if any(s != 1 for s in geometry.stride):
-        phases = _phases_of(geometry, tuple(geometry.input), (taps, taps, geometry.kernel[1], 1))
         dx = "one stride-1 FMA convolution per stride phase (only the taps that reach it)"
-        if phases is None:
+        if _phases(geometry, geometry.input, weight) is None:
             dx = "general direct kernel (a phase wide enough for the band kernels)"
     else:
         dx = family("fwd") + ", taps flipped"
@@ -520,8 +519,8 @@ def _phases(geometry: Geometry, input_size, weight: torch.Tensor):
     the phase's taps only (no multiply by a zero), walked with a negative dilation. By phase:
     ``(geometry, weight walk)`` for ``_launch``, or None for a phase no tap reaches. None
     altogether when a phase's kernel would take the band kernels (they walk forwards only).
-    Worked out once per geometry, input size and weight strides (the calls' launch plans
-    replay each phase's launch; the views of dx keep the whole call from having one)."""
+    Worked out once per geometry, input size and weight strides (a call's launch plan replays
+    the phases' launches, re-making their views of dx)."""
     return _phases_of(geometry, tuple(input_size), weight.stride())
 
 
