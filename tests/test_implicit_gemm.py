@@ -78,10 +78,11 @@ def test_transposed_matches_float64(geometry, device):
         w = random_tensor((K, C // groups, *kernel), torch.float32, device)
         b = random_tensor((C,), torch.float32, device)
         output_padding = tuple(s - 1 for s in torch.nn.modules.utils._pair(stride))
-        _check(
-            x, w, b, transposed=True, output_padding=output_padding, stride=stride,
-            padding=padding, dilation=dilation, groups=groups,
-        )  # fmt: skip
+        for weight in (w, w.to(memory_format=torch.channels_last)):  # copied, read in place
+            _check(
+                x, weight, b, transposed=True, output_padding=output_padding, stride=stride,
+                padding=padding, dilation=dilation, groups=groups,
+            )  # fmt: skip
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
@@ -114,6 +115,29 @@ def test_every_output_element_is_written(device):
     assert not y.isnan().any()
     assert_close(y, F.conv_transpose2d(x.double(), w.double(), stride=3, dilation=2),
                  reduction=64)  # fmt: skip
+
+
+def test_weight_is_copied_only_when_neither_channel_axis_is_innermost(device, monkeypatch):
+    """The forward reads a channels-last weight along its input channels and the input
+    gradient along the same axis (its destination side): neither copies it. A weight with
+    neither channel axis innermost (NCHW, 3x3) is copied once per call, reduction side
+    innermost (the results are checked against float64 by the tests above)."""
+    from tritonconv.geometry import make_geometry
+
+    copies = []
+    original = implicit_gemm.crop_into
+    monkeypatch.setattr(implicit_gemm, "crop_into", lambda *a: copies.append(1) or original(*a))
+    cl = torch.channels_last
+    x = random_tensor((2, 16, 6, 6), torch.float32, device).to(memory_format=cl)
+    dy = random_tensor((2, 24, 6, 6), torch.float32, device).to(memory_format=cl)
+    geometry = make_geometry((6, 6), (3, 3), (1, 1), (1, 1), (1, 1), (1, 1))
+    for weight_layout, expected in ((cl, 0), (torch.contiguous_format, 2)):
+        w = random_tensor((24, 16, 3, 3), torch.float32, device).to(memory_format=weight_layout)
+        tritonconv.clear_caches()
+        copies.clear()
+        implicit_gemm.conv_forward(x, w, None, geometry, 1)
+        implicit_gemm.conv_grad_input(dy, w, x, geometry, 1)
+        assert len(copies) == expected, weight_layout
 
 
 def test_weight_gradient_is_bitwise_reproducible(device):

@@ -102,9 +102,15 @@ def time_ms(fn: Callable[[int], object], n_inputs: int, opts: Options) -> float:
 
 
 def kernel_ms(fn: Callable[[int], object], n_inputs: int, opts: Options) -> float | None:
-    """Median milliseconds of ``fn(i)`` on the GPU alone: one pass over the ``n_inputs`` input
+    """Median milliseconds of ``fn(i)`` on the GPU alone: passes over the ``n_inputs`` input
     sets captured in a CUDA graph and replayed, so the host's launch work (done once, at
     capture) is not in the figure. None without CUDA or when ``fn`` cannot be captured.
+
+    A graph replay costs the host several microseconds before its first kernel starts, and the
+    events around it time that wait too: a graph holding one pass of a 5 µs kernel reads as
+    ~15 µs. So the graph holds as many passes as make a replay last at least
+    :data:`KERNEL_MS_GRAPH_US` (up to :data:`KERNEL_MS_MAX_PASSES`), measured from a first
+    one-pass capture, and the time is divided by the passes (benchmarks/NOTES.md, session 9).
 
     ``time_ms`` is what a user calling ``fn`` feels; this is what the kernels cost. On layers
     whose kernels take less time than the host path the two differ, and both are reported."""
@@ -113,20 +119,39 @@ def kernel_ms(fn: Callable[[int], object], n_inputs: int, opts: Options) -> floa
     for i in range(max(2, n_inputs)):  # warm up (compilation, cudnn.benchmark) outside capture
         fn(i % n_inputs)
     torch.cuda.synchronize()
+    one_pass = _replay_ms(fn, n_inputs, 1, 3)
+    if one_pass is None:
+        return None
+    passes = min(KERNEL_MS_MAX_PASSES, max(1, math.ceil(KERNEL_MS_GRAPH_US / 1000 / one_pass)))
+    reps = max(3, opts.reps // 10) if opts.quick else max(5, opts.reps // 2)
+    total = one_pass if passes == 1 else _replay_ms(fn, n_inputs, passes, reps)
+    return None if total is None else total / (passes * n_inputs)
+
+
+#: A replay of ``kernel_ms``'s graph lasts at least this long (µs), so the host's few
+#: microseconds of replay latency are a small part of it ...
+KERNEL_MS_GRAPH_US = 400
+#: ... with at most this many passes over the input sets in the graph.
+KERNEL_MS_MAX_PASSES = 64
+
+
+def _replay_ms(fn, n_inputs: int, passes: int, reps: int) -> float | None:
+    """Median ms of one replay of a graph holding ``passes`` passes of ``fn`` over the input
+    sets; None (and a warning) when ``fn`` cannot be captured."""
     graph = torch.cuda.CUDAGraph()
     try:
         with torch.cuda.graph(graph):
-            for i in range(n_inputs):
-                fn(i)
+            for _ in range(passes):
+                for i in range(n_inputs):
+                    fn(i)
     except Exception as exc:  # a call that cannot be captured: the per-call figure stands alone
         with contextlib.suppress(Exception):
             torch.cuda.synchronize()
         _end_failed_capture()
         name = getattr(fn, "__qualname__", repr(fn))
-        warnings.warn(f"{name} could not be captured in a CUDA graph: {exc!r}", stacklevel=2)
+        warnings.warn(f"{name} could not be captured in a CUDA graph: {exc!r}", stacklevel=3)
         return None
     graph.replay()
-    reps = max(3, opts.reps // 10) if opts.quick else max(5, opts.reps // 2)
     events = [
         (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
         for _ in range(reps)
@@ -137,7 +162,7 @@ def kernel_ms(fn: Callable[[int], object], n_inputs: int, opts: Options) -> floa
         end.record()
     torch.cuda.synchronize()
     del graph
-    return statistics.median(s.elapsed_time(e) for s, e in events) / n_inputs
+    return statistics.median(s.elapsed_time(e) for s, e in events)
 
 
 def _end_failed_capture() -> None:

@@ -14,8 +14,11 @@ gradient (hence also the transposed convolution) as one GEMM per group:
 Vocabulary as in ``direct.py``: ``src`` is what the window slides over (forward: x; input
 gradient: dy), ``dst`` what is written; in group ``g`` the weight element of source channel
 ``s``, destination channel ``d`` and tap ``(kd, kh, kw)`` sits at
-``w + g*w_sg + s*w_ss + d*w_sd + kd*w_skd + kh*w_skh + kw*w_skw``. The launcher lays the weight
-out with ``w_ss == 1`` so the ``[BLOCK_K, BLOCK_N]`` weight tile is read along channels.
+``w + g*w_sg + s*w_ss + d*w_sd + kd*w_skd + kh*w_skh + kw*w_skw``. The launcher passes a
+weight with ``w_ss == 1`` or ``w_sd == 1`` (copying it so when neither holds), so the
+``[BLOCK_K, BLOCK_N]`` weight tile is read along one of its axes: the forward of a
+channels-last weight (``w_ss == 1``, specialised by Triton) and its input gradient
+(``w_sd == 1``) read the weight as it is.
 
 **Input gradient without zero taps.** ``dx[i] = sum over o, k with o*stride - pad + k*dil == i
 of dy[o] * w[k]``: for a stride above 1 most taps of a given ``i`` have no ``o``. The positions
@@ -127,6 +130,7 @@ def conv_igemm_kernel(
     dst_sw,
     w_sg,
     w_sd,
+    w_ss,
     w_skd,
     w_skh,
     w_skw,
@@ -240,10 +244,10 @@ def conv_igemm_kernel(
         a_ptrs = src_rows[:, None] + (src_tap + c * src_sc)[None, :]
         w_tap = (jd * kstep_d) * w_skd + (jh * kstep_h) * w_skh + (jw * kstep_w) * w_skw
         if PACK > 1:
-            b_ptrs = w_cols[None, :] + (w_tap + c % src_g)[:, None]
+            b_ptrs = w_cols[None, :] + (w_tap + (c % src_g) * w_ss)[:, None]
             diagonal = (c // src_g)[:, None] == (d // dst_g)[None, :]
         else:
-            b_ptrs = w_cols[None, :] + (w_tap + c)[:, None]
+            b_ptrs = w_cols[None, :] + (w_tap + c * w_ss)[:, None]
         if EVEN_K:
             a = tl.load(a_ptrs, mask=ok[:, None], other=0)
             b_mask = d_ok[None, :]

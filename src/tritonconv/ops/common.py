@@ -81,7 +81,8 @@ def sum_partials(
     if numel == 0:
         return
     splits = partial.shape[0]
-    block, split_block = sum_partials_tiles(numel, splits)
+    programs = 128 if INTERPRETER else 4 * multiprocessor_count(partial.device)
+    block, split_block, num_warps = sum_partials_tiles(numel, splits, programs)
     # The last step's masked rows reach past ``splits``: their offsets must fit too.
     reach = cdiv(splits, split_block) * split_block * numel + cdiv(numel, block) * block
     launch(
@@ -97,7 +98,7 @@ def sum_partials(
         SPLIT_BLOCK=split_block,
         TWO_OUTPUTS=out2 is not None,
         INDEX_64=needs_int64(partial, out) or reach > INDEX32_LIMIT,
-        num_warps=4,
+        num_warps=num_warps,
     )
 
 
@@ -149,12 +150,20 @@ def channel_sum(t: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def sum_partials_tiles(numel: int, splits: int) -> tuple[int, int]:
-    """(elements, partials) per step of :func:`sum_partials`: about 128 programs over the
-    elements (1024 each at most, 32 at least), and steps of about 4096 values."""
-    block = min(1024, max(32, next_power_of_2(cdiv(numel, 128))))
-    split_block = min(max(1, 4096 // block), next_power_of_2(splits))
-    return block, split_block
+def sum_partials_tiles(numel: int, splits: int, programs: int) -> tuple[int, int, int]:
+    """(elements, partials, warps) per program step of :func:`sum_partials`: about ``programs``
+    programs over the elements (32 to 1024 each, 4 per lane at most), each step a tile of up
+    to 64 values per lane (more partials a step where the elements are few).
+
+    The partials are usually still in L2 and the reduction is latency-bound: enough programs
+    to keep every multiprocessor busy, and few dependent steps each (measured in session 9,
+    benchmarks/NOTES.md: the first version's ~128 programs of up to 8 steps took 12-22 µs
+    for a ResNet-50 weight gradient's partials)."""
+    block = min(1024, max(32, next_power_of_2(cdiv(numel, programs))))
+    warps = min(8, max(1, block // 128))
+    per_lane = block // (32 * warps)
+    split_block = min(next_power_of_2(splits), max(1, 64 // per_lane))
+    return block, split_block, warps
 
 
 @functools.cache

@@ -7,10 +7,11 @@ padding). float16, bfloat16 and float32 run on tensor cores (:data:`DOT_DTYPES`)
 the integer dtypes take the kernels' exact outer-product path (int64 accumulation, wrapping like
 PyTorch), so every real dtype has a convolution of any rank.
 
-The weight is read along its reduction channels (input channels forward, output channels for
-the input gradient): when its strides are not already so, it is first copied into that layout
-(``crop_into``, a few microseconds for real layers; a channels-last weight needs no copy for
-the forward).
+The weight tile is read along its reduction channels (input channels forward, output channels
+for the input gradient) or along the other channel axis: a channels-last weight (input channels
+innermost) is read as it is both ways; a weight with neither channel axis innermost (NCHW
+with a kernel wider than 1x1) is first copied with the reduction channels innermost
+(``crop_into``).
 
 Tile configurations are a :class:`Config`; :func:`forward_config`, :func:`wgrad_config` choose
 one per shape class (the heuristic, from the sweep recorded in ``benchmarks/NOTES.md``); any
@@ -254,11 +255,15 @@ def _launch_conv(src, weight, bias, dst, geometry: Geometry, groups: int, transp
             src.device,
         )  # fmt: skip
     block_m, block_n, block_k, num_warps, num_stages = config
-    # The reduction runs over the weight's source-side channels: make them its innermost.
-    w = _innermost(weight, 0 if transposed else 1)
+    # The weight tile is read along the source-side (reduction) channels or the destination
+    # channels: one of them must be the weight's innermost axis (copied so if neither is).
+    src_dim = 0 if transposed else 1
+    w = weight
+    if weight.stride(src_dim) != 1 and weight.stride(1 - src_dim) != 1:
+        w = _innermost(weight, src_dim)
     w_so, w_si, *w_taps = w.stride()
     out_per_group = weight.shape[0] // groups
-    w_sd = w_si if transposed else w_so
+    w_sd, w_ss = (w_si, w_so) if transposed else (w_so, w_si)
     # Small groups run ``pack`` at a time as one wider group (block-diagonal weight tile).
     pack = group_pack(src.dtype, src_per_group, dst_per_group, groups)
     src_g, dst_g = src_per_group, dst_per_group
@@ -286,6 +291,7 @@ def _launch_conv(src, weight, bias, dst, geometry: Geometry, groups: int, transp
         *_strides3(dst),
         out_per_group * w_so,
         w_sd,
+        w_ss,
         *_spatial3(w_taps, 0),
         src_g,
         dst_g,
