@@ -282,8 +282,11 @@ def _pointwise_grad_input(grad_out, w, grad_in, G):
         torch.matmul(w_t.unsqueeze(0), dy, out=grad_in.view(N, G, C // G, -1))
     else:
         dy = grad_out.permute(0, 2, 3, 1).reshape(-1, G, M).transpose(0, 1)
-        dx = torch.matmul(dy, w)  # (G, N*H*W, C/G)
-        grad_in.permute(0, 2, 3, 1).view(-1, G, C // G).copy_(dx.transpose(0, 1))
+        rows = grad_in.permute(0, 2, 3, 1).view(-1, G, C // G)
+        if G == 1 and rows.is_contiguous():  # channels-last: the GEMM writes dx in place
+            torch.mm(dy[0], w[0], out=rows.view(-1, C))
+        else:
+            rows.copy_(torch.matmul(dy, w).transpose(0, 1))  # (G, N*H*W, C/G) first
 
 
 def _pointwise_grad_weight(grad_out, x, grad_w, G):
