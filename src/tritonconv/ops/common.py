@@ -152,15 +152,15 @@ def channel_sum(t: torch.Tensor) -> torch.Tensor:
 
 def sum_partials_tiles(numel: int, splits: int, programs: int) -> tuple[int, int, int]:
     """(elements, partials, warps) per program step of :func:`sum_partials`: about ``programs``
-    programs over the elements (32 to 1024 each, 4 per lane at most), each step a tile of up
+    programs over the elements (32 to 1024 each, 1 to 4 warps), each step a tile of up
     to 64 values per lane (more partials a step where the elements are few).
 
     The partials are usually still in L2 and the reduction is latency-bound: enough programs
-    to keep every multiprocessor busy, and few dependent steps each (measured in session 9,
-    benchmarks/NOTES.md: the first version's ~128 programs of up to 8 steps took 12-22 µs
-    for a ResNet-50 weight gradient's partials)."""
+    to keep every multiprocessor busy, and few dependent steps each (session 9, H100: 2.5-3.2
+    µs for the partials of ResNet-50-sized weight gradients, against 2.8-5.0 µs with the
+    first version's ~128 programs of up to 8 steps)."""
     block = min(1024, max(32, next_power_of_2(cdiv(numel, programs))))
-    warps = min(8, max(1, block // 128))
+    warps = min(4, max(1, block // 128))
     per_lane = block // (32 * warps)
     split_block = min(next_power_of_2(splits), max(1, 64 // per_lane))
     return block, split_block, warps

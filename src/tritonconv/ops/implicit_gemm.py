@@ -47,8 +47,9 @@ DOT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 #: Every dtype this algorithm takes.
 DTYPES = FLOAT_DTYPES + INT_DTYPES
 
-# Programs per SM the weight gradient aims for when choosing its split count.
-WGRAD_PROGRAMS_PER_SM = 4
+# Programs per SM the weight gradient aims for when choosing its split count: 2 measured
+# better than 4 on most dense layers (fewer, longer splits; session 9, sweep_backward.py).
+WGRAD_PROGRAMS_PER_SM = 2
 # Cap on the weight gradient's fp32 partial sums, in elements (splits x weight numel).
 WGRAD_PARTIAL_LIMIT = 1 << 24
 
@@ -118,6 +119,8 @@ def wgrad_config(dtype, out_per_group: int, in_per_group: int, rows: int, kw: in
         return Config(128, 128, 32 if fp32 else 64, 8, 3)
     if kw > 1 and in_per_group < WGRAD_TAP_GROUP_BELOW:
         return Config(block_m, block_n, 32 if fp32 else 64, 4, 3)
+    if kw > 1 and not fp32:  # 64-position steps, 4 stages: two width taps a program fit
+        return Config(block_m, block_n, 64, 4, 4)
     return Config(block_m, block_n, 32 if fp32 else 128, 4, 4 if fp32 else 3)
 
 
@@ -390,11 +393,14 @@ def _launch_grad_weight(
 
 
 # Most width taps a weight-gradient program owns (its accumulators: one tile per tap), and the
-# input channels per group below which it owns several. Measured (H100, bf16, session 7,
+# input channels per group below which fp32 owns several. Measured (H100, bf16, session 7,
 # benchmarks/probe_wgrad.py): three taps a program took the weight gradient of the 3-channel
 # and 8-channels-per-group layers from 0.11-0.26x to 0.13-0.54x cuDNN, and made the dense
-# 64-256-channel 3x3 layers about twice as slow (more splits, hence partial sums, and
-# shorter loops), so dense layers keep one tap a program.
+# 64-256-channel 3x3 layers about twice as slow with 64x64x128 tiles (more splits, hence
+# partial sums, and shorter loops). Session 9's sweep (benchmarks/sweep_backward.py): with
+# 64x64x64 tiles of 4 stages (two taps fit the shared memory) and two programs per SM the
+# dense 16-bit 3x3 layers gain 5-15 % (ResNet-50 56x56 0.43 -> 0.50x cuDNN, UNet 0.39/0.48
+# -> 0.43/0.52x), so 16-bit dense layers own taps too; fp32 dense was not measured.
 WGRAD_TAP_GROUP_MAX = 3
 WGRAD_TAP_GROUP_BELOW = 16
 # Shared memory a weight-gradient program may take (its pipeline stages: one dy tile and one x
@@ -403,12 +409,12 @@ WGRAD_SHARED_BUDGET = 112 * 1024
 
 
 def wgrad_tap_group(kw: int, in_per_group: int, config: Config, element_size: int) -> int:
-    """How many neighbouring width taps a weight-gradient program owns: one for inputs of
+    """How many neighbouring width taps a weight-gradient program owns: one for fp32 inputs of
     ``WGRAD_TAP_GROUP_BELOW`` channels per group or more; else as many as the kernel has up to
     ``WGRAD_TAP_GROUP_MAX``, in groups of equal size (5 -> 3 + 2, 7 -> 3 + 3 + 1), fewer when
     the accumulators (one ``[block_m, block_n]`` fp32 tile per tap: at most three 64 x 64
     tiles per four warps) or the pipeline's shared memory would not fit."""
-    if in_per_group >= WGRAD_TAP_GROUP_BELOW:
+    if in_per_group >= WGRAD_TAP_GROUP_BELOW and element_size == 4:
         return 1
     group = cdiv(kw, cdiv(kw, WGRAD_TAP_GROUP_MAX))
     per_warp = config.block_m * config.block_n / config.num_warps
