@@ -31,7 +31,6 @@ import torch
 from .caches import clear_caches
 from .geometry import FLOAT_DTYPES
 from .ops import implicit_gemm
-from .ops.conv_gemm import is_pointwise
 from .timing import device_ms
 
 _benchmark: bool | None = None  # None: follow the environment and cudnn.benchmark
@@ -81,13 +80,6 @@ def cpu_kernels() -> bool:
     return os.environ.get("TRITONCONV_CPU_KERNELS", "") not in ("", "0")
 
 
-#: A channels-last 1x1 convolution of a 16-bit dtype runs as one cuBLAS GEMM per pass
-#: (``im2col_gemm``'s pointwise case) from this many positions (N * H * W) on: measured at
-#: 0.92-1.32x cuDNN forward + backward by kernel time on ResNet-50's and MobileNetV3's 1x1
-#: layers (bitwise cuDNN's results), where the implicit GEMM ran at 0.24-0.80x (H100, session 9,
-#: benchmarks/probe_pointwise.py). Below it (squeeze-excitation convolutions on 1x1 images)
-#: the implicit GEMM keeps them: the GEMM path's host cost there is not yet measured.
-POINTWISE_GEMM_POSITIONS = 4096
 #: 16-bit convolutions with fewer input channels per group than the 16-wide tensor-core step
 #: (image stems) and at most this many taps run on the implicit GEMM: measured 1.14x cuDNN
 #: forward + backward on MobileNetV3's 3x3 stem against 0.71x by im2col + GEMM (session 9),
@@ -120,16 +112,6 @@ def heuristic(
     dense = min(args.in_per_group, args.out_per_group) >= 16
     half = dtype in (torch.float16, torch.bfloat16)
     geometry = args.geometry
-    positions = args.batch * geometry.output_numel
-    if (
-        "im2col_gemm" in candidates and half and channels_last and args.groups == 1
-        and dense and is_pointwise(geometry) and positions >= POINTWISE_GEMM_POSITIONS
-    ):  # fmt: skip
-        return Choice(
-            "im2col_gemm",
-            "channels-last 1x1 convolution: the image is already its GEMM operand, one cuBLAS "
-            "GEMM per pass (measured at cuDNN's speed; the implicit GEMM at 0.24-0.80x)",
-        )
     narrow = (
         half and args.groups == 1 and args.in_per_group < 16 <= args.out_per_group
         and geometry.kernel_numel <= NARROW_IMPLICIT_MAX_TAPS

@@ -30,7 +30,6 @@ from .geometry import (
 )
 from .launch import tracing
 from .ops import conv_gemm, depthwise, implicit_gemm
-from .ops.common import is_channels_last
 from .plans import BoundedCache, lookup, tensor_key, values_key
 
 #: Convolution algorithms ``conv2d(..., algo=...)`` accepts: the forward op of each, applied as
@@ -186,18 +185,13 @@ def _candidates(input: torch.Tensor, args) -> list[str]:
     return [*algos, "depthwise"] if args.depthwise else algos
 
 
-def _heuristic(input: torch.Tensor, args, candidates: list[str]) -> choice.Choice:
-    """``choice.heuristic`` for this call (its dtype and memory format)."""
-    return choice.heuristic(input.dtype, args, candidates, is_channels_last(input))
-
-
 def _choose_algo(algo: str, input: torch.Tensor, args, op: str = "conv2d") -> str:
     """The algorithm that runs: ``algo`` itself, or for ``"auto"`` the heuristic's choice
     (``_conv_plan`` measures instead when asked to)."""
     if algo not in CONV_ALGOS:
         raise TritonConvError(f"algo must be one of {list(CONV_ALGOS)}, got {algo!r}")
     if algo == "auto":
-        return _heuristic(input, args, _candidates(input, args)).algo
+        return choice.heuristic(input.dtype, args, _candidates(input, args)).algo
     if algo == "aten":
         if input.device.type != "cpu":
             raise TritonConvError(
@@ -434,7 +428,7 @@ def _auto(input, weight, bias, args, params, name, ndim, transposed) -> choice.C
     disk cache ``tune`` and benchmark mode fill) if there is one; else measured now when asked
     for (never while torch.compile traces); else the heuristic."""
     candidates = _candidates(input, args)
-    rule = _heuristic(input, args, candidates)
+    rule = choice.heuristic(input.dtype, args, candidates)
     if len(candidates) == 1 and candidates != ["implicit_gemm"]:
         return rule  # nothing to choose (a 3-D call still has the implicit GEMM's tiles)
     x = input if args.batched else input.unsqueeze(0)
