@@ -140,6 +140,39 @@ def test_weight_is_copied_only_when_neither_channel_axis_is_innermost(device, mo
         assert len(copies) == expected, weight_layout
 
 
+@pytest.mark.parametrize("dims", [1, 2, 3])
+def test_weight_gradient_takes_the_weights_layout(dims, device):
+    """dW comes in the weight's own layout when that is dense (channels-last included), so
+    autograd accumulates it without a copy; the values are the same bits either way."""
+    from tritonconv.geometry import make_geometry
+
+    spatial, kernel = (5,) * dims, (3,) * dims
+    x = random_tensor((2, 16, *spatial), torch.float32, device)
+    x = _channels_innermost(x)
+    geometry = make_geometry(spatial, kernel, (1,) * dims, (1,) * dims, (1,) * dims, (1,) * dims)
+    dy = _channels_innermost(random_tensor((2, 24, *spatial), torch.float32, device))
+    w = random_tensor((24, 16, *kernel), torch.float32, device)
+    layouts = {"contiguous": w, "channels-last": _channels_innermost(w)}
+    layouts["transposed"] = w.transpose(-1, -2).contiguous().transpose(-1, -2)
+    results = {}
+    for name, weight in layouts.items():
+        got = implicit_gemm.conv_grad_weight(
+            dy, x, list(weight.shape), geometry, 1, None, weight.stride()
+        )
+        assert got.stride() == weight.stride(), name
+        results[name] = got
+    with_gaps = implicit_gemm.conv_grad_weight(dy, x, list(w.shape), geometry, 1, None,
+                                               tuple(2 * s for s in w.stride()))  # fmt: skip
+    assert with_gaps.is_contiguous()  # not a dense layout: the default one
+    for got in (*results.values(), with_gaps):
+        assert torch.equal(got, results["contiguous"])
+    reference = torch.ops.aten.convolution_backward(
+        dy.double(), x.double(), w.double(), None, (1,) * dims, (1,) * dims, (1,) * dims,
+        False, (0,) * dims, 1, (False, True, False),
+    )[1]  # fmt: skip
+    assert_close(results["channels-last"], reference, reduction=2 * 5**dims, name="dW")
+
+
 def test_weight_gradient_is_bitwise_reproducible(device):
     x = random_tensor((3, 16, 12, 12), torch.float32, device).requires_grad_()
     w = random_tensor((16, 16, 3, 3), torch.float32, device).requires_grad_()

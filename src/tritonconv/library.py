@@ -268,7 +268,7 @@ def conv_implicit_gemm_backward(
         grad_input = implicit_gemm.conv_grad_input(grad_output, weight, input, geometry, groups)
     if output_mask[1]:
         grad_weight = implicit_gemm.conv_grad_weight(
-            grad_output, input, list(weight.shape), geometry, groups
+            grad_output, input, list(weight.shape), geometry, groups, None, weight.stride()
         )
     return _gradients(grad_output, input, grad_input, grad_weight, None, output_mask)
 

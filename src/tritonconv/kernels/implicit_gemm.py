@@ -331,6 +331,11 @@ def conv_igemm_wgrad_kernel(
     x_sh,
     x_sw,
     partial_split_stride,
+    p_so,
+    p_si,
+    p_skd,
+    p_skh,
+    p_skw,
     inv_ow,
     inv_oh,
     inv_od,
@@ -348,15 +353,16 @@ def conv_igemm_wgrad_kernel(
     INDEX_64: tl.constexpr,
 ):
     """partial[split, g*Cout_g + co, ci, tap] = sum over the split's positions p of
-    dy[p, g*Cout_g + co] * x[p shifted by tap, g*Cin_g + ci]; ``partial`` is contiguous
-    ``(splits, C_out, Cin_g * KD*KH*KW)`` (the weight's own layout per split). A program
+    dy[p, g*Cout_g + co] * x[p shifted by tap, g*Cin_g + ci]; ``partial`` is
+    ``(splits, C_out, Cin_g, KD, KH, KW)`` with element strides ``partial_split_stride`` and
+    ``p_so, p_si, p_skd, p_skh, p_skw``: each split laid out as the weight is, so the sum of
+    the splits is the weight gradient in the weight's own layout. A program
     owns ``TAP_GROUP`` (1 to 3) neighbouring taps along the width: each step's ``dy`` tile and
     position coordinates serve all of them (one accumulator each). Grid ``(channel tiles,
     groups * KD * KH * cdiv(KW, TAP_GROUP), splits)``."""
     pid_tile = tl.program_id(0)
     pid_tap = tl.program_id(1)
     split = tl.program_id(2)
-    taps = KD * KH * KW
     w_groups = tl.cdiv(KW, TAP_GROUP)
     g = pid_tap // (KD * KH * w_groups)
     rest = pid_tap % (KD * KH * w_groups)
@@ -427,13 +433,13 @@ def conv_igemm_wgrad_kernel(
             acc2 = _wgrad_tap(acc2, dy, x_rows, inside, i_w, 2, kw0, KW, IW, dil_w, x_sw, ci_ok,
                               USE_DOT, DOT_PRECISION, DOT_DTYPE, ACC_DTYPE)  # fmt: skip
 
-    tap0 = (kd * KH + kh) * KW + kw0
+    tap0 = kd * p_skd + kh * p_skh + kw0 * p_skw
     dst = partial_ptr + split * partial_split_stride + tap0
-    dst += ((g * out_per_group + co) * (in_per_group * taps))[:, None] + (ci * taps)[None, :]
+    dst += ((g * out_per_group + co) * p_so)[:, None] + (ci * p_si)[None, :]
     ok = co_ok[:, None] & ci_ok[None, :]
     kw = tl.zeros_like(co)[:, None] + kw0  # tap kw0 as a tile, for the tail's masks
     tl.store(dst, acc0, mask=ok)
     if TAP_GROUP > 1:
-        tl.store(dst + 1, acc1, mask=ok & (kw + 1 < KW))
+        tl.store(dst + p_skw, acc1, mask=ok & (kw + 1 < KW))
     if TAP_GROUP > 2:
-        tl.store(dst + 2, acc2, mask=ok & (kw + 2 < KW))
+        tl.store(dst + 2 * p_skw, acc2, mask=ok & (kw + 2 < KW))

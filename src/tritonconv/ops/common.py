@@ -72,7 +72,8 @@ def empty_like_format(shape, like: torch.Tensor, *, zero: bool = False) -> torch
 def sum_partials(
     partial: torch.Tensor, out: torch.Tensor, out2: torch.Tensor | None = None
 ) -> None:
-    """``out = partial.sum(0)`` for a contiguous ``(splits, *out.shape)`` partial, summed in a
+    """``out = partial.sum(0)`` for a ``(splits, *out.shape)`` partial whose splits are each
+    laid out as ``out`` (dense, any order of dimensions) one after the other, summed in a
     fixed order (bitwise reproducible) and cast to out's dtype in one pass. With ``out2`` each
     partial row holds ``out``'s elements then ``out2``'s (a weight gradient and its bias
     gradient, reduced by one launch)."""

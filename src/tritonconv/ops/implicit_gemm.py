@@ -33,6 +33,7 @@ from .common import (
     accumulator_dtype,
     cdiv,
     clamped_power_of_2,
+    dense_strides,
     empty_like_format,
     multiprocessor_count,
     needs_int64,
@@ -375,6 +376,7 @@ def _launch_grad_weight(
         *_strides3(grad_out),
         *_strides3(x),
         partial.stride(0),
+        *_strides3(partial[0]),
         *(1.0 / size for size in reversed(out_sizes)),
         SMALL_DIVIDE=max(out_sizes) + block_k + 1 < SMALL_QUOTIENT_LIMIT,
         FLAT_DY=_positions_flat(grad_out),
@@ -463,12 +465,24 @@ def _splits(rows: int, programs: int, weight_numel: int, block_k: int, device) -
     return cdiv(rows, cdiv(cdiv(rows, block_k), splits) * block_k)
 
 
+def _weight_layout(shape, strides) -> tuple:
+    """``strides`` when they are a dense layout of ``shape`` (contiguous, channels-last, any
+    permutation), else the contiguous strides."""
+    if strides is not None:
+        order = sorted(range(len(shape)), key=lambda d: -strides[d])
+        if dense_strides(shape, order) == tuple(strides):
+            return tuple(strides)
+    return dense_strides(shape, range(len(shape)))
+
+
 def conv_grad_weight(
-    grad_out, x, weight_shape, geometry: Geometry, groups: int, config=None
+    grad_out, x, weight_shape, geometry: Geometry, groups: int, config=None, weight_strides=None
 ) -> torch.Tensor:
     """dW of the convolution: a GEMM per (group, tap) over all positions, split into fixed
     parts whose partials (fp32; int64 or float64 for those dtypes) are summed in a fixed
-    order (deterministic)."""
+    order (deterministic). ``weight_strides``: the weight's, which dW takes when they are a
+    dense layout (so autograd need not copy a channels-last weight's gradient into its
+    layout: one kernel and one allocation per training step)."""
     check_kernel_device(x, "input")
     N, C = x.shape[:2]
     C_out = weight_shape[0]
@@ -486,8 +500,11 @@ def conv_grad_weight(
     tap_programs = geometry.kernel_numel // kw * cdiv(kw, tap_group)
     programs = tiles * groups * tap_programs
     splits = _splits(rows, programs, weight_numel, config.block_k, x.device)
-    partial = allocate((splits, *weight_shape), partial_dtype(x.dtype), x.device)
+    layout = _weight_layout(weight_shape, weight_strides)
+    partial = allocate(
+        (splits, *weight_shape), partial_dtype(x.dtype), x.device, (weight_numel, *layout)
+    )
     _launch_grad_weight(grad_out, x, partial, geometry, groups, config, tap_group)
-    grad_weight = allocate(weight_shape, x.dtype, x.device)
+    grad_weight = allocate(weight_shape, x.dtype, x.device, layout)
     sum_partials(partial, grad_weight)
     return grad_weight

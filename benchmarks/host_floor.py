@@ -1,0 +1,86 @@
+"""The host cost of each piece of one training-step convolution on the GPU machine (issue 10):
+per-call wall (µs) of an empty autograd Function (the engine's floor), an allocation, one
+implicit-GEMM launch replayed from its plan, our forward without gradients, and ours and
+``F.conv2d`` forward + backward, on a ResNet-50 3x3 layer at batch 1 (kernels far shorter than
+the host work, so the loop measures the host).
+
+    PYTHONPATH=src python benchmarks/host_floor.py
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+import torch.nn.functional as F
+
+import tritonconv as tc
+from tritonconv.geometry import make_geometry
+from tritonconv.ops import implicit_gemm as ig
+
+
+def per_call_us(fn, calls: int = 2000) -> float:
+    for _ in range(20):
+        fn()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - start) / calls * 1e6
+
+
+class Empty(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, w):
+        ctx.save_for_backward(x, w)
+        return torch.empty_like(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, w = ctx.saved_tensors
+        return torch.empty_like(x), torch.empty_like(w)
+
+
+def main() -> None:
+    cl = torch.channels_last
+    x = torch.randn(1, 64, 14, 14, device="cuda", dtype=torch.bfloat16).to(memory_format=cl)
+    w = torch.randn(64, 64, 3, 3, device="cuda", dtype=torch.bfloat16).to(memory_format=cl)
+    xg, wg = x.clone().requires_grad_(), w.clone().requires_grad_()
+    dy = torch.randn_like(x)
+    geometry = make_geometry((14, 14), (3, 3), (1, 1), (1, 1), (1, 1), (1, 1))
+    out = torch.empty_like(x)
+
+    def step(conv):
+        def run():
+            xg.grad = wg.grad = None
+            conv(xg, wg, None, 1, 1).backward(dy)
+
+        return run
+
+    def empty_step():
+        xg.grad = wg.grad = None
+        Empty.apply(xg, wg).backward(dy)
+
+    rows = {
+        "torch.empty_strided": lambda: torch.empty_strided(
+            (1, 64, 14, 14), (12544, 1, 896, 64), device="cuda", dtype=torch.bfloat16
+        ),
+        "one launch (plan replay)": lambda: ig._launch_conv(
+            x, w, None, out, geometry, 1, False, None
+        ),
+        "ours fwd, no grad": lambda: tc.conv2d(x, w, None, 1, 1),
+        "F.conv2d fwd, no grad": lambda: F.conv2d(x, w, None, 1, 1),
+        "empty Function fwd+bwd": empty_step,
+        "ours fwd+bwd": step(tc.conv2d),
+        "F.conv2d fwd+bwd": step(F.conv2d),
+    }
+    with torch.no_grad():
+        for name in list(rows)[:4]:
+            print(f"{name:28} {per_call_us(rows[name]):8.1f} µs", flush=True)
+    for name in list(rows)[4:]:
+        print(f"{name:28} {per_call_us(rows[name]):8.1f} µs", flush=True)
+
+
+if __name__ == "__main__":
+    main()
