@@ -155,14 +155,15 @@ def test_weight_gradient_takes_the_weights_layout(dims, device):
     layouts = {"contiguous": w, "channels-last": _channels_innermost(w)}
     layouts["transposed"] = w.transpose(-1, -2).contiguous().transpose(-1, -2)
     results = {}
-    for name, weight in layouts.items():
-        got = implicit_gemm.conv_grad_weight(
-            dy, x, list(weight.shape), geometry, 1, None, weight.stride()
-        )
-        assert got.stride() == weight.stride(), name
-        results[name] = got
-    with_gaps = implicit_gemm.conv_grad_weight(dy, x, list(w.shape), geometry, 1, None,
-                                               tuple(2 * s for s in w.stride()))  # fmt: skip
+    with exact_fp32():  # fp32 on the GPU: fp32-accurate, not TF32
+        for name, weight in layouts.items():
+            got = implicit_gemm.conv_grad_weight(
+                dy, x, list(weight.shape), geometry, 1, None, weight.stride()
+            )
+            assert got.stride() == weight.stride(), name
+            results[name] = got
+        gaps = tuple(2 * s for s in w.stride())
+        with_gaps = implicit_gemm.conv_grad_weight(dy, x, list(w.shape), geometry, 1, None, gaps)
     assert with_gaps.is_contiguous()  # not a dense layout: the default one
     for got in (*results.values(), with_gaps):
         assert torch.equal(got, results["contiguous"])
@@ -171,6 +172,33 @@ def test_weight_gradient_takes_the_weights_layout(dims, device):
         False, (0,) * dims, 1, (False, True, False),
     )[1]  # fmt: skip
     assert_close(results["channels-last"], reference, reduction=2 * 5**dims, name="dW")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int32])
+def test_weight_gradient_of_one_split_is_stored_directly(dtype, device, monkeypatch):
+    """With one split the weight-gradient kernel writes dW itself (cast on store, no partial
+    buffer, no reduction pass): the same values as the split path, any dtype."""
+    from tritonconv.geometry import make_geometry
+
+    geometry = make_geometry((6, 5), (3, 3), (1, 1), (1, 1), (1, 1), (1, 1))
+    x = _channels_innermost(random_tensor((2, 16, 6, 5), dtype, device))
+    dy = _channels_innermost(random_tensor((2, 24, 6, 5), dtype, device))
+    w = _channels_innermost(random_tensor((24, 16, 3, 3), dtype, device))
+    args = (dy, x, list(w.shape), geometry, 1, None, w.stride())
+    with exact_fp32():  # fp32 on the GPU: fp32-accurate, not TF32
+        split = implicit_gemm.conv_grad_weight(*args)
+        monkeypatch.setattr(implicit_gemm, "_splits", lambda *a: 1)
+        tritonconv.clear_caches()
+        single = implicit_gemm.conv_grad_weight(*args)
+    assert single.dtype == dtype and single.stride() == w.stride()
+    reference = torch.ops.aten.convolution_backward(
+        dy.double(), x.double(), w.double(), None, (1, 1), (1, 1), (1, 1), False, (0, 0), 1,
+        (False, True, False),
+    )[1]  # fmt: skip
+    if dtype == torch.int32:
+        assert torch.equal(single, split) and torch.equal(single.double(), reference)
+    else:
+        assert_close(single, reference, reduction=60, name="dW, one split")
 
 
 def test_weight_gradient_is_bitwise_reproducible(device):

@@ -82,8 +82,18 @@ def _hooks():
     return _HOOKS.launch_enter_hook, _HOOKS.launch_exit_hook
 
 
+def _hook_active(hook) -> bool:
+    """Whether a launch hook is set: Triton 3.6 keeps an (empty) ``HookChain`` there."""
+    return hook is not None and bool(getattr(hook, "calls", True))
+
+
 def _hooks_installed() -> bool:
-    return any(hook is not None and getattr(hook, "calls", True) for hook in _hooks())
+    return _hook_active(_HOOKS.launch_enter_hook) or _hook_active(_HOOKS.launch_exit_hook)
+
+
+# The current CUDA device (``torch.cuda.current_device`` without its Python wrapper: this
+# runs on every launch).
+_current_device = torch._C._cuda_getDevice if torch.cuda.is_available() else (lambda: 0)
 
 
 def _signature(args, meta) -> tuple:
@@ -112,7 +122,7 @@ def launch(kernel, grid: tuple, *args, **meta) -> None:
     if INTERPRETER:
         _interpret(kernel, grid, args, meta)
         return
-    device = torch.cuda.current_device()
+    device = _current_device()
     key = (kernel, device, _signature(args, meta))
     entry = _cache.get(key)
     if entry is None or _hooks_installed():
@@ -336,8 +346,8 @@ class _Launch:
         if INTERPRETER:
             _interpret(self.kernel, self.grid, args, self.meta)
             return
-        device = torch.cuda.current_device()
-        key = (device, *(args[p].data_ptr() & 15 == 0 for p, _ in self.slots))
+        device = _current_device()
+        key = (device, *[args[p].data_ptr() & 15 == 0 for p, _ in self.slots])
         entry = self.compiled.get(key)
         if entry is None or _hooks_installed():
             entry = _entry(self.kernel[self.grid](*args, **self.meta), self.kernel, args, self.meta)

@@ -501,10 +501,13 @@ def conv_grad_weight(
     programs = tiles * groups * tap_programs
     splits = _splits(rows, programs, weight_numel, config.block_k, x.device)
     layout = _weight_layout(weight_shape, weight_strides)
+    grad_weight = allocate(weight_shape, x.dtype, x.device, layout)
+    if splits == 1:  # the one split is the sum: written straight into dW, cast on store
+        _launch_grad_weight(grad_out, x, grad_weight[None], geometry, groups, config, tap_group)
+        return grad_weight
     partial = allocate(
         (splits, *weight_shape), partial_dtype(x.dtype), x.device, (weight_numel, *layout)
     )
     _launch_grad_weight(grad_out, x, partial, geometry, groups, config, tap_group)
-    grad_weight = allocate(weight_shape, x.dtype, x.device, layout)
     sum_partials(partial, grad_weight)
     return grad_weight
