@@ -82,16 +82,6 @@ def _small_quotient(t, d, inv_d):
 
 
 @triton.jit
-def _add_rn(a, b):
-    """``a + b`` rounded to nearest by the GPU's fp32 adder (``add.rn.f32``), which the
-    compiler cannot fold into a tensor-core accumulation (Triton folds a plain ``+`` of a
-    ``tl.dot`` result back into the dot's accumulator). CUDA only: not interpretable."""
-    return tl.inline_asm_elementwise(
-        "add.rn.f32 $0, $1, $2;", "=r,r,r", [a, b], dtype=tl.float32, is_pure=True, pack=1
-    )
-
-
-@triton.jit
 def conv_igemm_kernel(
     # pointers
     src_ptr,
@@ -161,16 +151,9 @@ def conv_igemm_kernel(
     GROUP_M: tl.constexpr,
     PACK: tl.constexpr,
     INDEX_64: tl.constexpr,
-    STEP_SUMS: tl.constexpr = False,
 ):
     """dst[n, g*Dg + d, pos] = sum over taps, s of src[n, g*Sg + s, source(pos, tap)] * w(s, d, tap)
     (+ bias); ``M = N*QD*QH*QW`` rows per phase (forward: ``Q = D``, the output size).
-
-    ``STEP_SUMS`` (fp32 at fp32 accuracy, CUDA): each step's products are summed by the
-    tensor cores into a fresh tile, added to the running sum with round-to-nearest fp32 adds
-    (:func:`_add_rn`). Hopper's tensor cores do not round their fp32 accumulation to nearest
-    (benchmarks/NOTES.md): across a long reduction that error is systematic, and only the
-    partial sums of one step then carry it.
 
     ``PACK > 1``: ``PACK`` consecutive groups of ``src_g -> dst_g`` channels run as one group of
     ``Sg = PACK*src_g -> Dg = PACK*dst_g`` (their channels are consecutive in memory), the
@@ -275,10 +258,7 @@ def conv_igemm_kernel(
         if PACK > 1:
             b_mask = b_mask & diagonal
         b = tl.load(b_ptrs, mask=b_mask, other=0)
-        if STEP_SUMS:
-            step = tl.dot(a.to(DOT_DTYPE), b.to(DOT_DTYPE), input_precision=DOT_PRECISION)
-            acc = _add_rn(acc, step)
-        elif USE_DOT:
+        if USE_DOT:
             acc = tl.dot(a.to(DOT_DTYPE), b.to(DOT_DTYPE), acc, input_precision=DOT_PRECISION)
         else:  # BLOCK_K == 1: an outer product, exact in ACC_DTYPE (no cross-lane reduction)
             acc += a.to(ACC_DTYPE) * b.to(ACC_DTYPE)

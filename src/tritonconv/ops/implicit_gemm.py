@@ -48,10 +48,6 @@ DOT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 #: Every dtype this algorithm takes.
 DTYPES = FLOAT_DTYPES + INT_DTYPES
 
-# fp32 at fp32 accuracy: each reduction step's tensor-core sum added to the running one with
-# round-to-nearest adds (``conv_igemm_kernel``'s ``STEP_SUMS``). Off until measured on models.
-STEP_SUMS = False
-
 # Programs per SM the weight gradient aims for when choosing its split count: 2 measured
 # better than 4 on most dense layers (fewer, longer splits; session 9, sweep_backward.py).
 WGRAD_PROGRAMS_PER_SM = 2
@@ -316,7 +312,6 @@ def _launch_conv(src, weight, bias, dst, geometry: Geometry, groups: int, transp
         GROUP_M=8,
         PACK=pack,
         INDEX_64=needs_int64(src, dst, w),
-        STEP_SUMS=STEP_SUMS and not INTERPRETER and dot_precision(src.dtype) == "tf32x3",
         num_warps=num_warps,
         num_stages=num_stages,
     )
