@@ -86,11 +86,21 @@ def test_transposed_matches_float64(geometry, device):
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-def test_half_precision_channels_last(dtype, device):
-    x = random_tensor((2, 32, 9, 9), dtype, device).to(memory_format=torch.channels_last)
-    w = random_tensor((48, 32, 3, 3), dtype, device).to(memory_format=torch.channels_last)
-    b = random_tensor((48,), dtype, device)
-    _check(x, w, b, stride=2, padding=1)
+@pytest.mark.parametrize("channels", [(32, 48, 3), (24, 40, 3), (40, 24, 1), (12, 20, 3)])
+def test_half_precision_channels_last(channels, dtype, device):
+    """Channel counts that are multiples of 16, of 8 only and of 4 only: the kernels' strides
+    are then aligned to 8, 8 and 4 elements (``ALIGN``: vector loads and stores)."""
+    c_in, c_out, k = channels
+    x = random_tensor((2, c_in, 9, 9), dtype, device).to(memory_format=torch.channels_last)
+    w = random_tensor((c_out, c_in, k, k), dtype, device).to(memory_format=torch.channels_last)
+    b = random_tensor((c_out,), dtype, device)
+    _check(x, w, b, stride=2, padding=k // 2)
+
+
+def test_alignment_rule():
+    align = implicit_gemm._alignment
+    assert align(120, 40, 0, 3360) == 8 and align(24, 12) == 4 and align(18, 6) == 2
+    assert align(7, 8) == 1 and align(0, 0) == 8
 
 
 def test_strided_views_and_empty_batch(device):

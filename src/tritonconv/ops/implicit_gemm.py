@@ -273,6 +273,14 @@ def _launch_conv(src, weight, bias, dst, geometry: Geometry, groups: int, transp
     src_g, dst_g = src_per_group, dst_per_group
     src_per_group, dst_per_group, groups = pack * src_g, pack * dst_g, groups // pack
     grid = (cdiv(rows, block_m) * cdiv(dst_per_group, block_n), groups, phases)
+    if pack > 1 or 1 not in (w_ss, w_sd) or src.stride(1) != 1 or dst.stride(1) != 1:
+        align = 1  # (packed groups' and strided channels' tiles are not contiguous runs)
+    else:  # every stride and offset the kernel's tile rows start at (taps of size-1 axes: none)
+        taps = [s for s, k in zip(w_taps, weight.shape[2:], strict=True) if k > 1]
+        align = _alignment(
+            *_position_strides(src), *_position_strides(dst), src_per_group, dst_per_group,
+            out_per_group * w_so, w_sd if w_ss == 1 else w_ss, *taps,
+        )  # fmt: skip
     launch(
         conv_igemm_kernel,
         grid,
@@ -312,9 +320,23 @@ def _launch_conv(src, weight, bias, dst, geometry: Geometry, groups: int, transp
         GROUP_M=8,
         PACK=pack,
         INDEX_64=needs_int64(src, dst, w),
+        ALIGN=align,
+        ALIGN_W_SS=w_ss != 1,
         num_warps=num_warps,
         num_stages=num_stages,
     )
+
+
+def _position_strides(t: torch.Tensor) -> tuple:
+    """(n, d, h, w) element strides of a 3-5-D tensor (missing spatial axes: 0)."""
+    n, _, *spatial = _strides3(t)
+    return (n, *spatial)
+
+
+def _alignment(*values: int) -> int:
+    """The largest of 8, 4, 2 dividing every value (element strides and offsets), else 1: the
+    kernels' ``ALIGN`` (Triton itself proves alignment only from multiples of 16)."""
+    return next((a for a in (8, 4, 2) if all(v % a == 0 for v in values)), 1)
 
 
 def conv_forward(x, weight, bias, geometry: Geometry, groups: int, config=None) -> torch.Tensor:
@@ -357,6 +379,8 @@ def _launch_grad_weight(
     per_split = cdiv(cdiv(rows, block_k), splits) * block_k
     tiles = cdiv(out_per_group, block_m) * cdiv(in_per_group, block_n)
     out_sizes = _spatial3(grad_out.shape[2:], 1)
+    positions = (*_position_strides(grad_out), *_position_strides(x))
+    align = _alignment(*positions, in_per_group, out_per_group)
     launch(
         conv_igemm_wgrad_kernel,
         (tiles, groups * kernel[0] * kernel[1] * cdiv(kernel[2], tap_group), splits),
@@ -389,6 +413,7 @@ def _launch_grad_weight(
         BLOCK_N=block_n,
         BLOCK_K=block_k,
         INDEX_64=needs_int64(grad_out, x, partial),
+        ALIGN=align,
         num_warps=num_warps,
         num_stages=num_stages,
     )
