@@ -82,6 +82,14 @@ def _small_quotient(t, d, inv_d):
 
 
 @triton.jit
+def _aligned(value, ALIGN: tl.constexpr):
+    """``value``, a multiple of ``ALIGN`` (the launcher checked), written so that Triton knows
+    it too: its alignment analysis sees through ``// ALIGN * ALIGN`` (a shift pair), not
+    through ``tl.multiple_of`` on a scalar argument (the PTX is the same without it)."""
+    return value // ALIGN * ALIGN
+
+
+@triton.jit
 def conv_igemm_kernel(
     # pointers
     src_ptr,
@@ -169,25 +177,25 @@ def conv_igemm_kernel(
     weight tile block-diagonal (source channel ``c`` meets destination channel ``d`` only when
     ``c // src_g == d // dst_g``): full-width loads and fewer idle tensor-core lanes for
     groups narrower than the 16-wide MMA."""
-    if ALIGN > 1:  # (a multiple of ALIGN already: written so Triton can see it)
-        src_sn = src_sn // ALIGN * ALIGN
-        src_sd = src_sd // ALIGN * ALIGN
-        src_sh = src_sh // ALIGN * ALIGN
-        src_sw = src_sw // ALIGN * ALIGN
-        dst_sn = dst_sn // ALIGN * ALIGN
-        dst_sd = dst_sd // ALIGN * ALIGN
-        dst_sh = dst_sh // ALIGN * ALIGN
-        dst_sw = dst_sw // ALIGN * ALIGN
-        src_per_group = src_per_group // ALIGN * ALIGN
-        dst_per_group = dst_per_group // ALIGN * ALIGN
-        w_sg = w_sg // ALIGN * ALIGN
-        w_skd = w_skd // ALIGN * ALIGN
-        w_skh = w_skh // ALIGN * ALIGN
-        w_skw = w_skw // ALIGN * ALIGN
+    if ALIGN > 1:
+        src_sn = _aligned(src_sn, ALIGN)
+        src_sd = _aligned(src_sd, ALIGN)
+        src_sh = _aligned(src_sh, ALIGN)
+        src_sw = _aligned(src_sw, ALIGN)
+        dst_sn = _aligned(dst_sn, ALIGN)
+        dst_sd = _aligned(dst_sd, ALIGN)
+        dst_sh = _aligned(dst_sh, ALIGN)
+        dst_sw = _aligned(dst_sw, ALIGN)
+        src_per_group = _aligned(src_per_group, ALIGN)
+        dst_per_group = _aligned(dst_per_group, ALIGN)
+        w_sg = _aligned(w_sg, ALIGN)
+        w_skd = _aligned(w_skd, ALIGN)
+        w_skh = _aligned(w_skh, ALIGN)
+        w_skw = _aligned(w_skw, ALIGN)
         if ALIGN_W_SS:  # the weight tile runs along its destination channels (w_sd == 1)
-            w_ss = w_ss // ALIGN * ALIGN
+            w_ss = _aligned(w_ss, ALIGN)
         else:  # along its reduction channels (w_ss == 1)
-            w_sd = w_sd // ALIGN * ALIGN
+            w_sd = _aligned(w_sd, ALIGN)
     pid = tl.program_id(0)
     g = tl.program_id(1)
     phase = tl.program_id(2)
@@ -390,17 +398,17 @@ def conv_igemm_wgrad_kernel(
     position coordinates serve all of them (one accumulator each). Grid ``(channel tiles,
     groups * KD * KH * cdiv(KW, TAP_GROUP), splits)``. ``ALIGN``: as the forward kernel's,
     for the position strides of ``dy`` and ``x`` and the channels per group."""
-    if ALIGN > 1:  # (a multiple of ALIGN already: written so Triton can see it)
-        dy_sn = dy_sn // ALIGN * ALIGN
-        dy_sd = dy_sd // ALIGN * ALIGN
-        dy_sh = dy_sh // ALIGN * ALIGN
-        dy_sw = dy_sw // ALIGN * ALIGN
-        x_sn = x_sn // ALIGN * ALIGN
-        x_sd = x_sd // ALIGN * ALIGN
-        x_sh = x_sh // ALIGN * ALIGN
-        x_sw = x_sw // ALIGN * ALIGN
-        in_per_group = in_per_group // ALIGN * ALIGN
-        out_per_group = out_per_group // ALIGN * ALIGN
+    if ALIGN > 1:
+        dy_sn = _aligned(dy_sn, ALIGN)
+        dy_sd = _aligned(dy_sd, ALIGN)
+        dy_sh = _aligned(dy_sh, ALIGN)
+        dy_sw = _aligned(dy_sw, ALIGN)
+        x_sn = _aligned(x_sn, ALIGN)
+        x_sd = _aligned(x_sd, ALIGN)
+        x_sh = _aligned(x_sh, ALIGN)
+        x_sw = _aligned(x_sw, ALIGN)
+        in_per_group = _aligned(in_per_group, ALIGN)
+        out_per_group = _aligned(out_per_group, ALIGN)
     pid_tile = tl.program_id(0)
     pid_tap = tl.program_id(1)
     split = tl.program_id(2)
