@@ -36,7 +36,10 @@ python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', tr
 
 status=0
 if [ -z "${SKIP_TESTS:-}" ]; then
-    workers=$(python3 -c "import xdist" 2>/dev/null && echo "-n ${PYTEST_WORKERS:-12}" || echo "")
+    # worksteal: idle workers take queued tests from busy ones, so the long fixed-seed fuzz
+    # shards do not queue behind each other on one worker (runs of sessions 5-9 always hit
+    # the time cap with one worker still running fuzz shards, the rest idle)
+    workers=$(python3 -c "import xdist" 2>/dev/null && echo "-n ${PYTEST_WORKERS:-12} --dist worksteal" || echo "")
     # -v: each test's name and outcome as it ends, so a run cut off by the timeout still
     # says which tests failed (the summary below greps them)
     timeout "${PYTEST_TIMEOUT:-3600}" python3 -m pytest -v -rfE $workers -p no:cacheprovider \
