@@ -88,11 +88,13 @@ def cpu_kernels() -> bool:
 NARROW_IMPLICIT_MAX_TAPS = 9
 
 
-def heuristic(
-    dtype: torch.dtype, args, candidates: list[str], channels_last: bool = False
-) -> Choice:
+def heuristic(dtype: torch.dtype, args, candidates: list[str]) -> Choice:
     """The rule-based choice (measured where the reasons say so; reasoned elsewhere).
-    ``channels_last``: the input's memory format."""
+
+    Tried and reverted (session 9, benchmarks/NOTES.md): 16-bit channels-last 1x1
+    convolutions as one cuBLAS GEMM per pass (``im2col_gemm``'s pointwise case). Its kernels
+    matched cuDNN's, but its host path (an unplanned op) cost 410 µs per training-step call
+    against the implicit GEMM's 260, and the models suite lost 10-20 %."""
     if candidates == ["aten"]:
         return Choice(
             "aten",
