@@ -420,14 +420,15 @@ def _launch_grad_weight(
 
 
 # Most width taps a weight-gradient program owns (its accumulators: one tile per tap), and the
-# input channels per group below which fp32 owns several. Measured (H100, bf16, session 7,
-# benchmarks/probe_wgrad.py): three taps a program took the weight gradient of the 3-channel
+# input channels per group below which inputs other than 16-bit floats own several. Measured
+# (H100, bf16, session 7, benchmarks/probe_wgrad.py): three taps a program took the weight gradient of the 3-channel
 # and 8-channels-per-group layers from 0.11-0.26x to 0.13-0.54x cuDNN, and made the dense
 # 64-256-channel 3x3 layers about twice as slow with 64x64x128 tiles (more splits, hence
 # partial sums, and shorter loops). Session 9's sweep (benchmarks/sweep_backward.py): with
 # 64x64x64 tiles of 4 stages (two taps fit the shared memory) and two programs per SM the
 # dense 16-bit 3x3 layers gain 5-15 % (ResNet-50 56x56 0.43 -> 0.50x cuDNN, UNet 0.39/0.48
-# -> 0.43/0.52x), so 16-bit dense layers own taps too; fp32 dense was not measured.
+# -> 0.43/0.52x), so 16-bit dense layers own taps too; other dtypes' dense layers were not
+# measured and keep one tap a program.
 WGRAD_TAP_GROUP_MAX = 3
 WGRAD_TAP_GROUP_BELOW = 16
 # Shared memory a weight-gradient program may take (its pipeline stages: one dy tile and one x
@@ -435,19 +436,20 @@ WGRAD_TAP_GROUP_BELOW = 16
 WGRAD_SHARED_BUDGET = 112 * 1024
 
 
-def wgrad_tap_group(kw: int, in_per_group: int, config: Config, element_size: int) -> int:
-    """How many neighbouring width taps a weight-gradient program owns: one for fp32 inputs of
-    ``WGRAD_TAP_GROUP_BELOW`` channels per group or more; else as many as the kernel has up to
+def wgrad_tap_group(kw: int, in_per_group: int, config: Config, dtype: torch.dtype) -> int:
+    """How many neighbouring width taps a weight-gradient program owns: one for inputs of
+    ``WGRAD_TAP_GROUP_BELOW`` channels per group or more other than float16/bfloat16 (the only
+    dense ones measured to gain); else as many as the kernel has up to
     ``WGRAD_TAP_GROUP_MAX``, in groups of equal size (5 -> 3 + 2, 7 -> 3 + 3 + 1), fewer when
     the accumulators (one ``[block_m, block_n]`` fp32 tile per tap: at most three 64 x 64
     tiles per four warps) or the pipeline's shared memory would not fit."""
-    if in_per_group >= WGRAD_TAP_GROUP_BELOW and element_size == 4:
+    if in_per_group >= WGRAD_TAP_GROUP_BELOW and dtype not in (torch.float16, torch.bfloat16):
         return 1
     group = cdiv(kw, cdiv(kw, WGRAD_TAP_GROUP_MAX))
     per_warp = config.block_m * config.block_n / config.num_warps
     while group > 1 and (
         group * per_warp > 3 * 64 * 64 / 4
-        or _wgrad_shared(config, group, element_size) > WGRAD_SHARED_BUDGET
+        or _wgrad_shared(config, group, dtype.itemsize) > WGRAD_SHARED_BUDGET
     ):
         group -= 1
     return group
@@ -521,7 +523,7 @@ def conv_grad_weight(
     tiles = cdiv(out_per_group, config.block_m) * cdiv(in_per_group, config.block_n)
     weight_numel = math.prod(weight_shape)
     # worked out once: the split count and the launcher's grid both depend on it
-    tap_group = wgrad_tap_group(kw, in_per_group, config, x.element_size())
+    tap_group = wgrad_tap_group(kw, in_per_group, config, x.dtype)
     tap_programs = geometry.kernel_numel // kw * cdiv(kw, tap_group)
     programs = tiles * groups * tap_programs
     splits = _splits(rows, programs, weight_numel, config.block_k, x.device)
