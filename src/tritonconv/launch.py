@@ -91,9 +91,10 @@ def _hooks_installed() -> bool:
     return _hook_active(_HOOKS.launch_enter_hook) or _hook_active(_HOOKS.launch_exit_hook)
 
 
-# The current CUDA device (``torch.cuda.current_device`` without its Python wrapper: this
-# runs on every launch).
-_current_device = torch._C._cuda_getDevice if torch.cuda.is_available() else (lambda: 0)
+# The current CUDA device (``torch.cuda.current_device`` without its Python wrapper and lazy
+# initialisation: this runs on every launch, always after a CUDA tensor was made). Looked up,
+# not asked of ``torch.cuda.is_available()``, so importing tritonconv touches no driver.
+_current_device = getattr(torch._C, "_cuda_getDevice", None) or (lambda: 0)
 
 
 def _signature(args, meta) -> tuple:
