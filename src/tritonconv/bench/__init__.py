@@ -119,11 +119,11 @@ def kernel_ms(fn: Callable[[int], object], n_inputs: int, opts: Options) -> floa
     for i in range(max(2, n_inputs)):  # warm up (compilation, cudnn.benchmark) outside capture
         fn(i % n_inputs)
     torch.cuda.synchronize()
-    one_pass = _replay_ms(fn, n_inputs, 1, 3)
+    reps = max(3, opts.reps // 10) if opts.quick else max(5, opts.reps // 2)
+    one_pass = _replay_ms(fn, n_inputs, 1, reps)
     if one_pass is None:
         return None
     passes = min(KERNEL_MS_MAX_PASSES, max(1, math.ceil(KERNEL_MS_GRAPH_US / 1000 / one_pass)))
-    reps = max(3, opts.reps // 10) if opts.quick else max(5, opts.reps // 2)
     total = one_pass if passes == 1 else _replay_ms(fn, n_inputs, passes, reps)
     return None if total is None else total / (passes * n_inputs)
 
