@@ -8,6 +8,8 @@ the end of the loop), the GPU kernels of one step of each (torch.profiler), and 
 cProfile of ours.
 
     PYTHONPATH=src python benchmarks/profile_layer_host.py [--layer 3x3|1x1] [--calls N]
+        [--reduce-both]   # also time ours with the weight gradient's splits summed by
+                          # sum_partials (a launch of its own) instead of in its kernel
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import torch
 import torch.nn.functional as F
 
 import tritonconv as tc
+from tritonconv.ops import implicit_gemm as ig
 
 LAYERS = {
     "3x3": ((32, 256, 14, 14), (256, 256, 3, 3), 1),
@@ -32,6 +35,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--layer", default="3x3", choices=sorted(LAYERS))
     parser.add_argument("--calls", type=int, default=300)
+    parser.add_argument("--reduce-both", action="store_true")
     args = parser.parse_args()
     xs, ws, pad = LAYERS[args.layer]
     cl = torch.channels_last
@@ -49,7 +53,21 @@ def main() -> None:
         return run
 
     ours, theirs = step(tc.conv2d), step(F.conv2d)
-    for name, fn in (("ours", ours), ("F.conv2d", theirs), ("ours", ours)):
+
+    runs = [("ours", ours), ("F.conv2d", theirs), ("ours", ours)]
+    if args.reduce_both:
+        runs += [("ours, sum_partials", ours), ("ours", ours)]
+
+    def select(name):
+        """The weight gradient's reduction the run ``name`` measures (launch plans recorded
+        with the other one are forgotten)."""
+        in_kernel = "sum_partials" not in name
+        if in_kernel != ig.WGRAD_REDUCE_IN_KERNEL:
+            ig.WGRAD_REDUCE_IN_KERNEL = in_kernel
+            tc.clear_caches()
+
+    for name, fn in runs:
+        select(name)
         for _ in range(10):
             fn()
         torch.cuda.synchronize()
@@ -57,9 +75,11 @@ def main() -> None:
         for _ in range(args.calls):
             fn()
         torch.cuda.synchronize()
-        print(f"{name:9} fwd+bwd {(time.perf_counter() - start) / args.calls * 1e6:8.1f} µs/call")
+        print(f"{name:18} fwd+bwd {(time.perf_counter() - start) / args.calls * 1e6:8.1f} µs/call")
     print("dW layout:", w.grad.stride(), "weight:", w.stride())
-    for name, fn in (("ours", ours), ("F.conv2d", theirs)):
+    for name, fn in runs[:2] + runs[3:4]:
+        select(name)
+        fn()
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
             fn()
             torch.cuda.synchronize()
@@ -67,6 +87,8 @@ def main() -> None:
         print(f"{name} kernels:")
         for e in events:
             print(f"   {e.count}x {e.self_device_time_total:8.1f} µs  {e.key[:90]}")
+    select("ours")
+    ours()
     torch.cuda.synchronize()
     profile = cProfile.Profile()
     profile.enable()
