@@ -1,0 +1,86 @@
+"""Why the host suite's compiled 8-conv stack is slower with our convolutions under
+``mode="reduce-overhead"`` than with ``torch.nn.Conv2d`` (issue 10), and where its compile time
+goes: compiles the stack both ways with Inductor's performance hints logged (a CUDA graph that
+Inductor skips says why there), prints the per-call wall of each, the number of CUDA graphs
+each compile recorded, and Dynamo's compile-time breakdown for ours.
+
+    PYTHONPATH=src python benchmarks/probe_compiled_stack.py
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import torch
+import torch._dynamo.utils
+from torch import nn
+
+import tritonconv.nn as tnn
+from tritonconv.bench.host import ConvStack
+
+
+def per_call_us(fn, calls: int = 200) -> float:
+    for _ in range(10):
+        fn()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - start) / calls * 1e6
+
+
+class _Reasons(logging.Handler):
+    """Keeps Inductor's log lines that say whether and why a graph is (not) CUDA-graphed."""
+
+    def __init__(self):
+        super().__init__()
+        self.lines: list[str] = []
+
+    def emit(self, record):
+        text = record.getMessage()
+        if any(k in text for k in ("skipping cudagraph", "reason=", "partitions", "Partition")):
+            self.lines.append(text[:240])
+
+
+def main() -> None:
+    torch._logging.set_logs(perf_hints=True, cudagraphs=True)
+    reasons = _Reasons()
+    for name in ("torch._inductor", "torch._inductor.cudagraph_trees"):
+        logging.getLogger(name).addHandler(reasons)
+    x = torch.randn(1, 64, 56, 56, device="cuda", dtype=torch.bfloat16)
+    x = x.to(memory_format=torch.channels_last)
+    for name, conv in (("nn.Conv2d", nn.Conv2d), ("tritonconv", tnn.Conv2d)):
+        torch.manual_seed(0)
+        model = ConvStack(conv).to("cuda", torch.bfloat16).eval()
+        model = model.to(memory_format=torch.channels_last)
+        for mode in ("default", "reduce-overhead"):
+            torch._dynamo.reset()
+            torch._dynamo.utils.compile_times(repr="str", aggregate=True)  # clear
+            compiled = torch.compile(
+                model, fullgraph=True, **({} if mode == "default" else {"mode": mode})
+            )
+            reasons.lines.clear()
+            start = time.perf_counter()
+            with torch.no_grad():
+                compiled(x)
+                torch.cuda.synchronize()
+                compile_s = time.perf_counter() - start
+                us = per_call_us(lambda c=compiled: c(x))
+            print(f"== {name:10} {mode:16} {us:8.1f} µs/call, first call {compile_s:.2f} s")
+            if name == "tritonconv":
+                print("\n".join(f"   | {line}" for line in reasons.lines[:12]))
+            if name == "tritonconv":
+                print(torch._dynamo.utils.compile_times(repr="str", aggregate=True)[:3000])
+            if mode == "reduce-overhead":
+                with torch.no_grad(), torch.profiler.profile() as prof:
+                    compiled(x)
+                    torch.cuda.synchronize()
+                names = [e.key for e in prof.key_averages()]
+                graphed = [k for k in names if "cudaGraphLaunch" in k]
+                print(f"   cudaGraphLaunch events: {len(graphed)}; {len(names)} event kinds")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,183 @@
+"""The instruction mix of each kernel's main loop, compiled for Hopper without a GPU.
+
+A convolution's training step (forward, input and weight gradients) runs on CPU tensors with
+the launchers making their H100 choices (tiles, warps, stages, splits; no kernel executed);
+each launched kernel is compiled for ``GPUTarget("cuda", 90, 128)`` specialised as Triton's
+JIT specialises it on the GPU (integers equal to 1 as constants, integers that are multiples
+of 16 and every pointer marked 16-divisible), and the PTX of its innermost loops is counted by
+opcode: the ALU work the warps issue per reduction step beside the ``wgmma`` the tensor cores
+run. A way to predict an issue-bound kernel's change before spending device time on it
+(benchmarks/NOTES.md).
+
+    .venv/bin/python benchmarks/ptx_loop.py [--layer r50_3x3_14] [--kernel wgrad]
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import importlib
+import json
+import os
+import re
+import subprocess
+import sys
+
+# (input shape, weight shape, stride, padding): bf16 channels-last, as in the models suite
+LAYERS = {
+    "r50_3x3_56": ((32, 64, 56, 56), (64, 64, 3, 3), 1, 1),
+    "r50_3x3_14": ((32, 256, 14, 14), (256, 256, 3, 3), 1, 1),
+    "r50_3x3_7": ((32, 512, 7, 7), (512, 512, 3, 3), 1, 1),
+    "r50_1x1_14": ((32, 1024, 14, 14), (256, 1024, 1, 1), 1, 0),
+}
+
+
+def record(layer: str) -> list[dict]:
+    """Each launch of one training step, as JSON: kernel module and name, runtime arguments
+    (tensors by dtype), meta. Runs under the interpreter (a process of its own)."""
+    import torch
+
+    import tritonconv as tc
+    from tritonconv import launch
+
+    sys_path_scripts()
+    from compile_check import _gpu_launchers, _meta_value
+
+    launches = []
+
+    def recording(kernel, grid, args, meta):
+        fn = getattr(kernel, "fn", kernel)
+        values = [{"tensor": str(a.dtype)} if isinstance(a, torch.Tensor) else a for a in args]
+        meta = {k: _meta_value(v) for k, v in meta.items()}
+        launches.append({"module": fn.__module__, "name": fn.__name__, "args": values,
+                         "meta": meta})  # fmt: skip
+
+    xs, ws, stride, pad = LAYERS[layer]
+    cl = torch.channels_last
+    x = torch.randn(xs, dtype=torch.bfloat16).to(memory_format=cl).requires_grad_()
+    w = torch.randn(ws, dtype=torch.bfloat16).to(memory_format=cl).requires_grad_()
+    real = launch._interpret
+    launch._interpret = recording
+    undo = _gpu_launchers()
+    try:
+        y = tc.conv2d(x, w, None, stride, pad, algo="implicit_gemm")
+        y.backward(torch.zeros_like(y))
+    finally:
+        launch._interpret = real
+        for m, name, value in undo:
+            setattr(m, name, value)
+    return launches
+
+
+def sys_path_scripts() -> None:
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path.insert(0, os.path.join(here, "..", "scripts"))
+
+
+def compile_ptx(launch: dict) -> tuple[str, str]:
+    """(name and meta, PTX) of a recorded launch, compiled as the GPU's JIT would."""
+    import torch
+    import triton
+    import triton.language as tl
+    from compile_check import _ty
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    fn = getattr(importlib.import_module(launch["module"]), launch["name"])
+    args, meta = launch["args"], dict(launch["meta"])
+    dtypes = {str(getattr(tl, n)): getattr(tl, n) for n in ("float16", "bfloat16", "float32")}
+    meta = {k: dtypes[v["dtype"]] if isinstance(v, dict) else v for k, v in meta.items()}
+    shown = {k: v for k, v in launch["meta"].items() if k.isupper() or k.startswith("num_")}
+    names = fn.arg_names
+    constexpr_params = {p.name for p in fn.params if p.is_constexpr}
+    runtime = [n for n in names if n not in constexpr_params]
+    options = {k: meta.pop(k) for k in ("num_warps", "num_stages") if k in meta}
+    signature, constexprs, attrs = {}, {}, {}
+    for i, (name, value) in enumerate(zip(runtime, args, strict=True)):
+        index = names.index(name)
+        if isinstance(value, dict):
+            signature[name] = "*" + _ty(getattr(torch, value["tensor"].split(".")[1]))
+            attrs[(index,)] = [["tt.divisibility", 16]]
+        elif value is None:
+            signature[name], constexprs[name] = "constexpr", None
+        elif isinstance(value, bool):
+            signature[name] = "i1"
+        elif isinstance(value, int):
+            if value == 1:
+                signature[name], constexprs[name] = "constexpr", 1
+            else:
+                signature[name] = "i32" if -(2**31) <= value < 2**31 else "i64"
+                if value % 16 == 0:
+                    attrs[(index,)] = [["tt.divisibility", 16]]
+        else:
+            signature[name] = "fp32"
+        del i
+    for name in names:
+        if name in constexpr_params:
+            signature[name] = "constexpr"
+            default = fn.params[names.index(name)].default
+            constexprs[name] = meta.get(name, default)
+    compiled = triton.compile(
+        ASTSource(fn, signature, constexprs, attrs),
+        target=GPUTarget("cuda", 90, 128),
+        options=options,
+    )
+    return f"{fn.__name__} {shown}", compiled.asm["ptx"]
+
+
+def loops(ptx: str) -> list[list[str]]:
+    """The bodies of the PTX's loops: from a label to the branch back to it."""
+    lines = [line.strip() for line in ptx.splitlines()]
+    labels = {}
+    for i, line in enumerate(lines):
+        m = re.match(r"^(\$L__\w+):", line)
+        if m:
+            labels[m.group(1)] = i
+    bodies = []
+    for i, line in enumerate(lines):
+        m = re.search(r"bra(?:\.uni)?\s+(\$L__\w+);", line)
+        if m and m.group(1) in labels and labels[m.group(1)] < i:
+            bodies.append(lines[labels[m.group(1)] + 1 : i + 1])
+    return bodies
+
+
+def opcode_counts(body: list[str]) -> collections.Counter:
+    counts = collections.Counter()
+    for line in body:
+        if not line or line.startswith(("//", "$", "{", "}", ".")):
+            continue
+        words = line.split()
+        op = words[1] if words[0].startswith("@") else words[0]
+        counts[op.split(".")[0]] += 1
+    return counts
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--layer", default="r50_3x3_14", choices=sorted(LAYERS))
+    ap.add_argument("--kernel", default="", help="only kernels whose name contains this")
+    ap.add_argument("--record", action="store_true", help=argparse.SUPPRESS)  # internal
+    args = ap.parse_args()
+    if args.record:
+        print(json.dumps(record(args.layer)))
+        return
+    env = dict(os.environ, TRITON_INTERPRET="1", TRITONCONV_CPU_KERNELS="1")
+    out = subprocess.run([sys.executable, __file__, "--record", "--layer", args.layer],
+                         env=env, capture_output=True, text=True, check=True)  # fmt: skip
+    os.environ["TRITON_INTERPRET"] = "0"
+    sys_path_scripts()
+    for launch in json.loads(out.stdout.splitlines()[-1]):
+        if args.kernel not in launch["name"]:
+            continue
+        title, ptx = compile_ptx(launch)
+        print(title)
+        for body in loops(ptx):
+            counts = opcode_counts(body)
+            total = sum(counts.values())
+            wgmma = counts.get("wgmma", 0)
+            top = ", ".join(f"{op} {n}" for op, n in counts.most_common(12))
+            print(f"  loop of {total} instructions, {wgmma} wgmma: {top}")
+
+
+if __name__ == "__main__":
+    main()
