@@ -1,12 +1,12 @@
-"""The instruction mix of each kernel's main loop, compiled for Hopper without a GPU.
+"""The SASS instruction mix of each kernel's main loop, compiled for Hopper without a GPU.
 
 A convolution's training step (forward, input and weight gradients) runs on CPU tensors with
 the launchers making their H100 choices (tiles, warps, stages, splits; no kernel executed);
 each launched kernel is compiled for ``GPUTarget("cuda", 90, 128)`` specialised as Triton's
 JIT specialises it on the GPU (integers equal to 1 as constants, integers that are multiples
-of 16 and every pointer marked 16-divisible), and the PTX of its innermost loops is counted by
-opcode: the ALU work the warps issue per reduction step beside the ``wgmma`` the tensor cores
-run. A way to predict an issue-bound kernel's change before spending device time on it
+of 16 and every pointer marked 16-divisible), disassembled with Triton's ``nvdisasm``, and the
+SASS of each loop is counted by opcode: the work the warps issue per reduction step beside the
+``HGMMA`` the tensor cores run. A way to predict an issue-bound kernel's change before spending device time on it
 (benchmarks/NOTES.md).
 
     .venv/bin/python benchmarks/ptx_loop.py [--layer r50_3x3_14] [--kernel wgrad]
@@ -22,6 +22,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 
 # (input shape, weight shape, stride, padding): bf16 channels-last, as in the models suite
 LAYERS = {
@@ -74,8 +75,8 @@ def sys_path_scripts() -> None:
     sys.path.insert(0, os.path.join(here, "..", "scripts"))
 
 
-def compile_ptx(launch: dict) -> tuple[str, str]:
-    """(name and meta, PTX) of a recorded launch, compiled as the GPU's JIT would."""
+def compile_cubin(launch: dict) -> tuple[str, bytes]:
+    """(name and meta, cubin) of a recorded launch, compiled as the GPU's JIT would."""
     import torch
     import triton
     import triton.language as tl
@@ -122,20 +123,37 @@ def compile_ptx(launch: dict) -> tuple[str, str]:
         target=GPUTarget("cuda", 90, 128),
         options=options,
     )
-    return f"{fn.__name__} {shown}", compiled.asm["ptx"]
+    return f"{fn.__name__} {shown}", compiled.asm["cubin"]
 
 
-def loops(ptx: str) -> list[list[str]]:
-    """The bodies of the PTX's loops: from a label to the branch back to it."""
-    lines = [line.strip() for line in ptx.splitlines()]
+def sass(cubin: bytes) -> list[str]:
+    """The cubin's SASS, one instruction or label per line (Triton's own ``nvdisasm``)."""
+    from triton.backends.nvidia import compiler
+
+    nvdisasm = os.path.join(os.path.dirname(compiler.__file__), "bin", "nvdisasm")
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        text = subprocess.run([nvdisasm, "-c", f.name], capture_output=True, text=True,
+                              check=True).stdout  # fmt: skip
+    lines = []
+    for line in text.splitlines():
+        line = re.sub(r"/\*[^*]*\*/", "", line).strip().rstrip(";").strip()
+        if (line and not line.startswith((".", "//"))) or re.match(r"^\.L_x_\d+:", line):
+            lines.append(line)
+    return lines
+
+
+def loops(lines: list[str]) -> list[list[str]]:
+    """The bodies of the SASS's loops: from a label to the branch back to it."""
     labels = {}
     for i, line in enumerate(lines):
-        m = re.match(r"^(\$L__\w+):", line)
+        m = re.match(r"^(\.L_x_\d+):", line)
         if m:
             labels[m.group(1)] = i
     bodies = []
     for i, line in enumerate(lines):
-        m = re.search(r"bra(?:\.uni)?\s+(\$L__\w+);", line)
+        m = re.search(r"\bBRA\b.*?(\.L_x_\d+)", line)
         if m and m.group(1) in labels and labels[m.group(1)] < i:
             bodies.append(lines[labels[m.group(1)] + 1 : i + 1])
     return bodies
@@ -144,10 +162,10 @@ def loops(ptx: str) -> list[list[str]]:
 def opcode_counts(body: list[str]) -> collections.Counter:
     counts = collections.Counter()
     for line in body:
-        if not line or line.startswith(("//", "$", "{", "}", ".")):
+        if line.startswith(".L_x_"):
             continue
         words = line.split()
-        op = words[1] if words[0].startswith("@") else words[0]
+        op = words[1] if words[0].startswith("@") and len(words) > 1 else words[0]
         counts[op.split(".")[0]] += 1
     return counts
 
@@ -169,14 +187,14 @@ def main() -> None:
     for launch in json.loads(out.stdout.splitlines()[-1]):
         if args.kernel not in launch["name"]:
             continue
-        title, ptx = compile_ptx(launch)
+        title, cubin = compile_cubin(launch)
         print(title)
-        for body in loops(ptx):
+        for body in loops(sass(cubin)):
             counts = opcode_counts(body)
             total = sum(counts.values())
-            wgmma = counts.get("wgmma", 0)
+            wgmma = counts.get("HGMMA", 0)
             top = ", ".join(f"{op} {n}" for op, n in counts.most_common(12))
-            print(f"  loop of {total} instructions, {wgmma} wgmma: {top}")
+            print(f"  loop of {total} SASS instructions, {wgmma} HGMMA: {top}")
 
 
 if __name__ == "__main__":

@@ -256,6 +256,50 @@ def test_weight_gradient_position_decodes_agree(dims, device, monkeypatch):
         assert torch.equal(other, results[0])
 
 
+def test_specialised_loops_match_float64(device, monkeypatch):
+    """The kernels' specialised loops against float64, each asserted to have run: a one-tap
+    window (no tap walk), pointwise over flat tensors (a weight gradient without position
+    coordinates) and over a view (with them), a strided one-tap window (input-gradient phases
+    without taps), one-deep 3-D problems (no depth axis; and one whose only depth tap lies
+    in the padding, which must keep it), channel counts the tiles divide (no channel masks)."""
+    seen = []
+    real = implicit_gemm.launch
+
+    def recording(kernel, grid, *args, **meta):
+        seen.append(meta)
+        real(kernel, grid, *args, **meta)
+
+    monkeypatch.setattr(implicit_gemm, "launch", recording)
+    tritonconv.clear_caches()
+    x = random_tensor((2, 32, 6, 5), torch.float32, device).to(memory_format=torch.channels_last)
+    w = random_tensor((32, 32, 1, 1), torch.float32, device)
+    flags = {}
+    with exact_fp32():
+        for name, view, stride in (("flat", x, 1), ("view", x[:, :, 1:], 1), ("s2", x, 2)):
+            seen.clear()
+            _check(view, w, None, stride=stride)
+            flags[name] = {k: {m[k] for m in seen if k in m} for k in ("POINTWISE", "WINDOW")}
+        for depth, pad in ((1, 0), (1, 1), (3, 1)):
+            seen.clear()
+            x3 = random_tensor((2, 8, depth, 5, 4), torch.float32, device)
+            w3 = random_tensor((8, 8, 1, 3, 3), torch.float32, device)
+            leaves = [t.detach().requires_grad_() for t in (x3, w3)]
+            refs = [t.detach().double().requires_grad_() for t in (x3, w3)]
+            kw = dict(stride=(3, 1, 1), padding=(pad, 1, 1))
+            y = tritonconv.conv3d(*leaves, algo="implicit_gemm", **kw)
+            ref = F.conv3d(*refs, **kw)
+            assert_close(y, ref, reduction=72, name="output")
+            dy = random_tensor(y.shape, torch.float32, device)
+            got = torch.autograd.grad(y, leaves, dy)
+            for name, g, r in zip(("dx", "dW"), got, torch.autograd.grad(ref, refs, dy.double())):
+                assert_close(g, r, reduction=72, name=name)
+            flags[depth, pad] = {m["THREE_D"] for m in seen}
+    assert flags["flat"] == {"POINTWISE": {True}, "WINDOW": {False}}
+    assert flags["view"]["POINTWISE"] == {False}
+    assert flags["s2"] == {"POINTWISE": {False}, "WINDOW": {False}}
+    assert flags[1, 0] == {False} and flags[1, 1] == {True} and flags[3, 1] == {True}
+
+
 def test_explicit_config(device):
     """A launcher takes any tile configuration (what tuning sweeps)."""
     x = random_tensor((2, 20, 7, 7), torch.float32, device)

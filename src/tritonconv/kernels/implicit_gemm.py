@@ -38,12 +38,22 @@ Its reduction axis is the flattened ``(n, d, h, w)`` position, so every step nee
 position's coordinates: dividing a ``[BLOCK_K]`` vector of positions by the output sizes costs
 a 32-bit division per element per axis, which GPUs emulate in ~25 instructions, and made the
 first version's loop about four times longer in ALU work than in tensor-core work
-(benchmarks/NOTES.md). With ``SMALL_DIVIDE`` only the step's first position is divided (a
-scalar); the others are ``first + i`` with ``i < BLOCK_K``, and their carries into the next
-axis are quotients of small integers, computed in fp32 (:func:`_small_quotient`, exact below
-2**21: the launcher checks). ``FLAT_DY``: ``dy``'s position strides are those of a dense
+(benchmarks/NOTES.md). With ``SMALL_DIVIDE`` nothing in the loop divides: the split's first
+position is divided once, before it; each step's positions are ``first + i`` with
+``i < BLOCK_K``, their carries into the next axis quotients of small integers computed in fp32
+(:func:`_small_quotient`, exact below 2**21: the launcher checks), and the next step's first
+position is carried the same way. ``FLAT_DY``: ``dy``'s position strides are those of a dense
 channels-last tensor, so a position's ``dy`` offset is the position times the width stride and
-the ``dy`` tile needs no coordinates at all.
+the ``dy`` tile needs no coordinates at all; ``POINTWISE`` (a 1x1 window at stride 1, unpadded,
+over flat ``dy`` and ``x``): ``x``'s positions are ``dy``'s, so no position has coordinates.
+
+**Specialised loops** (constexprs the launchers set, each one less piece of per-step integer
+work; the SASS of each loop is counted by benchmarks/ptx_loop.py): the forward loop walks
+``(tap, channel block)`` steps with counters carried from step to step instead of dividing
+the step number, and with ``WINDOW`` false (one tap) its bounds are the same at every step;
+``THREE_D`` false (a one-deep problem with an unpadded depth) drops every depth coordinate and
+bound check; the weight gradient's ``EVEN_C`` (the tiles divide both channel counts) drops
+the channel masks, so each loaded vector has one predicate.
 
 Floats of 16 and 32 bits multiply on tensor cores (``USE_DOT``) and accumulate in fp32;
 ``DOT_PRECISION`` decides whether fp32 operands use TF32 or stay fp32-accurate (``tf32x3``).
@@ -149,6 +159,8 @@ def conv_igemm_kernel(
     TRANSPOSED: tl.constexpr,
     HAS_BIAS: tl.constexpr,
     EVEN_K: tl.constexpr,
+    THREE_D: tl.constexpr,
+    WINDOW: tl.constexpr,
     USE_DOT: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
     DOT_DTYPE: tl.constexpr,
@@ -263,22 +275,34 @@ def conv_igemm_kernel(
     c_blocks = tl.cdiv(src_per_group, BLOCK_K)
     iterations = nk_d * nk_h * nk_w * c_blocks
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=ACC_DTYPE)
-    for it in range(0, iterations):
-        tap = it // c_blocks
-        c = (it - tap * c_blocks) * BLOCK_K + k
-        jw = tap % nk_w
-        t2 = tap // nk_w
-        jh = t2 % nk_h
-        jd = t2 // nk_h
+    if WINDOW:  # the step's channel block and taps, counted from step to step (no division)
+        cb = tl.program_id(0) * 0
         if INDEX_64:
-            jd, jh, jw = jd.to(tl.int64), jh.to(tl.int64), jw.to(tl.int64)
-        sd = base_d + jd * step_d
-        sh = base_h + jh * step_h
-        sw = base_w + jw * step_w
-        ok = row_ok & (sd >= 0) & (sd < SD) & (sh >= 0) & (sh < SH) & (sw >= 0) & (sw < SW)
-        src_tap = (jd * step_d) * src_sd + (jh * step_h) * src_sh + (jw * step_w) * src_sw
+            cb = cb.to(tl.int64)
+        jw = cb
+        jh = cb
+        jd = cb
+    for it in range(0, iterations):
+        if WINDOW:
+            c = cb * BLOCK_K + k
+            sh = base_h + jh * step_h
+            sw = base_w + jw * step_w
+            src_tap = (jh * step_h) * src_sh + (jw * step_w) * src_sw
+            w_tap = (jd * kstep_d) * w_skd + (jh * kstep_h) * w_skh + (jw * kstep_w) * w_skw
+        else:  # one tap: the steps are its channel blocks, the bounds the same at every step
+            c = it * BLOCK_K + k
+            sh = base_h
+            sw = base_w
+            src_tap = 0
+            w_tap = 0
+        ok = row_ok & (sh >= 0) & (sh < SH) & (sw >= 0) & (sw < SW)
+        if THREE_D:
+            sd = base_d
+            if WINDOW:
+                sd += jd * step_d
+                src_tap += (jd * step_d) * src_sd
+            ok = ok & (sd >= 0) & (sd < SD)
         a_ptrs = src_rows[:, None] + (src_tap + c * src_sc)[None, :]
-        w_tap = (jd * kstep_d) * w_skd + (jh * kstep_h) * w_skh + (jw * kstep_w) * w_skw
         if PACK > 1:
             b_ptrs = w_cols[None, :] + (w_tap + (c % src_g) * w_ss)[:, None]
             diagonal = (c // src_g)[:, None] == (d // dst_g)[None, :]
@@ -298,6 +322,17 @@ def conv_igemm_kernel(
             acc = tl.dot(a.to(DOT_DTYPE), b.to(DOT_DTYPE), acc, input_precision=DOT_PRECISION)
         else:  # BLOCK_K == 1: an outer product, exact in ACC_DTYPE (no cross-lane reduction)
             acc += a.to(ACC_DTYPE) * b.to(ACC_DTYPE)
+        if WINDOW:  # the next channel block, wrapping into the next tap (width, height, depth)
+            cb += 1
+            wrap = cb == c_blocks
+            cb = tl.where(wrap, 0, cb)
+            jw += wrap.to(jw.dtype)
+            wrap = jw == nk_w
+            jw = tl.where(wrap, 0, jw)
+            jh += wrap.to(jh.dtype)
+            wrap = jh == nk_h
+            jh = tl.where(wrap, 0, jh)
+            jd += wrap.to(jd.dtype)
 
     if HAS_BIAS:
         bias = tl.load(bias_ptr + g * dst_per_group + d, mask=d_ok, other=0)
@@ -310,15 +345,21 @@ def conv_igemm_kernel(
 @triton.jit
 def _wgrad_tap(
     acc, dy, x_rows, inside, i_w, j, kw0, KW, IW, dil_w, x_sw, ci_ok,
-    USE_DOT: tl.constexpr, DOT_PRECISION: tl.constexpr, DOT_DTYPE: tl.constexpr,
-    ACC_DTYPE: tl.constexpr,
+    WINDOW: tl.constexpr, EVEN_C: tl.constexpr, USE_DOT: tl.constexpr,
+    DOT_PRECISION: tl.constexpr, DOT_DTYPE: tl.constexpr, ACC_DTYPE: tl.constexpr,
 ):  # fmt: skip
     """``acc + dy @ x`` for width tap ``kw0 + j`` (``x_rows``/``i_w``: tap ``kw0``'s addresses
-    and columns); a tap past the kernel's width (the last group's tail) loads nothing."""
-    col = i_w + j * dil_w
-    # (a vector comparison: the interpreter takes no scalar in a mask)
-    ok = inside & (col >= 0) & (col < IW) & (tl.zeros_like(col) + kw0 + j < KW)
-    xs = tl.load(x_rows + j * dil_w * x_sw, mask=ok[:, None] & ci_ok[None, :], other=0)
+    and columns); a tap past the kernel's width (the last group's tail) loads nothing.
+    Without ``WINDOW`` (pointwise) every position of ``inside`` is in the image."""
+    ok = inside
+    if WINDOW:
+        col = i_w + j * dil_w
+        # (a vector comparison: the interpreter takes no scalar in a mask)
+        ok = ok & (col >= 0) & (col < IW) & (tl.zeros_like(col) + kw0 + j < KW)
+    if EVEN_C:  # one predicate per position row: no channel mask to combine per vector
+        xs = tl.load(x_rows + j * dil_w * x_sw, mask=ok[:, None], other=0)
+    else:
+        xs = tl.load(x_rows + j * dil_w * x_sw, mask=ok[:, None] & ci_ok[None, :], other=0)
     if USE_DOT:
         return tl.dot(dy.to(DOT_DTYPE), xs.to(DOT_DTYPE), acc, input_precision=DOT_PRECISION)
     # [M, K, N] products summed over K (at least 16 positions wide: see the module doc)
@@ -378,6 +419,9 @@ def conv_igemm_wgrad_kernel(
     # meta-parameters
     SMALL_DIVIDE: tl.constexpr,
     FLAT_DY: tl.constexpr,
+    EVEN_C: tl.constexpr,
+    THREE_D: tl.constexpr,
+    POINTWISE: tl.constexpr,
     TAP_GROUP: tl.constexpr,
     USE_DOT: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
@@ -438,49 +482,79 @@ def conv_igemm_wgrad_kernel(
     start = split * positions_per_split
     end = tl.minimum(start + positions_per_split, M)
     i = tl.arange(0, BLOCK_K)
+    if SMALL_DIVIDE and not POINTWISE:  # the split's first position's coordinates, carried
+        w0 = start % OW
+        t0 = start // OW
+        h0 = t0 % OH
+        t0 = t0 // OH
+        d0 = t0 % OD
+        n0 = t0 // OD
     for p0 in range(start, end, BLOCK_K):
         p = p0 + i
         p_ok = p < end
-        if SMALL_DIVIDE:  # divide the first position, carry the others (see the module doc)
-            t0 = p0 // OW
-            w_run = p0 - t0 * OW + i
-            carry = _small_quotient(w_run, OW, inv_ow)
-            ow = w_run - carry * OW
-            h_run = t0 % OH + carry
-            t0 = t0 // OH
-            carry = _small_quotient(h_run, OH, inv_oh)
-            oh = h_run - carry * OH
-            d_run = t0 % OD + carry
-            carry = _small_quotient(d_run, OD, inv_od)
-            od = d_run - carry * OD
-            n = t0 // OD + carry
+        if POINTWISE:  # x at dy's positions, both flat: no coordinates at all
+            dy_pos = p * dy_sw
+            inside = p_ok
+            x_rows = x_cols[None, :] + (p * x_sw)[:, None]
+            i_w = p
         else:
-            ow = p % OW
-            t = p // OW
-            oh = t % OH
-            t = t // OH
-            od = t % OD
-            n = t // OD
-        dy_pos = p * dy_sw if FLAT_DY else n * dy_sn + od * dy_sd + oh * dy_sh + ow * dy_sw
-        dy = tl.load(
-            dy_cols[:, None] + dy_pos[None, :],
-            mask=co_ok[:, None] & p_ok[None, :],
-            other=0,
-        )
-        i_d = od * stride_d + shift_d
-        i_h = oh * stride_h + shift_h
-        i_w = ow * stride_w + shift_w  # tap kw0's column; tap kw0 + j is j * dil_w further
-        inside = p_ok & (i_d >= 0) & (i_d < ID) & (i_h >= 0) & (i_h < IH)
-        x_rows = x_cols[None, :] + (n * x_sn + i_d * x_sd + i_h * x_sh + i_w * x_sw)[:, None]
+            if SMALL_DIVIDE:  # no division in the loop (see the module doc)
+                w_run = w0 + i
+                carry = _small_quotient(w_run, OW, inv_ow)
+                ow = w_run - carry * OW
+                h_run = h0 + carry
+                carry = _small_quotient(h_run, OH, inv_oh)
+                oh = h_run - carry * OH
+                if THREE_D:
+                    d_run = d0 + carry
+                    carry = _small_quotient(d_run, OD, inv_od)
+                    od = d_run - carry * OD
+                else:
+                    od = tl.zeros_like(oh)
+                n = n0 + carry
+                # the next step's first position: BLOCK_K further, carried the same way
+                w0 += BLOCK_K
+                step = _small_quotient(w0, OW, inv_ow)
+                w0 -= step * OW
+                h0 += step
+                step = _small_quotient(h0, OH, inv_oh)
+                h0 -= step * OH
+                if THREE_D:
+                    d0 += step
+                    step = _small_quotient(d0, OD, inv_od)
+                    d0 -= step * OD
+                n0 += step
+            else:
+                ow = p % OW
+                t = p // OW
+                oh = t % OH
+                t = t // OH
+                od = t % OD
+                n = t // OD
+            dy_pos = p * dy_sw if FLAT_DY else n * dy_sn + od * dy_sd + oh * dy_sh + ow * dy_sw
+            i_h = oh * stride_h + shift_h
+            i_w = ow * stride_w + shift_w  # tap kw0's column; tap kw0 + j is j * dil_w further
+            inside = p_ok & (i_h >= 0) & (i_h < IH)
+            x_pos = n * x_sn + i_h * x_sh + i_w * x_sw
+            if THREE_D:
+                i_d = od * stride_d + shift_d
+                inside = inside & (i_d >= 0) & (i_d < ID)
+                x_pos += i_d * x_sd
+            x_rows = x_cols[None, :] + x_pos[:, None]
+        dy_mask = p_ok[None, :] if EVEN_C else co_ok[:, None] & p_ok[None, :]
+        dy = tl.load(dy_cols[:, None] + dy_pos[None, :], mask=dy_mask, other=0)
         # the dy tile and the coordinates above serve TAP_GROUP taps along the width
         acc0 = _wgrad_tap(acc0, dy, x_rows, inside, i_w, 0, kw0, KW, IW, dil_w, x_sw, ci_ok,
-                          USE_DOT, DOT_PRECISION, DOT_DTYPE, ACC_DTYPE)  # fmt: skip
+                          not POINTWISE, EVEN_C, USE_DOT, DOT_PRECISION, DOT_DTYPE,
+                          ACC_DTYPE)  # fmt: skip
         if TAP_GROUP > 1:
             acc1 = _wgrad_tap(acc1, dy, x_rows, inside, i_w, 1, kw0, KW, IW, dil_w, x_sw, ci_ok,
-                              USE_DOT, DOT_PRECISION, DOT_DTYPE, ACC_DTYPE)  # fmt: skip
+                              not POINTWISE, EVEN_C, USE_DOT, DOT_PRECISION, DOT_DTYPE,
+                              ACC_DTYPE)  # fmt: skip
         if TAP_GROUP > 2:
             acc2 = _wgrad_tap(acc2, dy, x_rows, inside, i_w, 2, kw0, KW, IW, dil_w, x_sw, ci_ok,
-                              USE_DOT, DOT_PRECISION, DOT_DTYPE, ACC_DTYPE)  # fmt: skip
+                              not POINTWISE, EVEN_C, USE_DOT, DOT_PRECISION, DOT_DTYPE,
+                              ACC_DTYPE)  # fmt: skip
 
     tap0 = kd * p_skd + kh * p_skh + kw0 * p_skw
     dst = partial_ptr + split * partial_split_stride + tap0

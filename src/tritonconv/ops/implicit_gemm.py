@@ -147,6 +147,14 @@ def _window3(geometry: Geometry):
     )
 
 
+def _three_d(src: torch.Tensor, other_depth: int, kernel_depth: int, pad_depth: int) -> bool:
+    """Whether a kernel has a depth axis to walk: not when ``src``, the other side of the
+    convolution and the kernel are one deep and the depth is unpadded (1-D and 2-D problems):
+    the kernels then skip every depth coordinate and bound check."""
+    depth = _spatial3(src.shape[2:], 1)[0]
+    return (depth, other_depth, kernel_depth, pad_depth) != (1, 1, 1, 0)
+
+
 def _innermost(t: torch.Tensor, dim: int) -> torch.Tensor:
     """``t`` itself when its dimension ``dim`` has stride 1 (or size 1), else a copy laid out
     with ``dim`` innermost (by the crop kernel, so launch plans replay it).
@@ -310,6 +318,8 @@ def _launch_conv(src, weight, bias, dst, geometry: Geometry, groups: int, transp
         TRANSPOSED=transposed,
         HAS_BIAS=bias is not None,
         EVEN_K=src_per_group % block_k == 0,
+        THREE_D=_three_d(src, dst_spatial[0], kernel[0], pad[0]),
+        WINDOW=math.prod(kernel) > 1,  # more than one tap: the loop walks taps too
         USE_DOT=src.dtype in DOT_DTYPES,
         DOT_PRECISION=dot_precision(src.dtype),
         DOT_DTYPE=dot_dtype(src.dtype),
@@ -404,6 +414,12 @@ def _launch_grad_weight(
         *(1.0 / size for size in reversed(out_sizes)),
         SMALL_DIVIDE=max(out_sizes) + block_k + 1 < SMALL_QUOTIENT_LIMIT,
         FLAT_DY=_positions_flat(grad_out),
+        EVEN_C=out_per_group % block_m == 0 and in_per_group % block_n == 0,
+        THREE_D=_three_d(x, out_sizes[0], kernel[0], pad[0]),
+        # a 1x1(x1) window at stride 1 without padding over flat dy and x: x's positions are dy's
+        POINTWISE=(*kernel, *stride, *pad) == (1,) * 6 + (0,) * 3
+        and _positions_flat(grad_out)
+        and _positions_flat(x),
         TAP_GROUP=tap_group,
         USE_DOT=x.dtype in DOT_DTYPES,
         DOT_PRECISION=dot_precision(x.dtype),
