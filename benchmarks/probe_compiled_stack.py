@@ -71,15 +71,19 @@ def main() -> None:
             print(f"== {name:10} {mode:16} {us:8.1f} µs/call, first call {compile_s:.2f} s")
             if name == "tritonconv":
                 print("\n".join(f"   | {line}" for line in reasons.lines[:12]))
-            if name == "tritonconv":
-                print(torch._dynamo.utils.compile_times(repr="str", aggregate=True)[:3000])
+            if name == "tritonconv" and mode == "default":
+                times = torch._dynamo.utils.compile_times(repr="str", aggregate=True)
+                print("\n".join(f"   : {line[:150]}" for line in times.splitlines()[:14]))
             if mode == "reduce-overhead":
                 with torch.no_grad(), torch.profiler.profile() as prof:
                     compiled(x)
                     torch.cuda.synchronize()
-                names = [e.key for e in prof.key_averages()]
-                graphed = [k for k in names if "cudaGraphLaunch" in k]
-                print(f"   cudaGraphLaunch events: {len(graphed)}; {len(names)} event kinds")
+                events = prof.key_averages()
+                graphed = [e for e in events if "cudaGraphLaunch" in e.key]
+                print(f"   cudaGraphLaunch events: {len(graphed)}; GPU work of one call:")
+                for e in events:
+                    if e.self_device_time_total > 0:
+                        print(f"   {e.count:3}x {e.self_device_time_total:8.1f} µs  {e.key[:80]}")
 
 
 if __name__ == "__main__":
