@@ -4,13 +4,14 @@ algorithms that takes them (``implicit_gemm``; ``im2col_gemm``, whose 1x1 stride
 cuBLAS GEMM per pass; ``direct`` for the stems), forward and forward + backward, so ``auto``'s
 rule for these layers rests on a measurement.
 
-    PYTHONPATH=src python benchmarks/probe_pointwise.py [--json FILE]
+    PYTHONPATH=src python benchmarks/probe_pointwise.py [--json FILE] [--layers a,b] [--wall]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import time
 
 import torch
 import torch.nn.functional as F
@@ -34,16 +35,23 @@ LAYERS = [
     ("mbv3_f9_c3", (32, 184, 14, 14), (80, 184, 1, 1), 1, 0),
     ("r50_stem", (32, 3, 224, 224), (64, 3, 7, 7), 2, 3),
     ("mbv3_stem", (32, 3, 224, 224), (16, 3, 3, 3), 2, 1),
+    ("convnext_stem", (32, 3, 224, 224), (96, 3, 4, 4), 4, 0),
+    # few output channels (auto: direct for <= 8, im2col_gemm for 9-15): session 10's models
+    # suite lost 1 ms a step on UNet's head, 0.6 ms per call on EfficientNet's SE squeeze
+    ("unet_head", (8, 64, 256, 256), (2, 64, 1, 1), 1, 0),
+    ("eff_se_fc1", (32, 240, 1, 1), (10, 240, 1, 1), 1, 0),
+    ("eff_se_fc1_b", (32, 96, 1, 1), (4, 96, 1, 1), 1, 0),
 ]
 
 
-def measure(name, shape, wshape, stride, padding, opts) -> dict:
+def measure(name, shape, wshape, stride, padding, opts, wall=False) -> dict:
     cl = torch.channels_last
     x = torch.randn(shape, device="cuda", dtype=torch.bfloat16).to(memory_format=cl)
     w = (torch.randn(wshape, device="cuda") * 0.05).to(torch.bfloat16).to(memory_format=cl)
     xg, wg = x.clone().requires_grad_(), w.clone().requires_grad_()
     dy = torch.randn_like(F.conv2d(x, w, None, stride, padding))
-    algos = ["implicit_gemm", "im2col_gemm"] + (["direct"] if shape[1] <= 4 else [])
+    algos = ["implicit_gemm", "im2col_gemm"]
+    algos += ["direct"] if shape[1] <= 4 or wshape[0] <= 16 else []
     row = {"layer": name}
 
     def fwd(conv):
@@ -66,25 +74,53 @@ def measure(name, shape, wshape, stride, padding, opts) -> dict:
             for g, r in zip(got, reference)
         )
         row[algo] = (kernel_ms(fwd(conv), 1, opts), kernel_ms(both(conv), 1, opts), err)
+        if wall:
+            row[algo] += (step_us(xg, wg, dy, stride, padding, conv),)
+    if wall:
+        row["cudnn"] += (step_us(xg, wg, dy, stride, padding, torch_conv),)
     return row
+
+
+def step_us(x, w, dy, stride, padding, conv, calls: int = 200) -> float:
+    """Per-call wall of a training step's convolution (forward, backward into ``.grad``)."""
+
+    def step():
+        x.grad = w.grad = None
+        conv(x, w, None, stride, padding).backward(dy)
+
+    for _ in range(10):
+        step()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(calls):
+        step()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - start) / calls * 1e6
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", default=None)
+    parser.add_argument("--layers", default="", help="comma-separated names (default: all)")
+    parser.add_argument("--wall", action="store_true", help="also each training-step wall")
     args = parser.parse_args()
+    wanted = set(filter(None, args.layers.split(",")))
     torch.backends.cudnn.benchmark = True
     opts = Options(reps=20)
     rows = []
     for layer in LAYERS:
-        row = measure(*layer, opts)
+        if wanted and layer[0] not in wanted:
+            continue
+        row = measure(*layer, opts, wall=args.wall)
         rows.append(row)
-        cf, cb = row["cudnn"]
+        cf, cb = row["cudnn"][:2]
         text = f"{row['layer']:12} cuDNN fwd {cf:.4f} fwd+bwd {cb:.4f}"
+        text += f" step {row['cudnn'][2]:.0f} µs" if args.wall else ""
         for algo in ("implicit_gemm", "im2col_gemm", "direct"):
             if algo in row:
-                f, b, e = row[algo]
+                f, b, e = row[algo][:3]
                 text += f" | {algo} {f:.4f} ({cf / f:.2f}x) {b:.4f} ({cb / b:.2f}x) err {e:.0e}"
+                text += f" step {row[algo][3]:.0f} µs" if args.wall else ""
         print(text, flush=True)
         if args.json:
             with open(args.json, "w") as f:
