@@ -46,14 +46,21 @@ def test_heuristic_reasons(cache_dir, device):
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
 def test_heuristic_measured_rules(dtype, cache_dir, device):
-    """Session 9's measured rule (choice.py): 16-bit image stems of at most 9 taps run on the
-    implicit GEMM; fp32 stems and wider kernels keep im2col + GEMM."""
+    """The measured rules of choice.py: 16-bit image stems (3x3, 4x4, 7x7) run on the implicit
+    GEMM, fp32 ones keep im2col + GEMM; 16-bit convolutions with few output channels run on
+    the implicit GEMM over many output rows (a segmentation head) and on the direct kernel
+    over few (a squeeze-and-excitation layer); fp32 ones keep the rules before."""
     half = dtype != torch.float32
     image = torch.randn(2, 3, 16, 16, device=device, dtype=dtype)
-    stem = tc.explain(image, torch.randn(16, 3, 3, 3, device=device, dtype=dtype), stride=2)
-    assert stem.algo == ("implicit_gemm" if half else "im2col_gemm"), stem
-    big_stem = tc.explain(image, torch.randn(16, 3, 7, 7, device=device, dtype=dtype), stride=2)
-    assert big_stem.algo == "im2col_gemm"
+    for k in (3, 4, 7):
+        stem = tc.explain(image, torch.randn(16, 3, k, k, device=device, dtype=dtype), stride=2)
+        assert stem.algo == ("implicit_gemm" if half else "im2col_gemm"), stem
+    squeeze = torch.randn(2, 240, 1, 1, device=device, dtype=dtype)
+    fc1 = tc.explain(squeeze, torch.randn(10, 240, 1, 1, device=device, dtype=dtype))
+    assert fc1.algo == ("direct" if half else "im2col_gemm"), fc1
+    features = torch.randn(1, 64, 128, 128, device=device, dtype=dtype)
+    head = tc.explain(features, torch.randn(2, 64, 1, 1, device=device, dtype=dtype))
+    assert head.algo == ("implicit_gemm" if half else "direct"), head
 
 
 def test_benchmark_mode_measures_once_and_a_new_process_reads_the_disk(

@@ -81,11 +81,22 @@ def cpu_kernels() -> bool:
 
 
 #: 16-bit convolutions with fewer input channels per group than the 16-wide tensor-core step
-#: (image stems) and at most this many taps run on the implicit GEMM: measured 1.14x cuDNN
-#: forward + backward on MobileNetV3's 3x3 stem against 0.71x by im2col + GEMM (session 9),
-#: VGG's first layer 0.43-0.59x against 0.40x (sessions 1 and 5). A 7x7 stem measured even
-#: (0.49x vs 0.47x forward + backward, im2col's forward faster): it keeps im2col + GEMM.
-NARROW_IMPLICIT_MAX_TAPS = 9
+#: (image stems) and at most this many taps run on the implicit GEMM. Measured (bf16
+#: channels-last, batch 32, benchmarks/probe_pointwise.py): MobileNetV3's 3x3 stem 1.14x cuDNN
+#: forward + backward against 0.71x by im2col + GEMM (session 9); after session 10's loop
+#: change, ResNet-50's 7x7 stem 0.53x against 0.46x (training-step wall 1608 against 1886 µs)
+#: and ConvNeXt's 4x4 stride-4 stem 0.49x against 0.45x (396 against 1313 µs: im2col_gemm's
+#: host path is not replayed); VGG's first layer 0.43-0.59x against 0.40x (sessions 1 and 5).
+NARROW_IMPLICIT_MAX_TAPS = 49
+
+#: 16-bit convolutions with fewer output channels per group than 16 (and 16 or more input
+#: channels, one group): the implicit GEMM from this many output rows (batch x positions),
+#: the direct kernel below it. Measured (session 10, probe_pointwise.py --wall): UNet's
+#: 64 -> 2 1x1 head at 8x256x256 (524288 rows) 1.34x cuDNN forward + backward, training-step
+#: wall 395 µs, against the direct kernel's 0.13x and 1117 µs; EfficientNet's 240 -> 10 SE
+#: squeeze at batch 32 (32 rows) 299 µs with the direct kernel, 424 with the implicit GEMM,
+#: 927 with im2col + GEMM (its kernels there are a few µs either way: the host decides).
+NARROW_OUT_IMPLICIT_ROWS = 16384
 
 
 def heuristic(dtype: torch.dtype, args, candidates: list[str]) -> Choice:
@@ -124,6 +135,25 @@ def heuristic(dtype: torch.dtype, args, candidates: list[str]) -> Choice:
             f"{args.in_per_group} input channel(s), {geometry.kernel_numel} taps: the implicit "
             "GEMM reads the image in place (measured faster than im2col + GEMM on 3x3 stems)",
         )
+    narrow_out = (
+        half and args.groups == 1 and args.out_per_group < 16 <= args.in_per_group
+    )  # fmt: skip
+    if narrow_out:
+        rows = args.batch * geometry.output_numel
+        if "implicit_gemm" in candidates and rows >= NARROW_OUT_IMPLICIT_ROWS:
+            return Choice(
+                "implicit_gemm",
+                f"{args.out_per_group} output channel(s) over {rows} output rows: the implicit "
+                "GEMM reads the input once at memory speed (measured faster than the direct "
+                "kernel and im2col + GEMM on a 1x1 segmentation head)",
+            )
+        if "direct" in candidates:
+            return Choice(
+                "direct",
+                f"{args.out_per_group} output channel(s) over {rows} output rows: the kernels "
+                "take a few µs whichever runs, and the direct path's host cost is the least "
+                "(measured on squeeze-and-excitation layers)",
+            )
     if "implicit_gemm" in candidates and dtype in implicit_gemm.DOT_DTYPES and dense:
         return Choice(
             "implicit_gemm",
