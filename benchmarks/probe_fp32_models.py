@@ -3,6 +3,8 @@ float64, ours and cuDNN's (the models suite's accuracy phase alone, one pass per
 speed phases), for chasing the models whose outputs are over 2x cuDNN's distance.
 
     PYTHONPATH=src python benchmarks/probe_fp32_models.py [--json FILE] [model ...]
+        [--warmup]           # first the models suite's warm-up of the model, as the suite does
+        [--precision ieee]   # fp32 dots at TF32-off as plain fp32 FMAs instead of tf32x3
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import torch
 
 from tritonconv.bench import Options
 from tritonconv.bench import models as M
+from tritonconv.ops import direct, implicit_gemm
+from tritonconv.warmup import warm_calls
 
 DEFAULT = ("resnet50", "mobilenet_v3_large", "r2plus1d_18")
 
@@ -22,12 +26,25 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("models", nargs="*")
     parser.add_argument("--json", default=None)
+    parser.add_argument("--warmup", action="store_true")
+    parser.add_argument("--precision", default=None, choices=["ieee", "tf32x3"])
     args = parser.parse_args()
+    if args.precision:
+        tf32_off = args.precision
+
+        def precision(dtype, original=direct.dot_precision):
+            off = dtype == torch.float32 and not torch.backends.cudnn.allow_tf32
+            return tf32_off if off else original(dtype)
+
+        direct.dot_precision = implicit_gemm.dot_precision = precision
     opts = Options(quick=True)  # one pass each: the errors, not the times
     rows = []
     for name in args.models or DEFAULT:
         spec = M.MODELS[name]
         base = M.build(spec, False)
+        if args.warmup:
+            calls = M.warmup_calls(base, spec.input, M.model_options(Options()))
+            warm_calls(calls)
         shape = M._accuracy_shape(spec.input)
         x = torch.randn(shape, generator=torch.Generator().manual_seed(0))
         found = {k: v for k, v in M.accuracy(base, x, opts).items() if k != "times"}
