@@ -59,7 +59,7 @@ NO_CALLS_NOTE = "no tritonconv convolution call on the GPU"
 class Settings:
     """The process-wide switches that change which kernels a convolution launches."""
 
-    cudnn_allow_tf32: bool  # fp32 implicit GEMM: TF32, or fp32-accurate tf32x3
+    cudnn_allow_tf32: bool  # fp32 implicit GEMM: TF32, or fp32 (ieee) dots
     matmul_allow_tf32: bool  # fp32 cuBLAS GEMMs and band kernels
     benchmark: bool  # tritonconv's benchmark mode (``choice.benchmark_enabled()``)
     cudnn_benchmark: bool

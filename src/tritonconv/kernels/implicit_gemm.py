@@ -56,7 +56,7 @@ bound check; the weight gradient's ``EVEN_C`` (the tiles divide both channel cou
 the channel masks, so each loaded vector has one predicate.
 
 Floats of 16 and 32 bits multiply on tensor cores (``USE_DOT``) and accumulate in fp32;
-``DOT_PRECISION`` decides whether fp32 operands use TF32 or stay fp32-accurate (``tf32x3``).
+``DOT_PRECISION`` decides whether fp32 operands use TF32 or fp32 products (``ieee``).
 Integers and float64 take the same loops without tensor cores, accumulating in ``ACC_DTYPE``
 (int64: exact, wrapping like PyTorch; float64): the forward with ``BLOCK_K == 1``, each step an
 outer product ``[BLOCK_M, 1] * [1, BLOCK_N]`` (no reduction across lanes, the pitfall

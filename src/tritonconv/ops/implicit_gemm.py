@@ -3,7 +3,7 @@
 The kernels (``kernels/implicit_gemm.py``) are written over three spatial axes; a 2-D (or 1-D)
 problem is passed as a 3-D one with leading size-1 axes (unit kernel, stride and dilation, no
 padding). float16, bfloat16 and float32 run on tensor cores (:data:`DOT_DTYPES`); fp32 obeys
-``torch.backends.cudnn.allow_tf32`` (TF32, or fp32-accurate ``tf32x3`` when False). float64 and
+``torch.backends.cudnn.allow_tf32`` (TF32, or fp32 products and sums, ``ieee``, when False). float64 and
 the integer dtypes take the kernels' exact outer-product path (int64 accumulation, wrapping like
 PyTorch), so every real dtype has a convolution of any rank.
 
