@@ -9,25 +9,13 @@ the host work, so the loop measures the host).
 
 from __future__ import annotations
 
-import time
-
 import torch
 import torch.nn.functional as F
 
 import tritonconv as tc
+from tritonconv.bench import loop_us
 from tritonconv.geometry import make_geometry
 from tritonconv.ops import implicit_gemm as ig
-
-
-def per_call_us(fn, calls: int = 2000) -> float:
-    for _ in range(20):
-        fn()
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    torch.cuda.synchronize()
-    return (time.perf_counter() - start) / calls * 1e6
 
 
 class Empty(torch.autograd.Function):
@@ -77,9 +65,9 @@ def main() -> None:
     }
     with torch.no_grad():
         for name in list(rows)[:4]:
-            print(f"{name:28} {per_call_us(rows[name]):8.1f} µs", flush=True)
+            print(f"{name:28} {loop_us(rows[name]):8.1f} µs", flush=True)
     for name in list(rows)[4:]:
-        print(f"{name:28} {per_call_us(rows[name]):8.1f} µs", flush=True)
+        print(f"{name:28} {loop_us(rows[name]):8.1f} µs", flush=True)
 
 
 if __name__ == "__main__":

@@ -17,18 +17,8 @@ import torch._dynamo.utils
 from torch import nn
 
 import tritonconv.nn as tnn
+from tritonconv.bench import loop_us
 from tritonconv.bench.host import ConvStack
-
-
-def per_call_us(fn, calls: int = 200) -> float:
-    for _ in range(10):
-        fn()
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    torch.cuda.synchronize()
-    return (time.perf_counter() - start) / calls * 1e6
 
 
 class _Reasons(logging.Handler):
@@ -67,7 +57,7 @@ def main() -> None:
                 compiled(x)
                 torch.cuda.synchronize()
                 compile_s = time.perf_counter() - start
-                us = per_call_us(lambda c=compiled: c(x))
+                us = loop_us(lambda c=compiled: c(x))
             print(f"== {name:10} {mode:16} {us:8.1f} µs/call, first call {compile_s:.2f} s")
             if name == "tritonconv":
                 print("\n".join(f"   | {line}" for line in reasons.lines[:12]))

@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 
 import torch
 import torch.nn.functional as F
 
 import tritonconv
-from tritonconv.bench import Options, kernel_ms
+from tritonconv.bench import Options, kernel_ms, loop_us
 
 # (name, input NCHW, weight, stride, padding)
 LAYERS = [
@@ -88,14 +87,7 @@ def step_us(x, w, dy, stride, padding, conv, calls: int = 200) -> float:
         x.grad = w.grad = None
         conv(x, w, None, stride, padding).backward(dy)
 
-    for _ in range(10):
-        step()
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(calls):
-        step()
-    torch.cuda.synchronize()
-    return (time.perf_counter() - start) / calls * 1e6
+    return loop_us(step, calls)
 
 
 def main() -> None:

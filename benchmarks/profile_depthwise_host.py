@@ -7,28 +7,17 @@ strided call's host path: where a layer's eager time goes when the kernels are n
 
 import cProfile
 import pstats
-import time
 
 import torch
 import torch.nn.functional as F
 
 import tritonconv as tc
+from tritonconv.bench import loop_us
 
 
 def step(conv, x, w, dy, stride, **kw):
     y = conv(x, w, None, stride, 1, 1, x.shape[1], **kw)
     torch.autograd.grad(y, (x, w), dy)
-
-
-def wall_us(fn, n=200):
-    for _ in range(5):
-        fn()
-    torch.cuda.synchronize()
-    t = time.perf_counter()
-    for _ in range(n):
-        fn()
-    torch.cuda.synchronize()
-    return (time.perf_counter() - t) / n * 1e6
 
 
 def main():
@@ -40,8 +29,8 @@ def main():
         y = F.conv2d(x, w, None, stride, 1, 1, 240)
         dy = torch.randn_like(y)
         args = (x, w, dy, stride)
-        ours = wall_us(lambda a=args: step(tc.conv2d, *a, algo="depthwise"))
-        theirs = wall_us(lambda a=args: step(F.conv2d, *a))
+        ours = loop_us(lambda a=args: step(tc.conv2d, *a, algo="depthwise"))
+        theirs = loop_us(lambda a=args: step(F.conv2d, *a))
         print(
             f"stride {stride}: fwd+bwd wall per call ours {ours:.0f} us, F.conv2d {theirs:.0f} us"
         )

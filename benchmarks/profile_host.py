@@ -17,13 +17,13 @@ from __future__ import annotations
 import argparse
 import cProfile
 import pstats
-import time
 
 import torch
 import torch.nn.functional as F
 
 import tritonconv as tc
 from tritonconv import launch
+from tritonconv.bench import loop_us
 from tritonconv.bench.host import HOST_CASES, make_case
 
 
@@ -31,18 +31,6 @@ def stub_launches() -> None:
     """Interpret no kernel (every interpreter launch, planned or not, goes through
     ``launch._interpret``); only meaningful under the interpreter."""
     launch._interpret = lambda *args: None
-
-
-def per_call_us(fn, calls: int) -> float:
-    for _ in range(3):
-        fn()
-    sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
-    sync()
-    start = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    sync()
-    return (time.perf_counter() - start) / calls * 1e6
 
 
 def kernels(fn) -> list[tuple[str, float]]:
@@ -87,8 +75,8 @@ def profile_case(case, opts) -> None:
                 t.grad = None
             conv(xg, wg, bg, **kwargs).backward(dy)
 
-        fwd = per_call_us(forward, opts.calls)
-        both = per_call_us(forward_backward, max(10, opts.calls // 4))
+        fwd = loop_us(forward, opts.calls)
+        both = loop_us(forward_backward, max(10, opts.calls // 4))
         print(f"  {name:12s} fwd {fwd:7.1f} µs   fwd+bwd {both:7.1f} µs")
         if opts.kernels and device == "cuda":
             for kernel, us in kernels(forward_backward):

@@ -101,6 +101,21 @@ def time_ms(fn: Callable[[int], object], n_inputs: int, opts: Options) -> float:
     return median_ms(fn, reps, warmup=warmup, inputs=n_inputs)
 
 
+def loop_us(fn: Callable[[], object], calls: int = 200, warmup: int = 10) -> float:
+    """Per-call µs of ``calls`` back-to-back calls of ``fn``, synchronised once at the end: the
+    host's throughput, what a model's step feels when its kernels are shorter than the Python
+    that launches them (the probes of the host path use it)."""
+    sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
+    for _ in range(warmup):
+        fn()
+    sync()
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    sync()
+    return (time.perf_counter() - start) / calls * 1e6
+
+
 def kernel_ms(fn: Callable[[int], object], n_inputs: int, opts: Options) -> float | None:
     """Median milliseconds of ``fn(i)`` on the GPU alone: passes over the ``n_inputs`` input
     sets captured in a CUDA graph and replayed, so the host's launch work (done once, at
