@@ -72,7 +72,7 @@ class _Convolution(_Converted):
 
     def _conv_forward(self, input, weight, bias):
         input, padding = _padded(self, input)
-        return type(self)._function(
+        return self._function(
             input, weight, bias, self.stride, padding, self.dilation, self.groups, algo=self.algo
         )
 
@@ -112,7 +112,7 @@ class _Transposed(_Converted):
         if self.padding_mode != "zeros":
             raise ValueError(f"Only 'zeros' padding mode is supported for {type(self).__name__}")
         output_padding = _output_padding(self, input, output_size)
-        return type(self)._function(
+        return self._function(
             input,
             self.weight,
             self.bias,
