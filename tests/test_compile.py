@@ -174,3 +174,40 @@ def test_gpu_compile_modes(mode, device):
     x.requires_grad_(True)
     compiled(x).sum().backward()
     assert x.grad is not None
+
+
+def test_modules_add_no_python_guards_per_pair(device):
+    """A compiled stack of converted modules is guarded like a stack of ``torch.nn`` ones: no
+    Python lambda guard comparing the types of every pair of modules (what calling the
+    function through ``type(self)`` cost: Dynamo evaluates lambda guards in Python on every
+    call). The guard log must show the modules' own type guards, so the test cannot pass by
+    logging nothing."""
+    import logging
+
+    import tritonconv.nn as tnn
+
+    lines = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            lines.append(record.getMessage())
+
+    handler = Keep()
+    logger = logging.getLogger("torch._dynamo")
+    torch._logging.set_logs(guards=True)
+    logger.addHandler(handler)
+    try:
+        model = torch.nn.Sequential(*(tnn.Conv2d(4, 4, 3, padding=1) for _ in range(3)))
+        model = model.to(device)
+        torch._dynamo.reset()
+        compiled = torch.compile(model, backend="eager", fullgraph=True)
+        with torch.no_grad():
+            compiled(torch.randn(1, 4, 5, 5, device=device))
+    finally:
+        logger.removeHandler(handler)
+        torch._logging.set_logs()
+        torch._dynamo.reset()
+    text = "\n".join(lines)
+    assert "TYPE_MATCH" in text, "no guards logged: the check below would prove nothing"
+    pairs = [line for line in text.splitlines() if "LAMBDA_GUARD: type(" in line]
+    assert not pairs, pairs
