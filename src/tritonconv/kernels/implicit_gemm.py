@@ -92,17 +92,6 @@ def _small_quotient(t, d, inv_d):
 
 
 @triton.jit
-def _unflatten(p, W, H, D):
-    """``(n, d, h, w)`` of flattened position ``p`` over sizes ``(D, H, W)`` (integer
-    divisions: for what runs once per program, or where the fp32 quotients are not exact)."""
-    w = p % W
-    t = p // W
-    h = t % H
-    t = t // H
-    return t // D, t % D, h, w
-
-
-@triton.jit
 def _aligned(value, ALIGN: tl.constexpr):
     """``value``, a multiple of ``ALIGN`` (the launcher checked), written so that Triton knows
     it too: its alignment analysis sees through ``// ALIGN * ALIGN`` (a shift pair), not
@@ -235,7 +224,12 @@ def conv_igemm_kernel(
         pid_m = pid_m.to(tl.int64)
         g = g.to(tl.int64)
     p = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    n, qd, qh, qw = _unflatten(p, QW, QH, QD)
+    qw = p % QW
+    t = p // QW
+    qh = t % QH
+    t = t // QH
+    qd = t % QD
+    n = t // QD
     row_ok = p < M
     if TRANSPOSED:
         rw = phase % stride_w
@@ -489,7 +483,12 @@ def conv_igemm_wgrad_kernel(
     end = tl.minimum(start + positions_per_split, M)
     i = tl.arange(0, BLOCK_K)
     if SMALL_DIVIDE and not POINTWISE:  # the split's first position's coordinates, carried
-        n0, d0, h0, w0 = _unflatten(start, OW, OH, OD)
+        w0 = start % OW
+        t0 = start // OW
+        h0 = t0 % OH
+        t0 = t0 // OH
+        d0 = t0 % OD
+        n0 = t0 // OD
     for p0 in range(start, end, BLOCK_K):
         p = p0 + i
         p_ok = p < end
@@ -526,7 +525,12 @@ def conv_igemm_wgrad_kernel(
                     d0 -= step * OD
                 n0 += step
             else:
-                n, od, oh, ow = _unflatten(p, OW, OH, OD)
+                ow = p % OW
+                t = p // OW
+                oh = t % OH
+                t = t // OH
+                od = t % OD
+                n = t // OD
             dy_pos = p * dy_sw if FLAT_DY else n * dy_sn + od * dy_sd + oh * dy_sh + ow * dy_sw
             i_h = oh * stride_h + shift_h
             i_w = ow * stride_w + shift_w  # tap kw0's column; tap kw0 + j is j * dil_w further
