@@ -79,15 +79,12 @@ def compile_cubin(launch: dict) -> tuple[str, bytes]:
     """(name and meta, cubin) of a recorded launch, compiled as the GPU's JIT would."""
     import torch
     import triton
-    import triton.language as tl
-    from compile_check import _ty
+    from compile_check import _meta, _ty
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
     fn = getattr(importlib.import_module(launch["module"]), launch["name"])
-    args, meta = launch["args"], dict(launch["meta"])
-    dtypes = {str(getattr(tl, n)): getattr(tl, n) for n in ("float16", "bfloat16", "float32")}
-    meta = {k: dtypes[v["dtype"]] if isinstance(v, dict) else v for k, v in meta.items()}
+    args, meta = launch["args"], _meta(launch)
     shown = {k: v for k, v in launch["meta"].items() if k.isupper() or k.startswith("num_")}
     names = fn.arg_names
     constexpr_params = {p.name for p in fn.params if p.is_constexpr}

@@ -177,20 +177,25 @@ def record(draws: int, seed: int) -> list[dict]:
     return _with_tuning_tiles(list(seen.values()))
 
 
+def _meta(entry: dict) -> dict:
+    """A recorded launch's constexprs and options, Triton dtypes back from their names."""
+    import triton.language as tl
+
+    dtypes = {str(getattr(tl, n)): getattr(tl, n) for n in ("float16", "bfloat16", "float32",
+              "float64", "int8", "uint8", "int16", "int32", "int64", "int1")}  # fmt: skip
+    return {k: (dtypes[v["dtype"]] if isinstance(v, dict) else v) for k, v in entry["meta"].items()}
+
+
 def _source(entry: dict):
     """(kernel, signature, constexprs, options) of a recorded launch, as Triton's JIT would
     specialise it (integers equal to 1 become constexprs unless the kernel opts out)."""
     import importlib
 
-    import triton.language as tl
-
     kernel = getattr(importlib.import_module(entry["module"]), entry["name"])
     names = kernel.arg_names
     constexpr_params = {p.name for p in kernel.params if p.is_constexpr}
     unspecialised = {p.name for p in kernel.params if p.do_not_specialize}
-    dtypes = {str(getattr(tl, n)): getattr(tl, n) for n in ("float16", "bfloat16", "float32",
-              "float64", "int8", "uint8", "int16", "int32", "int64", "int1")}  # fmt: skip
-    meta = {k: (dtypes[v["dtype"]] if isinstance(v, dict) else v) for k, v in entry["meta"].items()}
+    meta = _meta(entry)
     options = {k: meta.pop(k) for k in LAUNCH_OPTIONS if k in meta}
     signature, constexprs = {}, {}
     runtime = [n for n in names if n not in constexpr_params]
