@@ -17,12 +17,12 @@ from __future__ import annotations
 import argparse
 import cProfile
 import pstats
-import time
 
 import torch
 import torch.nn.functional as F
 
 import tritonconv as tc
+from tritonconv.bench import loop_us
 from tritonconv.ops import implicit_gemm as ig
 
 LAYERS = {
@@ -68,14 +68,7 @@ def main() -> None:
 
     for name, fn in runs:
         select(name)
-        for _ in range(10):
-            fn()
-        torch.cuda.synchronize()
-        start = time.perf_counter()
-        for _ in range(args.calls):
-            fn()
-        torch.cuda.synchronize()
-        print(f"{name:18} fwd+bwd {(time.perf_counter() - start) / args.calls * 1e6:8.1f} µs/call")
+        print(f"{name:18} fwd+bwd {loop_us(fn, args.calls):8.1f} µs/call")
     print("dW layout:", w.grad.stride(), "weight:", w.stride())
     for name, fn in runs[:2] + runs[3:4]:
         select(name)
