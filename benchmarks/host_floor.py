@@ -1,8 +1,10 @@
 """The host cost of each piece of one training-step convolution on the GPU machine (issue 10):
-per-call wall (µs) of an empty autograd Function (the engine's floor), an allocation, one
-implicit-GEMM launch replayed from its plan, our forward without gradients, and ours and
+per-call wall (µs) of an empty autograd Function and of a native-autograd op (the engine's
+floor), an allocation, one implicit-GEMM launch replayed from its plan, Triton's C launcher
+alone (tensor arguments, and integer addresses), our forward without gradients, and ours and
 ``F.conv2d`` forward + backward, on a ResNet-50 3x3 layer at batch 1 (kernels far shorter than
-the host work, so the loop measures the host).
+the host work, so the loop measures the host); last, ours with every compiled launch replaced
+by a no-op (what is left is our Python and the allocations).
 
     PYTHONPATH=src python benchmarks/host_floor.py
 """
@@ -13,6 +15,7 @@ import torch
 import torch.nn.functional as F
 
 import tritonconv as tc
+from tritonconv import launch
 from tritonconv.bench import loop_us
 from tritonconv.geometry import make_geometry
 from tritonconv.ops import implicit_gemm as ig
@@ -50,6 +53,26 @@ def main() -> None:
         xg.grad = wg.grad = None
         Empty.apply(xg, wg).backward(dy)
 
+    def native_step():
+        xg.grad = None
+        xg.neg().backward(dy)
+
+    # The forward's compiled launch, caught once: Triton's C launcher called with it alone.
+    caught = []
+    run_compiled = launch._run_compiled
+
+    def catch(entry, grid, device, args):
+        caught.append((entry, (*grid, 1, 1)[:3], device, list(args)))
+        run_compiled(entry, grid, device, args)
+
+    launch._run_compiled = catch
+    ig._launch_conv(x, w, None, out, geometry, 1, False, None)
+    ig._launch_conv(x, w, None, out, geometry, 1, False, None)
+    launch._run_compiled = run_compiled
+    (_compiled, tail, direct), grid, device, kernel_args = caught[-1]
+    stream = torch._C._cuda_getCurrentRawStream(device)
+    int_args = [a.data_ptr() if isinstance(a, torch.Tensor) else a for a in kernel_args]
+
     rows = {
         "torch.empty_strided": lambda: torch.empty_strided(
             (1, 64, 14, 14), (12544, 1, 896, 64), device="cuda", dtype=torch.bfloat16
@@ -57,17 +80,26 @@ def main() -> None:
         "one launch (plan replay)": lambda: ig._launch_conv(
             x, w, None, out, geometry, 1, False, None
         ),
+        "C launcher, tensors": lambda: direct(*grid, stream, *kernel_args, *tail),
+        "C launcher, int addresses": lambda: direct(*grid, stream, *int_args, *tail),
         "ours fwd, no grad": lambda: tc.conv2d(x, w, None, 1, 1),
         "F.conv2d fwd, no grad": lambda: F.conv2d(x, w, None, 1, 1),
         "empty Function fwd+bwd": empty_step,
+        "native op (neg) fwd+bwd": native_step,
         "ours fwd+bwd": step(tc.conv2d),
         "F.conv2d fwd+bwd": step(F.conv2d),
     }
     with torch.no_grad():
-        for name in list(rows)[:4]:
+        for name in list(rows)[:6]:
             print(f"{name:28} {loop_us(rows[name]):8.1f} µs", flush=True)
-    for name in list(rows)[4:]:
+    for name in list(rows)[6:]:
         print(f"{name:28} {loop_us(rows[name]):8.1f} µs", flush=True)
+    launch._run_compiled = lambda *args: None
+    for name in ("ours fwd+bwd",):
+        print(f"{name + ', no launches':28} {loop_us(rows[name]):8.1f} µs", flush=True)
+    with torch.no_grad():
+        print(f"{'ours fwd, no grad, no launch':28} {loop_us(rows['ours fwd, no grad']):8.1f} µs")
+    launch._run_compiled = run_compiled
 
 
 if __name__ == "__main__":
