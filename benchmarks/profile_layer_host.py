@@ -8,8 +8,6 @@ the end of the loop), the GPU kernels of one step of each (torch.profiler), and 
 cProfile of ours.
 
     PYTHONPATH=src python benchmarks/profile_layer_host.py [--layer 3x3|1x1] [--calls N]
-        [--reduce-both]   # also time ours with the weight gradient's splits summed by
-                          # sum_partials (a launch of its own) instead of in its kernel
 """
 
 from __future__ import annotations
@@ -23,7 +21,6 @@ import torch.nn.functional as F
 
 import tritonconv as tc
 from tritonconv.bench import loop_us
-from tritonconv.ops import implicit_gemm as ig
 
 LAYERS = {
     "3x3": ((32, 256, 14, 14), (256, 256, 3, 3), 1),
@@ -35,7 +32,6 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--layer", default="3x3", choices=sorted(LAYERS))
     parser.add_argument("--calls", type=int, default=300)
-    parser.add_argument("--reduce-both", action="store_true")
     args = parser.parse_args()
     xs, ws, pad = LAYERS[args.layer]
     cl = torch.channels_last
@@ -55,23 +51,10 @@ def main() -> None:
     ours, theirs = step(tc.conv2d), step(F.conv2d)
 
     runs = [("ours", ours), ("F.conv2d", theirs), ("ours", ours)]
-    if args.reduce_both:
-        runs += [("ours, sum_partials", ours), ("ours", ours)]
-
-    def select(name):
-        """The weight gradient's reduction the run ``name`` measures (launch plans recorded
-        with the other one are forgotten)."""
-        in_kernel = "sum_partials" not in name
-        if in_kernel != ig.WGRAD_REDUCE_IN_KERNEL:
-            ig.WGRAD_REDUCE_IN_KERNEL = in_kernel
-            tc.clear_caches()
-
     for name, fn in runs:
-        select(name)
         print(f"{name:18} fwd+bwd {loop_us(fn, args.calls):8.1f} µs/call")
     print("dW layout:", w.grad.stride(), "weight:", w.stride())
-    for name, fn in runs[:2] + runs[3:4]:
-        select(name)
+    for name, fn in runs[:2]:
         fn()
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
             fn()
@@ -80,7 +63,6 @@ def main() -> None:
         print(f"{name} kernels:")
         for e in events:
             print(f"   {e.count}x {e.self_device_time_total:8.1f} µs  {e.key[:90]}")
-    select("ours")
     ours()
     torch.cuda.synchronize()
     profile = cProfile.Profile()

@@ -1,0 +1,91 @@
+"""Where a converted model's training step spends its host time on the GPU machine (issues 10/14).
+
+The models suite's steps are host-bound at batch 32 (NOTES.md, session 9). For one torchvision
+model (bf16 channels-last, train mode, the suite's step: forward, ``.float().square().mean()``,
+backward into ``.grad``), ours converted against the torch model:
+
+* ms per step, synchronised once per loop (the host's pace), the two alternated three times;
+* ms per step of ours with every compiled launch a no-op (what is left is Python and
+  allocations: the host floor our convolutions set) and of the torch model with
+  ``cudnn.enabled`` unchanged (its floor is itself);
+* the top of a cProfile of ours and of the torch model by internal time.
+
+    PYTHONPATH=src python benchmarks/profile_model_host.py [--model resnet50] [--batch 32]
+        [--steps 20] [--top 30]
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import cProfile
+import pstats
+import time
+
+import torch
+
+import tritonconv.nn as tnn
+from tritonconv import launch
+
+
+def step_fn(model, x):
+    params = [p for p in model.parameters() if p.requires_grad]
+
+    def run():
+        for p in params:
+            p.grad = None
+        model(x).float().square().mean().backward()
+
+    return run
+
+
+def ms_per_step(fn, steps: int) -> float:
+    fn()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(steps):
+        fn()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - start) / steps * 1e3
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="resnet50")
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--top", type=int, default=30)
+    args = parser.parse_args()
+    import torchvision
+
+    cl = torch.channels_last
+    ref = getattr(torchvision.models, args.model)().cuda().to(torch.bfloat16, memory_format=cl)
+    ours = tnn.convert(copy.deepcopy(ref))
+    ref.train()
+    ours.train()
+    x = torch.randn(args.batch, 3, 224, 224, device="cuda").to(torch.bfloat16, memory_format=cl)
+    fns = {"ours": step_fn(ours, x), "torch": step_fn(ref, x)}
+    for fn in fns.values():  # compile, record plans, let cuDNN pick
+        for _ in range(3):
+            fn()
+    torch.cuda.synchronize()
+    for _ in range(3):
+        for name, fn in fns.items():
+            print(f"{name:6} {ms_per_step(fn, args.steps):8.2f} ms/step", flush=True)
+    run_compiled = launch._run_compiled
+    launch._run_compiled = lambda *a: None
+    print(f"{'ours, no launches':18} {ms_per_step(fns['ours'], args.steps):8.2f} ms/step")
+    launch._run_compiled = run_compiled
+    for name, fn in fns.items():
+        profile = cProfile.Profile()
+        profile.enable()
+        for _ in range(args.steps):
+            fn()
+        torch.cuda.synchronize()
+        profile.disable()
+        print(f"\n=== cProfile {name}, {args.steps} steps ===")
+        pstats.Stats(profile).sort_stats("tottime").print_stats(args.top)
+
+
+if __name__ == "__main__":
+    main()
