@@ -6,8 +6,10 @@ backward into ``.grad``), ours converted against the torch model:
 
 * ms per step, synchronised once per loop (the host's pace), the two alternated three times;
 * ms per step of ours with every compiled launch a no-op (what is left is Python and
-  allocations: the host floor our convolutions set) and of the torch model with
-  ``cudnn.enabled`` unchanged (its floor is itself);
+  allocations: the host floor our convolutions set);
+* GPU time per step of each (sum of its kernels' device time, torch.profiler), so a step
+  slower than its host work shows whether the GPU or the host paces it; the top kernels;
+* host µs per launch inside Triton's C launcher, by kernel, timed around each call in a step;
 * the top of a cProfile of ours and of the torch model by internal time.
 
     PYTHONPATH=src python benchmarks/profile_model_host.py [--model resnet50] [--batch 32]
@@ -49,6 +51,59 @@ def ms_per_step(fn, steps: int) -> float:
     return (time.perf_counter() - start) / steps * 1e3
 
 
+def gpu_ms_per_step(fn, steps: int = 3, top: int = 8) -> float:
+    """Device time of ``fn``'s kernels per step, and print the ``top`` kernels."""
+    activities = [torch.profiler.ProfilerActivity.CUDA]
+    with torch.profiler.profile(activities=activities) as prof:
+        for _ in range(steps):
+            fn()
+        torch.cuda.synchronize()
+    events = sorted(
+        (e for e in prof.key_averages() if e.self_device_time_total > 0),
+        key=lambda e: -e.self_device_time_total,
+    )
+    for e in events[:top]:
+        print(
+            f"   {e.count // steps:4}x {e.self_device_time_total / steps / 1e3:7.3f} ms  {e.key[:80]}"
+        )
+    return sum(e.self_device_time_total for e in events) / steps / 1e3
+
+
+def launcher_us(fn, steps: int) -> None:
+    """Host µs spent inside Triton's C launcher per launch, by kernel, over ``steps`` steps."""
+    spent: dict[str, list[float]] = {}
+    entries = {}
+    run_compiled = launch._run_compiled
+
+    def timed(entry, grid, device, args):
+        compiled, tail, direct = entry
+        name = compiled.name if hasattr(compiled, "name") else str(id(compiled))
+        if direct is None:
+            run_compiled(entry, grid, device, args)
+            return
+        grid = (*grid, 1, 1)
+        stream = torch._C._cuda_getCurrentRawStream(device)
+        start = time.perf_counter_ns()
+        direct(grid[0], grid[1], grid[2], stream, *args, *tail)
+        spent.setdefault(name, []).append((time.perf_counter_ns() - start) / 1e3)
+        entries[name] = entry
+
+    launch._run_compiled = timed
+    for _ in range(steps):
+        fn()
+    torch.cuda.synchronize()
+    launch._run_compiled = run_compiled
+    total = sum(sum(v) for v in spent.values()) / steps
+    count = sum(len(v) for v in spent.values()) / steps
+    print(f"C launcher: {count:.0f} launches/step, {total / 1e3:.2f} ms/step in it")
+    for name, times in sorted(spent.items(), key=lambda kv: -sum(kv[1])):
+        times = sorted(times)
+        print(
+            f"   {name[:40]:40} {len(times) // steps:4}/step  median {times[len(times) // 2]:6.1f}"
+            f"  max {times[-1]:7.1f} µs"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="resnet50")
@@ -76,6 +131,9 @@ def main() -> None:
     launch._run_compiled = lambda *a: None
     print(f"{'ours, no launches':18} {ms_per_step(fns['ours'], args.steps):8.2f} ms/step")
     launch._run_compiled = run_compiled
+    for name, fn in fns.items():
+        print(f"{name}: GPU {gpu_ms_per_step(fn):.2f} ms/step")
+    launcher_us(fns["ours"], args.steps)
     for name, fn in fns.items():
         profile = cProfile.Profile()
         profile.enable()
