@@ -358,6 +358,27 @@ def test_direct_launcher_only_where_it_is_exact(triton_36, monkeypatch):
     assert launch._direct_launcher(_Compiled(_Wrapper36())) is None
 
 
+def test_replayed_launches_pass_addresses_to_the_c_launcher(monkeypatch):
+    """A replayed launch gives Triton's C launcher each tensor's address as an int (no
+    data_ptr call and driver check per pointer there); Triton's own wrapper, where the direct
+    launcher is not bound, still gets the tensors. (The compiled path, faked on the CPU.)"""
+    monkeypatch.setattr(launch, "INTERPRETER", False)
+    monkeypatch.setattr(launch, "current_device", lambda: 0)
+    seen = []
+    monkeypatch.setattr(launch, "_run_compiled", lambda entry, grid, dev, args: seen.append(args))
+    x, out = torch.randn(64), torch.empty(64)
+    step = launch._Launch(
+        _axpy_kernel, (1,), [x, None, out, 64, 2], {"BLOCK": 64}, [(0, 0), (2, 1)]
+    )
+    key = (0, x.data_ptr() % 16 == 0, out.data_ptr() % 16 == 0)
+    step.compiled[key] = ("compiled", (64,), lambda *args: None)
+    step.run([x, out])
+    assert seen == [[x.data_ptr(), None, out.data_ptr(), 64, 2]]
+    step.compiled[key] = ("compiled", (64,), None)
+    step.run([x, out])
+    assert seen[-1][0] is x and seen[-1][2] is out
+
+
 @pytest.mark.skipif(tc.INTERPRETER, reason="compiled kernels only")
 def test_lean_launches_on_the_gpu_match_tritons_own(device):
     """On the GPU: repeated lean launches (direct where Triton's wrapper allows) compute what

@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 
 from . import library as ops
-from .launch import tracing
+from .launch import current_device, tracing
 from .ops import crop as crop_ops
 
 
@@ -74,7 +74,7 @@ def run(op: ops.Op, *args, plan=None):
     if tracing(*tensors):
         return op(*args)
     device = tensors[0].device
-    if device.type == "cuda" and device.index != torch.cuda.current_device():
+    if device.type == "cuda" and device.index != current_device():
         # Kernels launch on the current device: make it the tensors' (cuda:1 data while
         # cuda:0 is current). The autograd engine sets it for the backward itself.
         with torch.cuda.device(device):

@@ -82,19 +82,18 @@ def _hooks():
     return _HOOKS.launch_enter_hook, _HOOKS.launch_exit_hook
 
 
-def _hook_active(hook) -> bool:
-    """Whether a launch hook is set: Triton 3.6 keeps an (empty) ``HookChain`` there."""
-    return hook is not None and bool(getattr(hook, "calls", True))
-
-
 def _hooks_installed() -> bool:
-    return _hook_active(_HOOKS.launch_enter_hook) or _hook_active(_HOOKS.launch_exit_hook)
+    """Whether a launch hook is set (Triton 3.6 keeps an empty ``HookChain`` where none is)."""
+    enter, leave = _HOOKS.launch_enter_hook, _HOOKS.launch_exit_hook
+    return (enter is not None and bool(getattr(enter, "calls", True))) or (
+        leave is not None and bool(getattr(leave, "calls", True))
+    )
 
 
 # The current CUDA device (``torch.cuda.current_device`` without its Python wrapper and lazy
 # initialisation: this runs on every launch, always after a CUDA tensor was made). Looked up,
 # not asked of ``torch.cuda.is_available()``, so importing tritonconv touches no driver.
-_current_device = getattr(torch._C, "_cuda_getDevice", None) or (lambda: 0)
+current_device = getattr(torch._C, "_cuda_getDevice", None) or (lambda: 0)
 
 
 def _signature(args, meta) -> tuple:
@@ -123,7 +122,7 @@ def launch(kernel, grid: tuple, *args, **meta) -> None:
     if INTERPRETER:
         _interpret(kernel, grid, args, meta)
         return
-    device = _current_device()
+    device = current_device()
     key = (kernel, device, _signature(args, meta))
     entry = _cache.get(key)
     if entry is None or _hooks_installed():
@@ -347,14 +346,22 @@ class _Launch:
         if INTERPRETER:
             _interpret(self.kernel, self.grid, args, self.meta)
             return
-        device = _current_device()
-        key = (device, *[args[p].data_ptr() & 15 == 0 for p, _ in self.slots])
+        device = current_device()
+        addresses = [args[p].data_ptr() for p, _ in self.slots]
+        key = (device, *[a & 15 == 0 for a in addresses])
         entry = self.compiled.get(key)
         if entry is None or _hooks_installed():
             entry = _entry(self.kernel[self.grid](*args, **self.meta), self.kernel, args, self.meta)
             if entry is not None and len(self.compiled) < 16:
                 self.compiled[key] = entry
             return
+        if entry[2] is not None:
+            # Triton's C launcher takes an address as an int as it is; a tensor it would ask
+            # for its data_ptr (a Python call) and check with the driver
+            # (cuPointerGetAttribute), per pointer and launch. The addresses are the tensors'
+            # own, on the current device (``autograd.run`` and the engine make it theirs).
+            for (position, _), address in zip(self.slots, addresses, strict=True):
+                args[position] = address
         _run_compiled(entry, self.grid, device, args)
 
 
