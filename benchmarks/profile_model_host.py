@@ -110,6 +110,10 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--top", type=int, default=30)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--quick", action="store_true", help="only the alternated step times and their ratio"
+    )
     args = parser.parse_args()
     import torchvision
 
@@ -124,9 +128,18 @@ def main() -> None:
         for _ in range(3):
             fn()
     torch.cuda.synchronize()
-    for _ in range(3):
-        for name, fn in fns.items():
-            print(f"{name:6} {ms_per_step(fn, args.steps):8.2f} ms/step", flush=True)
+    ratios = []
+    for _ in range(args.rounds):
+        times = {name: ms_per_step(fn, args.steps) for name, fn in fns.items()}
+        ratios.append(times["torch"] / times["ours"])
+        print("  ".join(f"{n} {t:7.2f}" for n, t in times.items()), "ms/step", flush=True)
+    ratios.sort()
+    print(
+        f"{args.model}: speed torch/ours median {ratios[len(ratios) // 2]:.3f} "
+        f"(min {ratios[0]:.3f}, max {ratios[-1]:.3f}) over {args.rounds} rounds"
+    )
+    if args.quick:
+        return
     run_compiled = launch._run_compiled
     launch._run_compiled = lambda *a: None
     print(f"{'ours, no launches':18} {ms_per_step(fns['ours'], args.steps):8.2f} ms/step")
