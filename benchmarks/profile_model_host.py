@@ -4,7 +4,8 @@ The models suite's steps are host-bound at batch 32 (NOTES.md, session 9). For o
 model (bf16 channels-last, train mode, the suite's step: forward, ``.float().square().mean()``,
 backward into ``.grad``), ours converted against the torch model:
 
-* ms per step, synchronised once per loop (the host's pace), the two alternated three times;
+* ms per step, wall and process CPU time, synchronised once per loop (the host's pace), the
+  two alternated ``--rounds`` times, and the median speed ratio of each;
 * ms per step of ours with every compiled launch a no-op (what is left is Python and
   allocations: the host floor our convolutions set);
 * GPU time per step of each (sum of its kernels' device time, torch.profiler), so a step
@@ -41,14 +42,18 @@ def step_fn(model, x):
     return run
 
 
-def ms_per_step(fn, steps: int) -> float:
+def ms_per_step(fn, steps: int) -> tuple[float, float]:
+    """(wall, process CPU) ms per step: the CPU time counts the host's work (every thread,
+    the autograd engine's included) but not the time the shared machine takes the CPU away,
+    so it compares host paths where the wall time is too noisy to."""
     fn()
     torch.cuda.synchronize()
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     for _ in range(steps):
         fn()
     torch.cuda.synchronize()
-    return (time.perf_counter() - start) / steps * 1e3
+    wall, cpu = time.perf_counter() - start, time.process_time() - cpu
+    return wall / steps * 1e3, cpu / steps * 1e3
 
 
 def gpu_ms_per_step(fn, steps: int = 3, top: int = 8) -> float:
@@ -128,21 +133,27 @@ def main() -> None:
         for _ in range(3):
             fn()
     torch.cuda.synchronize()
-    ratios = []
+    ratios, cpu_ratios = [], []
     for _ in range(args.rounds):
         times = {name: ms_per_step(fn, args.steps) for name, fn in fns.items()}
-        ratios.append(times["torch"] / times["ours"])
-        print("  ".join(f"{n} {t:7.2f}" for n, t in times.items()), "ms/step", flush=True)
-    ratios.sort()
-    print(
-        f"{args.model}: speed torch/ours median {ratios[len(ratios) // 2]:.3f} "
-        f"(min {ratios[0]:.3f}, max {ratios[-1]:.3f}) over {args.rounds} rounds"
-    )
+        ratios.append(times["torch"][0] / times["ours"][0])
+        cpu_ratios.append(times["torch"][1] / times["ours"][1])
+        print(
+            "  ".join(f"{n} {wall:7.2f} (CPU {cpu:6.2f})" for n, (wall, cpu) in times.items()),
+            "ms/step",
+            flush=True,
+        )
+    for what, r in (("wall", sorted(ratios)), ("host CPU", sorted(cpu_ratios))):
+        print(
+            f"{args.model}: {what} torch/ours median {r[len(r) // 2]:.3f} "
+            f"(min {r[0]:.3f}, max {r[-1]:.3f}) over {args.rounds} rounds"
+        )
     if args.quick:
         return
     run_compiled = launch._run_compiled
     launch._run_compiled = lambda *a: None
-    print(f"{'ours, no launches':18} {ms_per_step(fns['ours'], args.steps):8.2f} ms/step")
+    wall, cpu = ms_per_step(fns["ours"], args.steps)
+    print(f"ours, no launches: {wall:7.2f} (CPU {cpu:6.2f}) ms/step")
     launch._run_compiled = run_compiled
     for name, fn in fns.items():
         print(f"{name}: GPU {gpu_ms_per_step(fn):.2f} ms/step")
