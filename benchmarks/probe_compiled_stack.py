@@ -2,14 +2,18 @@
 ``mode="reduce-overhead"`` than with ``torch.nn.Conv2d`` (issue 10), and where its compile time
 goes: compiles the stack both ways with Inductor's performance hints logged (a CUDA graph that
 Inductor skips says why there), prints the per-call wall of each, the number of CUDA graphs
-each compile recorded, and Dynamo's compile-time breakdown for ours.
+each compile recorded, and Dynamo's compile-time breakdown for ours; ``--profile``: the top
+of a cProfile of 200 reduce-overhead calls of each (where the replay's host time goes).
 
-    PYTHONPATH=src python benchmarks/probe_compiled_stack.py
+    PYTHONPATH=src python benchmarks/probe_compiled_stack.py [--profile]
 """
 
 from __future__ import annotations
 
+import cProfile
 import logging
+import pstats
+import sys
 import time
 
 import torch
@@ -74,6 +78,15 @@ def main() -> None:
                 for e in events:
                     if e.self_device_time_total > 0:
                         print(f"   {e.count:3}x {e.self_device_time_total:8.1f} µs  {e.key[:80]}")
+                if "--profile" in sys.argv:
+                    profile = cProfile.Profile()
+                    with torch.no_grad():
+                        profile.enable()
+                        for _ in range(200):
+                            compiled(x)
+                        torch.cuda.synchronize()
+                        profile.disable()
+                    pstats.Stats(profile).sort_stats("tottime").print_stats(18)
 
 
 if __name__ == "__main__":
