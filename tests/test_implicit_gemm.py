@@ -300,6 +300,67 @@ def test_specialised_loops_match_float64(device, monkeypatch):
     assert flags[1, 0] == {False} and flags[1, 1] == {True} and flags[3, 1] == {True}
 
 
+def test_split_k_rule(monkeypatch):
+    """The forward/input gradient split their reduction only when the tiles fill less than a
+    wave and each program's reduction is long; each split keeps its minimum of steps and the
+    count is the kernel's even cut."""
+    monkeypatch.setattr(implicit_gemm, "INTERPRETER_MULTIPROCESSORS", 132)
+    monkeypatch.setattr(implicit_gemm, "multiprocessor_count", lambda device: 132)
+    split_k = implicit_gemm.split_k
+    # r2plus1d layer4: 32 programs, 3 taps x 8 blocks of 128 channels (921 channels)
+    assert split_k(32, 24, 128, 2 * 512 * 2 * 49, "cuda") == 6
+    assert split_k(132, 24, 128, 1000, "cuda") == 1  # a full wave
+    assert split_k(8, 9, 64, 1000, "cuda") == 1  # 576 long: not worth a second launch
+    assert split_k(100, 40, 64, 1000, "cuda") == 3  # 3 programs/SM wanted: 40 steps cut 14+14+12
+    assert split_k(1, 40, 64, 1 << 23, "cuda") == 2  # the partials' cap
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize(
+    "case",
+    [
+        # (input, weight, kwargs, minimum steps per split)
+        ((2, 40, 5, 4), (24, 40, 3, 3), dict(padding=1), 1),  # every step its own split
+        ((1, 20, 6, 5), (16, 10, 3, 2), dict(padding=(1, 0), groups=2), 2),
+        ((2, 100, 4, 3), (32, 100, 1, 1), dict(), 1),  # one tap: channel blocks only
+        ((1, 12, 3, 5, 4), (8, 12, 3, 3, 3), dict(padding=1, dilation=(1, 2, 1)), 3),  # 3-D
+    ],
+    ids=["3x3", "groups", "1x1", "3d"],
+)
+def test_split_k_matches_float64(case, dtype, device, monkeypatch):
+    """Forward and input gradient with the reduction split (forced onto these small shapes):
+    the bias added once, every split's steps (from any first channel block and tap) summed,
+    against float64; the split path asserted to have run, and bitwise reproducible."""
+    shape, wshape, kwargs, min_steps = case
+    monkeypatch.setattr(implicit_gemm, "INTERPRETER_MULTIPROCESSORS", 64)
+    monkeypatch.setattr(implicit_gemm, "multiprocessor_count", lambda device: 1 << 20)
+    monkeypatch.setattr(implicit_gemm, "SPLIT_K_MIN_REDUCTION", 1)
+    monkeypatch.setattr(implicit_gemm, "SPLIT_K_MIN_STEPS", min_steps)
+    splits = []
+    real = implicit_gemm.split_k
+    monkeypatch.setattr(implicit_gemm, "split_k", lambda *a: splits.append(real(*a)) or splits[-1])
+    tritonconv.clear_caches()
+    conv = tritonconv.conv3d if len(shape) == 5 else tritonconv.conv2d
+    reference = F.conv3d if len(shape) == 5 else F.conv2d
+    x = _channels_innermost(random_tensor(shape, dtype, device)).requires_grad_()
+    w = random_tensor(wshape, dtype, device).requires_grad_()
+    b = random_tensor((wshape[0],), dtype, device).requires_grad_()
+    refs = [t.detach().double().requires_grad_() for t in (x, w, b)]
+    with exact_fp32():
+        y = conv(x, w, b, algo="implicit_gemm", **kwargs)
+        again = conv(x, w, b, algo="implicit_gemm", **kwargs)
+        dy = random_tensor(y.shape, dtype, device)
+        got = torch.autograd.grad(y, (x, w, b), dy)
+    assert max(splits) > 1, "the split path did not run"
+    assert torch.equal(y, again)
+    ref = reference(*refs, **kwargs)
+    taps = w.shape[1] * w[0, 0].numel()
+    assert_close(y, ref, reduction=taps, name="output")
+    want = torch.autograd.grad(ref, refs, dy.double())
+    for name, g, r in zip(("dx", "dW", "db"), got, want):
+        assert_close(g, r, reduction=max(taps, y.numel() // y.shape[1]), name=name)
+
+
 def test_explicit_config(device):
     """A launcher takes any tile configuration (what tuning sweeps)."""
     x = random_tensor((2, 20, 7, 7), torch.float32, device)

@@ -155,6 +155,8 @@ def conv_igemm_kernel(
     # the real channels per group when PACK groups share a program (else unused)
     src_g,
     dst_g,
+    # SPLIT_K: elements between two splits' partial outputs (else unused)
+    dst_split_stride,
     # meta-parameters
     TRANSPOSED: tl.constexpr,
     HAS_BIAS: tl.constexpr,
@@ -173,6 +175,7 @@ def conv_igemm_kernel(
     INDEX_64: tl.constexpr,
     ALIGN: tl.constexpr = 1,
     ALIGN_W_SS: tl.constexpr = False,
+    SPLIT_K: tl.constexpr = False,
 ):
     """dst[n, g*Dg + d, pos] = sum over taps, s of src[n, g*Sg + s, source(pos, tap)] * w(s, d, tap)
     (+ bias); ``M = N*QD*QH*QW`` rows per phase (forward: ``Q = D``, the output size).
@@ -188,7 +191,13 @@ def conv_igemm_kernel(
     ``Sg = PACK*src_g -> Dg = PACK*dst_g`` (their channels are consecutive in memory), the
     weight tile block-diagonal (source channel ``c`` meets destination channel ``d`` only when
     ``c // src_g == d // dst_g``): full-width loads and fewer idle tensor-core lanes for
-    groups narrower than the 16-wide MMA."""
+    groups narrower than the 16-wide MMA.
+
+    ``SPLIT_K`` (one phase only): program ``(., ., split)`` sums its ``1 / splits`` share of
+    the reduction steps (``splits`` = the grid's third size) and stores that partial sum, the
+    bias in split 0's only, at ``dst + split * dst_split_stride`` (``dst``: the fp32 partials,
+    each laid out as the output); ``sum_partials`` adds them in split order. For problems of
+    few output rows and a long reduction, which would leave most multiprocessors idle."""
     if ALIGN > 1:
         src_sn = _aligned(src_sn, ALIGN)
         src_sd = _aligned(src_sd, ALIGN)
@@ -210,7 +219,7 @@ def conv_igemm_kernel(
             w_sd = _aligned(w_sd, ALIGN)
     pid = tl.program_id(0)
     g = tl.program_id(1)
-    phase = tl.program_id(2)
+    phase = 0 if SPLIT_K else tl.program_id(2)  # (SPLIT_K: splits on that axis, one phase)
     # Grouped ordering: GROUP_M row blocks share each column block while it is in L2.
     m_blocks = tl.cdiv(M, BLOCK_M)
     n_blocks = tl.cdiv(dst_per_group, BLOCK_N)
@@ -274,6 +283,11 @@ def conv_igemm_kernel(
 
     c_blocks = tl.cdiv(src_per_group, BLOCK_K)
     iterations = nk_d * nk_h * nk_w * c_blocks
+    first = 0
+    if SPLIT_K:  # this split's steps
+        per_split = tl.cdiv(iterations, tl.num_programs(2))
+        first = tl.program_id(2) * per_split
+        iterations = tl.minimum(iterations, first + per_split)
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=ACC_DTYPE)
     if WINDOW:  # the step's channel block and taps, counted from step to step (no division)
         cb = tl.program_id(0) * 0
@@ -282,7 +296,12 @@ def conv_igemm_kernel(
         jw = cb
         jh = cb
         jd = cb
-    for it in range(0, iterations):
+        if SPLIT_K:  # the first step's, divided out once
+            cb += first % c_blocks
+            jw += (first // c_blocks) % nk_w
+            jh += (first // (c_blocks * nk_w)) % nk_h
+            jd += first // (c_blocks * nk_w * nk_h)
+    for it in range(first, iterations):
         if WINDOW:
             c = cb * BLOCK_K + k
             sh = base_h + jh * step_h
@@ -335,10 +354,19 @@ def conv_igemm_kernel(
             jd += wrap.to(jd.dtype)
 
     if HAS_BIAS:
-        bias = tl.load(bias_ptr + g * dst_per_group + d, mask=d_ok, other=0)
-        acc += bias.to(ACC_DTYPE)[None, :]
+        bias = tl.load(bias_ptr + g * dst_per_group + d, mask=d_ok, other=0).to(ACC_DTYPE)
+        if SPLIT_K:  # added once, by the first split
+            bias = tl.where(tl.program_id(2) == 0, bias, tl.zeros_like(bias))
+        acc += bias[None, :]
     dst = dst_ptr + (n * dst_sn + dd * dst_sd + dh * dst_sh + dw * dst_sw)[:, None]
     dst += ((g * dst_per_group + d) * dst_sc)[None, :]
+    if SPLIT_K:
+        if ALIGN > 1:
+            dst_split_stride = _aligned(dst_split_stride, ALIGN)
+        split = tl.program_id(2)
+        if INDEX_64:
+            split = split.to(tl.int64)
+        dst += split * dst_split_stride
     tl.store(dst, acc.to(dst_ptr.dtype.element_ty), mask=row_ok[:, None] & d_ok[None, :])
 
 

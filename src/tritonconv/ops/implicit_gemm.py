@@ -54,6 +54,19 @@ WGRAD_PROGRAMS_PER_SM = 2
 # Cap on the weight gradient's fp32 partial sums, in elements (splits x weight numel).
 WGRAD_PARTIAL_LIMIT = 1 << 24
 
+# The forward and the input gradient split their reduction (fp32 partials, then
+# ``sum_partials``) when their tiles fill less than one wave of the GPU and each program would
+# reduce at least SPLIT_K_MIN_REDUCTION elements alone: r2plus1d's 921-channel layers on 7x7
+# frames at batch 2 (196 output rows, 32 programs for 132 multiprocessors, each 2763 long)
+# ran at 0.05x cuDNN. Each split keeps at least SPLIT_K_MIN_STEPS reduction steps; the
+# partials are capped like the weight gradient's. Shorter reductions do not split: a second
+# launch and an allocation cost more host time than a small kernel's idle multiprocessors.
+SPLIT_K_MIN_REDUCTION = 2048
+SPLIT_K_MIN_STEPS = 4
+# Multiprocessors the split rule assumes under the interpreter (no GPU to ask): 0 splits
+# nothing there; the split tests raise it.
+INTERPRETER_MULTIPROCESSORS = 0
+
 
 class Config(NamedTuple):
     """One tile configuration of an implicit-GEMM kernel."""
@@ -281,13 +294,23 @@ def _launch_conv(src, weight, bias, dst, geometry: Geometry, groups: int, transp
     src_g, dst_g = src_per_group, dst_per_group
     src_per_group, dst_per_group, groups = pack * src_g, pack * dst_g, groups // pack
     grid = (cdiv(rows, block_m) * cdiv(dst_per_group, block_n), groups, phases)
+    splits = 1
+    if phases == 1 and src.dtype in DOT_DTYPES and _is_dense(dst):
+        steps = math.prod(kernel) * cdiv(src_per_group, block_k)
+        splits = split_k(grid[0] * groups, steps, block_k, dst.numel(), src.device)
+    out = dst
+    if splits > 1:  # fp32 partials, each laid out as the output, summed below in split order
+        partial = allocate(
+            (splits, *dst.shape), partial_dtype(src.dtype), src.device, (dst.numel(), *dst.stride())
+        )
+        dst, grid = partial[0], (grid[0], groups, splits)
     if pack > 1 or 1 not in (w_ss, w_sd) or src.stride(1) != 1 or dst.stride(1) != 1:
         align = 1  # (packed groups' and strided channels' tiles are not contiguous runs)
     else:  # every stride and offset the kernel's tile rows start at (taps of size-1 axes: none)
         taps = [s for s, k in zip(w_taps, weight.shape[2:], strict=True) if k > 1]
         align = _alignment(
             *_position_strides(src), *_position_strides(dst), src_per_group, dst_per_group,
-            out_per_group * w_so, w_sd if w_ss == 1 else w_ss, *taps,
+            out_per_group * w_so, w_sd if w_ss == 1 else w_ss, *taps, dst.numel(),
         )  # fmt: skip
     launch(
         conv_igemm_kernel,
@@ -315,6 +338,7 @@ def _launch_conv(src, weight, bias, dst, geometry: Geometry, groups: int, transp
         *_spatial3(w_taps, 0),
         src_g,
         dst_g,
+        dst.numel(),
         TRANSPOSED=transposed,
         HAS_BIAS=bias is not None,
         EVEN_K=src_per_group % block_k == 0,
@@ -329,12 +353,35 @@ def _launch_conv(src, weight, bias, dst, geometry: Geometry, groups: int, transp
         BLOCK_K=block_k,
         GROUP_M=8,
         PACK=pack,
-        INDEX_64=needs_int64(src, dst, w),
+        INDEX_64=needs_int64(src, dst, w, None if splits == 1 else partial),
         ALIGN=align,
         ALIGN_W_SS=w_ss != 1,
+        SPLIT_K=splits > 1,
         num_warps=num_warps,
         num_stages=num_stages,
     )
+    if splits > 1:
+        sum_partials(partial, out)
+
+
+def split_k(programs: int, steps: int, block_k: int, numel: int, device) -> int:
+    """Into how many parts the forward/input-gradient kernel splits its ``steps`` reduction
+    steps of ``block_k`` (``programs``: its tiles; ``numel``: the output's size): 1 unless the
+    tiles fill less than a wave and the reduction is long (``SPLIT_K_MIN_REDUCTION``); then
+    enough for about ``WGRAD_PROGRAMS_PER_SM`` programs per multiprocessor, each split at
+    least ``SPLIT_K_MIN_STEPS`` steps, as many as the launcher's even cut gives."""
+    sms = INTERPRETER_MULTIPROCESSORS if INTERPRETER else multiprocessor_count(device)
+    if programs >= sms or steps * block_k < SPLIT_K_MIN_REDUCTION:
+        return 1
+    wanted = cdiv(WGRAD_PROGRAMS_PER_SM * sms, programs)
+    splits = max(1, min(wanted, steps // SPLIT_K_MIN_STEPS, WGRAD_PARTIAL_LIMIT // max(numel, 1)))
+    return cdiv(steps, cdiv(steps, splits))  # the kernel's cut: cdiv(steps, splits) each
+
+
+def _is_dense(t: torch.Tensor) -> bool:
+    """Whether ``t`` is a dense layout of its shape (any order of dimensions)."""
+    order = sorted(range(t.dim()), key=lambda d: -t.stride(d))
+    return dense_strides(t.shape, order) == tuple(t.stride())
 
 
 def _position_strides(t: torch.Tensor) -> tuple:
