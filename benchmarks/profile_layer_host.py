@@ -13,14 +13,12 @@ cProfile of ours.
 from __future__ import annotations
 
 import argparse
-import cProfile
-import pstats
 
 import torch
 import torch.nn.functional as F
 
 import tritonconv as tc
-from tritonconv.bench import loop_us
+from tritonconv.bench import loop_us, profile_calls
 
 LAYERS = {
     "3x3": ((32, 256, 14, 14), (256, 256, 3, 3), 1),
@@ -64,14 +62,7 @@ def main() -> None:
         for e in events:
             print(f"   {e.count}x {e.self_device_time_total:8.1f} µs  {e.key[:90]}")
     ours()
-    torch.cuda.synchronize()
-    profile = cProfile.Profile()
-    profile.enable()
-    for _ in range(args.calls):
-        ours()
-    torch.cuda.synchronize()
-    profile.disable()
-    pstats.Stats(profile).sort_stats("tottime").print_stats(25)
+    profile_calls(ours, args.calls, 25)
 
 
 if __name__ == "__main__":

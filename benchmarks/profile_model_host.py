@@ -21,14 +21,13 @@ from __future__ import annotations
 
 import argparse
 import copy
-import cProfile
-import pstats
 import time
 
 import torch
 
 import tritonconv.nn as tnn
 from tritonconv import launch
+from tritonconv.bench import profile_calls
 
 
 def step_fn(model, x):
@@ -159,14 +158,8 @@ def main() -> None:
         print(f"{name}: GPU {gpu_ms_per_step(fn):.2f} ms/step")
     launcher_us(fns["ours"], args.steps)
     for name, fn in fns.items():
-        profile = cProfile.Profile()
-        profile.enable()
-        for _ in range(args.steps):
-            fn()
-        torch.cuda.synchronize()
-        profile.disable()
         print(f"\n=== cProfile {name}, {args.steps} steps ===")
-        pstats.Stats(profile).sort_stats("tottime").print_stats(args.top)
+        profile_calls(fn, args.steps, args.top)
 
 
 if __name__ == "__main__":

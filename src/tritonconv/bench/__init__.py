@@ -10,8 +10,10 @@ interpreter's numbers say nothing about GPU speed; they only show the plumbing w
 from __future__ import annotations
 
 import contextlib
+import cProfile
 import json
 import math
+import pstats
 import statistics
 import time
 import warnings
@@ -114,6 +116,21 @@ def loop_us(fn: Callable[[], object], calls: int = 200, warmup: int = 10) -> flo
         fn()
     sync()
     return (time.perf_counter() - start) / calls * 1e6
+
+
+def profile_calls(fn: Callable[[], object], calls: int, top: int) -> pstats.Stats:
+    """A cProfile of ``calls`` calls of ``fn`` (synchronised at the end), its top ``top``
+    functions by internal time printed; returned for more views (callers)."""
+    sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
+    profile = cProfile.Profile()
+    profile.enable()
+    for _ in range(calls):
+        fn()
+    sync()
+    profile.disable()
+    stats = pstats.Stats(profile).sort_stats("tottime")
+    stats.print_stats(top)
+    return stats
 
 
 def kernel_ms(fn: Callable[[int], object], n_inputs: int, opts: Options) -> float | None:
