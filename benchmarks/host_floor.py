@@ -1,7 +1,7 @@
 """The host cost of each piece of one training-step convolution on the GPU machine (issue 10):
 per-call wall (µs) of an empty autograd Function and of a native-autograd op (the engine's
 floor), an allocation, one implicit-GEMM launch replayed from its plan, Triton's C launcher
-alone (tensor arguments, and integer addresses), our forward without gradients, and ours and
+alone (integer addresses, as a replay passes them), our forward without gradients, and ours and
 ``F.conv2d`` forward + backward, on a ResNet-50 3x3 layer at batch 1 (kernels far shorter than
 the host work, so the loop measures the host); last, ours with every compiled launch replaced
 by a no-op (what is left is our Python and the allocations).
@@ -61,17 +61,16 @@ def main() -> None:
     caught = []
     run_compiled = launch._run_compiled
 
-    def catch(entry, grid, device, args):
-        caught.append((entry, (*grid, 1, 1)[:3], device, list(args)))
-        run_compiled(entry, grid, device, args)
+    def catch(entry, grid, stream, args):
+        caught.append((entry, (*grid, 1, 1)[:3], stream, list(args)))
+        run_compiled(entry, grid, stream, args)
 
     launch._run_compiled = catch
     for _ in range(3):  # recorded, replayed once (its compiled kernel kept), replayed lean
         ig._launch_conv(x, w, None, out, geometry, 1, False, None)
     launch._run_compiled = run_compiled
-    (_compiled, tail, direct), grid, device, kernel_args = caught[-1]
-    stream = torch._C._cuda_getCurrentRawStream(device)
-    int_args = [a.data_ptr() if isinstance(a, torch.Tensor) else a for a in kernel_args]
+    (_compiled, tail, direct), grid, stream, kernel_args = caught[-1]
+    # (a replayed launch passes its tensors' addresses as ints)
 
     rows = {
         "torch.empty_strided": lambda: torch.empty_strided(
@@ -80,8 +79,7 @@ def main() -> None:
         "one launch (plan replay)": lambda: ig._launch_conv(
             x, w, None, out, geometry, 1, False, None
         ),
-        "C launcher, tensors": lambda: direct(*grid, stream, *kernel_args, *tail),
-        "C launcher, int addresses": lambda: direct(*grid, stream, *int_args, *tail),
+        "C launcher, int addresses": lambda: direct(*grid, stream, *kernel_args, *tail),
         "ours fwd, no grad": lambda: tc.conv2d(x, w, None, 1, 1),
         "F.conv2d fwd, no grad": lambda: F.conv2d(x, w, None, 1, 1),
         "empty Function fwd+bwd": empty_step,
@@ -90,9 +88,9 @@ def main() -> None:
         "F.conv2d fwd+bwd": step(F.conv2d),
     }
     with torch.no_grad():
-        for name in list(rows)[:6]:
+        for name in list(rows)[:5]:
             print(f"{name:28} {loop_us(rows[name]):8.1f} µs", flush=True)
-    for name in list(rows)[6:]:
+    for name in list(rows)[5:]:
         print(f"{name:28} {loop_us(rows[name]):8.1f} µs", flush=True)
     launch._run_compiled = lambda *args: None
     for name in ("ours fwd+bwd",):

@@ -79,14 +79,13 @@ def launcher_us(fn, steps: int) -> None:
     entries = {}
     run_compiled = launch._run_compiled
 
-    def timed(entry, grid, device, args):
+    def timed(entry, grid, stream, args):
         compiled, tail, direct = entry
         name = compiled.name if hasattr(compiled, "name") else str(id(compiled))
         if direct is None:
-            run_compiled(entry, grid, device, args)
+            run_compiled(entry, grid, stream, args)
             return
         grid = (*grid, 1, 1)
-        stream = torch._C._cuda_getCurrentRawStream(device)
         start = time.perf_counter_ns()
         direct(grid[0], grid[1], grid[2], stream, *args, *tail)
         spent.setdefault(name, []).append((time.perf_counter_ns() - start) / 1e3)

@@ -56,6 +56,70 @@ def test_replay_keys_on_values_and_alignment(device):
     assert len(_axpy.plans.entries) == 2
 
 
+@launch.launch_plan
+def _axpy_or_nothing(x, y, wanted: bool):
+    """(alpha x + y, placeholder) or (placeholder, placeholder)."""
+    out = launch.allocate(tuple(x.shape), x.dtype, x.device) if wanted else None
+    if wanted:
+        launch.launch(
+            _axpy_kernel, (triton.cdiv(x.numel(), 64),), x, y, out, x.numel(), 2, BLOCK=64
+        )
+    return (
+        out if wanted else launch.placeholder(x.dtype, x.device),
+        launch.placeholder(x.dtype, x.device),
+    )
+
+
+def test_placeholders_are_left_out_where_the_caller_drops_them(device):
+    """A planned function's placeholders (the empty tensor of an output not asked for) replay
+    as empty tensors, or as None without allocating when the caller says it drops them (the
+    eager backward); the computed outputs are the same either way."""
+    _axpy_or_nothing.plans.clear()
+    x, y = torch.randn(100, device=device), torch.randn(100, device=device)
+    for wanted in (True, False):
+        first = _axpy_or_nothing(x, y, wanted)  # recorded
+        again = _axpy_or_nothing(x, y, wanted)  # replayed: placeholders allocated
+        plan = _axpy_or_nothing.plan_of(x, y, wanted)
+        lean = plan.run([x, y], placeholders=False)
+        for outputs in (first, again):
+            assert outputs[1].shape == (0,) and outputs[1].dtype == x.dtype
+        assert lean[1] is None
+        if wanted:
+            for outputs in (first, again, lean):
+                assert_close(outputs[0], (2 * x + y).cpu())
+        else:
+            assert again[0].shape == (0,) and lean[0] is None
+
+
+def test_conv_backward_without_bias_allocates_no_placeholder(device, monkeypatch):
+    """An eager convolution backward whose bias gradient is not wanted replays without
+    allocating its placeholder, and its gradients stay right (against float64)."""
+    x = torch.randn(2, 4, 6, 5, dtype=torch.float64, device=device)
+    w = torch.randn(6, 4, 3, 3, dtype=torch.float64, device=device)
+    dy = torch.randn(2, 6, 6, 5, dtype=torch.float64, device=device)
+    x64, w64 = (t.clone().requires_grad_() for t in (x, w))
+    exact = torch.autograd.grad(F.conv2d(x64, w64, padding=1), (x64, w64), dy)
+    tc.clear_caches()
+    for _ in range(2):  # recorded, then replayed
+        xg, wg = (t.clone().requires_grad_() for t in (x, w))
+        got = torch.autograd.grad(tc.conv2d(xg, wg, padding=1, algo="implicit_gemm"), (xg, wg), dy)
+        for g, e in zip(got, exact, strict=True):
+            assert_close(g, e, reduction=36)
+    made = []
+    run = launch._Placeholder.run
+    monkeypatch.setattr(
+        launch._Placeholder, "run", lambda self, *a: made.append(1) or run(self, *a)
+    )
+    xg, wg = (t.clone().requires_grad_() for t in (x, w))
+    got = torch.autograd.grad(tc.conv2d(xg, wg, padding=1, algo="implicit_gemm"), (xg, wg), dy)
+    for g, e in zip(got, exact, strict=True):
+        assert_close(g, e, reduction=36)
+    assert made == []
+    (plan,) = functional._CONV_PLANS.entries.values()
+    (replay,) = plan.backward.values()
+    assert sum(isinstance(step, launch._Placeholder) for step in replay.steps) == 1
+
+
 def test_aliased_arguments_are_not_frozen(device):
     """A call that passes one tensor twice is not cached: a later call with two distinct tensors
     must read both."""
@@ -363,20 +427,50 @@ def test_replayed_launches_pass_addresses_to_the_c_launcher(monkeypatch):
     data_ptr call and driver check per pointer there); Triton's own wrapper, where the direct
     launcher is not bound, still gets the tensors. (The compiled path, faked on the CPU.)"""
     monkeypatch.setattr(launch, "INTERPRETER", False)
-    monkeypatch.setattr(launch, "current_device", lambda: 0)
     seen = []
-    monkeypatch.setattr(launch, "_run_compiled", lambda entry, grid, dev, args: seen.append(args))
+    monkeypatch.setattr(
+        launch, "_run_compiled", lambda entry, grid, stream, args: seen.append(args)
+    )
     x, out = torch.randn(64), torch.empty(64)
     step = launch._Launch(
         _axpy_kernel, (1,), [x, None, out, 64, 2], {"BLOCK": 64}, [(0, 0), (2, 1)]
     )
-    key = (0, x.data_ptr() % 16 == 0, out.data_ptr() % 16 == 0)
+    # compiled kernels by device and which addresses are 16-byte aligned (a bit each, in order)
+    key = (0, 2 * (x.data_ptr() % 16 == 0) + (out.data_ptr() % 16 == 0))
     step.compiled[key] = ("compiled", (64,), lambda *args: None)
-    step.run([x, out])
+    where = (0, 7, False)  # device, stream, launch hooks installed
+    step.run([x, out], where)
     assert seen == [[x.data_ptr(), None, out.data_ptr(), 64, 2]]
     step.compiled[key] = ("compiled", (64,), None)
-    step.run([x, out])
+    step.run([x, out], where)
     assert seen[-1][0] is x and seen[-1][2] is out
+
+
+def test_a_replay_looks_the_device_up_once(monkeypatch):
+    """A replayed plan asks for the device, its stream and the launch hooks once, whatever
+    the number of its launches; each launch gets them. (The compiled path, faked on the CPU.)"""
+    _axpy.plans.clear()
+    x, y = torch.randn(64), torch.randn(64)
+    out = torch.empty(64)
+    _axpy(x, y, out, 2)  # recorded (interpreted)
+    (plan,) = _axpy.plans.entries.values()
+    plan.steps = plan.steps * 3  # three launches
+    monkeypatch.setattr(launch, "INTERPRETER", False)
+    asked = []
+    monkeypatch.setattr(launch, "current_device", lambda: asked.append("device") or 0)
+    monkeypatch.setattr(launch, "_hooks_installed", lambda: asked.append("hooks") or False)
+    monkeypatch.setattr(
+        torch._C, "_cuda_getCurrentRawStream", lambda d: asked.append("stream") or 5, raising=False
+    )
+    launched = []
+    monkeypatch.setattr(launch, "_run_compiled", lambda e, g, s, a: launched.append(s))
+    for step in plan.steps:
+        step.compiled = {
+            (0, k): ("compiled", (), lambda *a: None) for k in range(8)
+        }  # every alignment pattern
+    plan.run([x, y, out])
+    assert asked == ["device", "stream", "hooks"]
+    assert launched == [5, 5, 5]
 
 
 @pytest.mark.skipif(tc.INTERPRETER, reason="compiled kernels only")

@@ -115,8 +115,8 @@ def _backward_call(ctx, backward_op: ops.Op, *args):
     )
     backward = plan.backward
     replay = backward.get(key)
-    if replay is not None:
-        return replay.run([a for a in args if isinstance(a, torch.Tensor)])
+    if replay is not None:  # the callers drop unwanted gradients: no placeholders for them
+        return replay.run([a for a in args if isinstance(a, torch.Tensor)], placeholders=False)
     result = backward_op(*args)
     plan_of = getattr(backward_op.impl, "plan_of", None)
     replay = plan_of(*args) if plan_of is not None else None

@@ -130,7 +130,7 @@ def launch(kernel, grid: tuple, *args, **meta) -> None:
         if entry is not None:
             _cache.put(key, entry)
         return
-    _run_compiled(entry, grid, device, args)
+    _run_compiled(entry, grid, torch._C._cuda_getCurrentRawStream(device), args)
 
 
 # Triton's interpreter patches ``triton.language`` while it runs a kernel: one at a time.
@@ -142,11 +142,10 @@ def _interpret(kernel, grid, args, meta) -> None:
         kernel[grid](*args, **meta)
 
 
-def _run_compiled(entry, grid, device: int, args) -> None:
-    """Launch a compiled kernel directly (``entry``: see :func:`_entry`)."""
+def _run_compiled(entry, grid, stream: int, args) -> None:
+    """Launch a compiled kernel directly on ``stream`` (``entry``: see :func:`_entry`)."""
     compiled, tail, direct = entry
     grid = (*grid, 1, 1)
-    stream = torch._C._cuda_getCurrentRawStream(device)
     if direct is not None:
         direct(grid[0], grid[1], grid[2], stream, *args, *tail)
         return
@@ -266,6 +265,18 @@ def allocate(
     return t
 
 
+def placeholder(dtype: torch.dtype, device) -> torch.Tensor:
+    """The empty tensor an op returns in place of an output it was asked not to compute (a
+    backward op's unwanted gradient), allocated like any other; a replay for a caller that
+    drops those outputs (``_Plan.run(..., placeholders=False)``) gives None in its place and
+    allocates nothing. Never launched on."""
+    t = torch.empty((0,), dtype=dtype, device=device)
+    recording = getattr(_recorder, "events", None)
+    if recording is not None:
+        recording.append(_Placeholder((0,), (1,), dtype, t.device, False, t))
+    return t
+
+
 class _Alloc:
     """A recorded allocation (the tensor itself kept only until the plan is built)."""
 
@@ -275,11 +286,26 @@ class _Alloc:
         self.shape, self.strides, self.dtype, self.device = shape, strides, dtype, device
         self.zero, self.tensor = zero, tensor
 
-    def run(self, table: list) -> None:
+    def run(self, table: list, where) -> None:
         t = torch.empty_strided(self.shape, self.strides, dtype=self.dtype, device=self.device)
         if self.zero:
             t.zero_()
         table.append(t)
+
+
+class _Placeholder(_Alloc):
+    """A recorded :func:`placeholder`."""
+
+    __slots__ = ()
+
+
+class _Absent:
+    """Stands for a placeholder in a replay that does not return them: None in the table."""
+
+    __slots__ = ()
+
+    def run(self, table: list, where) -> None:
+        table.append(None)
 
 
 class _View:
@@ -292,7 +318,7 @@ class _View:
     def __init__(self, base: int, shape, strides, offset: int):
         self.base, self.shape, self.strides, self.offset = base, shape, strides, offset
 
-    def run(self, table: list) -> None:
+    def run(self, table: list, where) -> None:
         t = table[self.base]
         table.append(t.as_strided(self.shape, self.strides, t.storage_offset() + self.offset))
 
@@ -339,45 +365,64 @@ class _Launch:
         self.slots = slots  # [(position in args, index in the table)]
         self.compiled: dict = {}
 
-    def run(self, table: list) -> None:
+    def run(self, table: list, where) -> None:
+        """Launch on the tensors of ``table``; ``where``: (device, stream, hooks installed) of
+        a compiled launch, None under the interpreter (:meth:`_Plan.run` looks them up once
+        for all its launches)."""
         args = self.template.copy()
-        for position, index in self.slots:
-            args[position] = table[index]
-        if INTERPRETER:
+        if where is None:
+            for position, index in self.slots:
+                args[position] = table[index]
             _interpret(self.kernel, self.grid, args, self.meta)
             return
-        device = current_device()
-        addresses = [args[p].data_ptr() for p, _ in self.slots]
-        key = (device, *[a & 15 == 0 for a in addresses])
-        entry = self.compiled.get(key)
-        if entry is None or _hooks_installed():
-            entry = _entry(self.kernel[self.grid](*args, **self.meta), self.kernel, args, self.meta)
-            if entry is not None and len(self.compiled) < 16:
-                self.compiled[key] = entry
-            return
-        if entry[2] is not None:
-            # Triton's C launcher takes an address as an int as it is; a tensor it would ask
-            # for its data_ptr (a Python call) and check with the driver
-            # (cuPointerGetAttribute), per pointer and launch. The addresses are the tensors'
-            # own, on the current device (``autograd.run`` and the engine make it theirs).
-            for (position, _), address in zip(self.slots, addresses, strict=True):
-                args[position] = address
-        _run_compiled(entry, self.grid, device, args)
+        device, stream, hooked = where
+        # Triton's C launcher takes an address as an int as it is; a tensor it would ask for
+        # its data_ptr (a Python call) and check with the driver (cuPointerGetAttribute), per
+        # pointer and launch. The addresses are the tensors' own, on the current device
+        # (``autograd.run`` and the engine make it theirs). The compiled kernel depends on
+        # which of them are 16-byte aligned (what Triton specialises on).
+        aligned = 0
+        for position, index in self.slots:
+            address = table[index].data_ptr()
+            args[position] = address
+            aligned = aligned + aligned + (address & 15 == 0)
+        key = (device, aligned)
+        entry = None if hooked else self.compiled.get(key)
+        if entry is None or entry[2] is None:  # Triton's own launch path: it takes tensors
+            for position, index in self.slots:
+                args[position] = table[index]
+            if entry is None:
+                entry = _entry(
+                    self.kernel[self.grid](*args, **self.meta), self.kernel, args, self.meta
+                )
+                if entry is not None and not hooked and len(self.compiled) < 16:
+                    self.compiled[key] = entry
+                return
+        _run_compiled(entry, self.grid, stream, args)
 
 
 class _Plan:
     """What a planned function did for one signature: allocations and launches in order, and
     which tensors of the table it returned."""
 
-    __slots__ = ("result", "steps")
+    __slots__ = ("launches", "lean_steps", "result", "steps")
 
     def __init__(self, steps, result):
         self.steps, self.result = steps, result
+        self.launches = any(isinstance(s, _Launch) for s in steps)
+        # the steps of a replay whose caller drops the placeholders it returns
+        self.lean_steps = [_Absent() if isinstance(s, _Placeholder) else s for s in steps]
 
-    def run(self, tensors: list):
+    def run(self, tensors: list, placeholders: bool = True):
+        """Replay on ``tensors`` (the planned function's tensor arguments, in order); with
+        ``placeholders=False`` each :func:`placeholder` it would return is None instead."""
         table = tensors.copy()
-        for step in self.steps:
-            step.run(table)
+        where = None
+        if self.launches and not INTERPRETER:  # once per replay, not per launch
+            device = current_device()
+            where = (device, torch._C._cuda_getCurrentRawStream(device), _hooks_installed())
+        for step in self.steps if placeholders else self.lean_steps:
+            step.run(table, where)
         result = self.result
         if result is None:
             return None
@@ -407,8 +452,10 @@ def _build_plan(events, tensors: list, result) -> _Plan | None:
         return None
     roots = list(range(len(table)))  # arguments and allocations: what views are made of
     steps = []
+    allocated = {}  # table index: its allocation step
     for event in events:
         if isinstance(event, _Alloc):
+            allocated[len(table)] = event
             roots.append(len(table))
             table.append(event.tensor)
             event.tensor = None
@@ -419,6 +466,8 @@ def _build_plan(events, tensors: list, result) -> _Plan | None:
         for position, arg in enumerate(args):
             if isinstance(arg, torch.Tensor):
                 index = _index(table, arg)
+                if index is not None and isinstance(allocated.get(index), _Placeholder):
+                    raise AssertionError("a placeholder is never launched on")
                 if index is None:
                     view = _view_step(table, roots, arg)
                     if view is None:

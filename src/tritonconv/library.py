@@ -22,7 +22,7 @@ from torch import Tensor
 
 from ._runtime import INTERPRETER
 from .geometry import TritonConvError, make_geometry, window_geometry
-from .launch import allocate, launch_plan, tracing
+from .launch import launch_plan, placeholder, tracing
 from .ops import causal as causal_ops
 from .ops import common, conv_gemm, depthwise, direct, implicit_gemm
 from .ops import crop as crop_ops
@@ -63,8 +63,9 @@ def _dense_bias(bias: Tensor | None) -> None:
 
 
 def _nothing(like: Tensor) -> Tensor:
-    """The empty tensor a backward op returns for a gradient its output mask leaves out."""
-    return allocate((0,), like.dtype, like.device)
+    """The empty tensor a backward op returns for a gradient its output mask leaves out (an
+    eager backward's replay, which drops it, allocates none: ``autograd._backward_call``)."""
+    return placeholder(like.dtype, like.device)
 
 
 def _gradients(grad_output: Tensor, input: Tensor, grad_input, grad_weight, grad_bias, mask):
