@@ -35,7 +35,7 @@ LAYERS = {
 }
 
 
-def record(layer: str) -> list[dict]:
+def record(layer: str, dtype: str = "bfloat16") -> list[dict]:
     """Each launch of one training step, as JSON: kernel module and name, runtime arguments
     (tensors by dtype), meta. Runs under the interpreter (a process of its own)."""
     import torch
@@ -57,8 +57,9 @@ def record(layer: str) -> list[dict]:
 
     xs, ws, stride, pad = LAYERS[layer]
     cl = torch.channels_last
-    x = torch.randn(xs, dtype=torch.bfloat16).to(memory_format=cl).requires_grad_()
-    w = torch.randn(ws, dtype=torch.bfloat16).to(memory_format=cl).requires_grad_()
+    dtype = getattr(torch, dtype)  # float32: TF32 (PyTorch's default for convolutions)
+    x = torch.randn(xs, dtype=dtype).to(memory_format=cl).requires_grad_()
+    w = torch.randn(ws, dtype=dtype).to(memory_format=cl).requires_grad_()
     real = launch._interpret
     launch._interpret = recording
     undo = _gpu_launchers()
@@ -173,13 +174,15 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--layer", default="r50_3x3_14", choices=sorted(LAYERS))
     ap.add_argument("--kernel", default="", help="only kernels whose name contains this")
+    ap.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16", "float32"))
     ap.add_argument("--record", action="store_true", help=argparse.SUPPRESS)  # internal
     args = ap.parse_args()
     if args.record:
-        print(json.dumps(record(args.layer)))
+        print(json.dumps(record(args.layer, args.dtype)))
         return
     env = dict(os.environ, TRITON_INTERPRET="1", TRITONCONV_CPU_KERNELS="1")
-    out = subprocess.run([sys.executable, __file__, "--record", "--layer", args.layer],
+    out = subprocess.run([sys.executable, __file__, "--record", "--layer", args.layer,
+                          "--dtype", args.dtype],
                          env=env, capture_output=True, text=True, check=True)  # fmt: skip
     os.environ["TRITON_INTERPRET"] = "0"
     sys_path_scripts()
@@ -193,7 +196,8 @@ def main() -> None:
             total = sum(counts.values())
             wgmma = counts.get("HGMMA", 0)
             top = ", ".join(f"{op} {n}" for op, n in counts.most_common(12))
-            print(f"  loop of {total} SASS instructions, {wgmma} HGMMA: {top}")
+            print(f"  loop of {total} SASS instructions, {wgmma} HGMMA, {counts.get('HMMA', 0)}"
+                  f" HMMA, {counts.get('FFMA', 0)} FFMA: {top}")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -150,6 +150,44 @@ def test_weight_is_copied_only_when_neither_channel_axis_is_innermost(device, mo
         assert len(copies) == expected, weight_layout
 
 
+def test_tf32_input_gradient_reads_the_weight_along_its_reduction(device, monkeypatch):
+    """With TF32 allowed, an fp32 input gradient copies a channels-last weight output channels
+    innermost (TF32 tensor-core tiles must run along the reduction: reading the weight along
+    its destination side was 3x slower on the H100), and stays right at TF32 accuracy; 16-bit
+    inputs, and fp32 with TF32 off, still read it as it is. The fp32 weight gradient computes
+    fp32 products either way (exact to fp32 with TF32 allowed)."""
+    from tritonconv.geometry import make_geometry
+
+    copies = []
+    original = implicit_gemm.crop_into
+    monkeypatch.setattr(implicit_gemm, "crop_into", lambda *a: copies.append(1) or original(*a))
+    cl = torch.channels_last
+    geometry = make_geometry((6, 6), (3, 3), (1, 1), (1, 1), (1, 1), (1, 1))
+    for dtype, tf32, expected in (
+        (torch.float32, True, 1),
+        (torch.float32, False, 0),
+        (torch.bfloat16, True, 0),
+    ):
+        x = random_tensor((2, 16, 6, 6), dtype, device).to(memory_format=cl)
+        dy = random_tensor((2, 24, 6, 6), dtype, device).to(memory_format=cl)
+        w = random_tensor((24, 16, 3, 3), dtype, device).to(memory_format=cl)
+        monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", tf32)
+        tritonconv.clear_caches()
+        copies.clear()
+        dx = implicit_gemm.conv_grad_input(dy, w, x, geometry, 1)
+        dw = implicit_gemm.conv_grad_weight(dy, x, list(w.shape), geometry, 1, None, w.stride())
+        assert len(copies) == expected, (dtype, tf32)
+        x64, w64 = (t.detach().double().requires_grad_() for t in (x, w))
+        want = torch.autograd.grad(F.conv2d(x64, w64, padding=1), (x64, w64), dy.double())
+        if dtype == torch.float32 and tf32:  # about 10 mantissa bits
+            error = (dx.double() - want[0]).abs().max() / want[0].abs().max()
+            assert error < 5e-3, error
+            assert_close(dw, want[1], reduction=72, name="dW")  # fp32 products
+        else:
+            assert_close(dx, want[0], reduction=24 * 9, name="dx")
+            assert_close(dw, want[1], reduction=72, name="dW")
+
+
 @pytest.mark.parametrize("dims", [1, 2, 3])
 def test_weight_gradient_takes_the_weights_layout(dims, device):
     """dW comes in the weight's own layout when that is dense (channels-last included), so

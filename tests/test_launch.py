@@ -446,13 +446,13 @@ def test_replayed_launches_pass_addresses_to_the_c_launcher(monkeypatch):
     assert seen[-1][0] is x and seen[-1][2] is out
 
 
-def test_a_replay_looks_the_device_up_once(monkeypatch):
+def test_a_replay_looks_the_device_up_once(device, monkeypatch):
     """A replayed plan asks for the device, its stream and the launch hooks once, whatever
-    the number of its launches; each launch gets them. (The compiled path, faked on the CPU.)"""
+    the number of its launches; each launch gets them. (The compiled path, faked.)"""
     _axpy.plans.clear()
-    x, y = torch.randn(64), torch.randn(64)
-    out = torch.empty(64)
-    _axpy(x, y, out, 2)  # recorded (interpreted)
+    x, y = torch.randn(64, device=device), torch.randn(64, device=device)
+    out = torch.empty(64, device=device)
+    _axpy(x, y, out, 2)  # recorded
     (plan,) = _axpy.plans.entries.values()
     plan.steps = plan.steps * 3  # three launches
     monkeypatch.setattr(launch, "INTERPRETER", False)

@@ -3,7 +3,8 @@
 The kernels (``kernels/implicit_gemm.py``) are written over three spatial axes; a 2-D (or 1-D)
 problem is passed as a 3-D one with leading size-1 axes (unit kernel, stride and dilation, no
 padding). float16, bfloat16 and float32 run on tensor cores (:data:`DOT_DTYPES`); fp32 obeys
-``torch.backends.cudnn.allow_tf32`` (TF32, or fp32 products and sums, ``ieee``, when False). float64 and
+``torch.backends.cudnn.allow_tf32`` (TF32, or fp32 products and sums, ``ieee``, when False),
+except fp32 weight gradients, which always compute fp32 products (:data:`WGRAD_FP32_PRECISION`). float64 and
 the integer dtypes take the kernels' exact outer-product path (int64 accumulation, wrapping like
 PyTorch), so every real dtype has a convolution of any rank.
 
@@ -282,9 +283,14 @@ def _launch_conv(src, weight, bias, dst, geometry: Geometry, groups: int, transp
     block_m, block_n, block_k, num_warps, num_stages = config
     # The weight tile is read along the source-side (reduction) channels or the destination
     # channels: one of them must be the weight's innermost axis (copied so if neither is).
+    # TF32 tensor-core products take only K-major tiles (reduction axis innermost): an fp32
+    # input gradient reading a channels-last weight along its destination channels ran at
+    # ~1/3 of the forward's speed (session 12, benchmarks/probe_fp32_backward.py), so under
+    # TF32 the weight is always read along the reduction side (a copy of the weight).
     src_dim = 0 if transposed else 1
     w = weight
-    if weight.stride(src_dim) != 1 and weight.stride(1 - src_dim) != 1:
+    tf32 = src.dtype == torch.float32 and dot_precision(src.dtype) == "tf32"
+    if weight.stride(src_dim) != 1 and (tf32 or weight.stride(1 - src_dim) != 1):
         w = _innermost(weight, src_dim)
     w_so, w_si, *w_taps = w.stride()
     out_per_group = weight.shape[0] // groups
@@ -469,7 +475,7 @@ def _launch_grad_weight(
         and _positions_flat(x),
         TAP_GROUP=tap_group,
         USE_DOT=x.dtype in DOT_DTYPES,
-        DOT_PRECISION=dot_precision(x.dtype),
+        DOT_PRECISION=WGRAD_FP32_PRECISION if x.dtype == torch.float32 else dot_precision(x.dtype),
         DOT_DTYPE=dot_dtype(x.dtype),
         ACC_DTYPE=accumulator_dtype(x.dtype),
         BLOCK_M=block_m,
@@ -481,6 +487,15 @@ def _launch_grad_weight(
         num_stages=num_stages,
     )
 
+
+# The fp32 weight gradient's products, TF32 allowed or not. Its tiles run along the channels
+# (channels-last dy and x: the reduction axis, positions, is the outer one), and TF32
+# tensor-core products take only tiles whose reduction axis is innermost: measured on the H100
+# (session 12, benchmarks/probe_fp32_backward.py), the TF32 weight gradient took 0.467 / 0.433
+# / 2.018 ms on ResNet-50 56x56 / 14x14 and UNet 256x256 3x3 layers against 0.362 / 0.346 /
+# 1.537 ms with fp32 products (``ieee``), which are also exact to fp32. (A TF32 weight gradient
+# at tensor-core speed needs its tiles transposed on the way in: TMA, or position-major copies.)
+WGRAD_FP32_PRECISION = "ieee"
 
 # Most width taps a weight-gradient program owns (its accumulators: one tile per tap), and the
 # input channels per group below which inputs other than 16-bit floats own several. Measured
