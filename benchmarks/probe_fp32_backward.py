@@ -41,6 +41,28 @@ def median_ms(fn, reps: int = 20) -> float:
     return sorted(times)[reps // 2]
 
 
+def measure(name: str, xs, ws, mode: str, seen: list) -> None:
+    """One layer in one mode: the launchers alone, then autograd (precisions recorded)."""
+    cl = torch.channels_last
+    geometry = make_geometry(xs[2:], ws[2:], (1, 1), (1, 1), (1, 1), (1, 1))
+    dtype = torch.bfloat16 if mode == "bf16" else torch.float32
+    torch.backends.cudnn.allow_tf32 = mode != "ieee"
+    x = torch.randn(xs, device="cuda", dtype=dtype).to(memory_format=cl)
+    w = torch.randn(ws, device="cuda", dtype=dtype).to(memory_format=cl) / 24
+    dy = torch.randn(xs[0], ws[0], *xs[2:], device="cuda", dtype=dtype).to(memory_format=cl)
+    fwd = median_ms(lambda: ig.conv_forward(x, w, None, geometry, 1))
+    dx = median_ms(lambda: ig.conv_grad_input(dy, w, x, geometry, 1))
+    dw = median_ms(lambda: ig.conv_grad_weight(dy, x, list(w.shape), geometry, 1, None, w.stride()))
+    xg, wg = x.clone().requires_grad_(), w.clone().requires_grad_()
+    seen.clear()
+    both = median_ms(lambda: tc.conv2d(xg, wg, None, 1, 1, algo="implicit_gemm").backward(dy))
+    print(
+        f"{name:13s} {mode}: fwd {fwd:.3f}  dX {dx:.3f}  dW {dw:.3f}  "
+        f"fwd+bwd (autograd) {both:.3f} ms; precision decided: {sorted(set(seen))}",
+        flush=True,
+    )
+
+
 def main() -> None:
     seen = []
     precision = ig.dot_precision
@@ -51,34 +73,13 @@ def main() -> None:
         return value
 
     ig.dot_precision = recorded
-    cl = torch.channels_last
-    for name, (xs, ws) in LAYERS.items():
-        geometry = make_geometry(xs[2:], ws[2:], (1, 1), (1, 1), (1, 1), (1, 1))
-        for mode in ("bf16", "tf32", "ieee"):
-            dtype = torch.bfloat16 if mode == "bf16" else torch.float32
-            torch.backends.cudnn.allow_tf32 = mode != "ieee"
-            x = torch.randn(xs, device="cuda", dtype=dtype).to(memory_format=cl)
-            w = torch.randn(ws, device="cuda", dtype=dtype).to(memory_format=cl) / 24
-            dy = torch.randn(xs[0], ws[0], *xs[2:], device="cuda", dtype=dtype).to(memory_format=cl)
-            fwd = median_ms(lambda: ig.conv_forward(x, w, None, geometry, 1))
-            dx = median_ms(lambda: ig.conv_grad_input(dy, w, x, geometry, 1))
-            dw = median_ms(
-                lambda: ig.conv_grad_weight(dy, x, list(w.shape), geometry, 1, None, w.stride())
-            )
-            xg, wg = x.clone().requires_grad_(), w.clone().requires_grad_()
-            seen.clear()
-            for _ in range(2):
-                tc.conv2d(xg, wg, None, 1, 1, algo="implicit_gemm").backward(dy)
-            torch.cuda.synchronize()
-            both = median_ms(
-                lambda: tc.conv2d(xg, wg, None, 1, 1, algo="implicit_gemm").backward(dy)
-            )
-            print(
-                f"{name:13s} {mode}: fwd {fwd:.3f}  dX {dx:.3f}  dW {dw:.3f}  "
-                f"fwd+bwd (autograd) {both:.3f} ms; precision decided: {sorted(set(seen))}",
-                flush=True,
-            )
-    torch.backends.cudnn.allow_tf32 = True
+    try:
+        for name, (xs, ws) in LAYERS.items():
+            for mode in ("bf16", "tf32", "ieee"):
+                measure(name, xs, ws, mode, seen)
+    finally:
+        torch.backends.cudnn.allow_tf32 = True
+        ig.dot_precision = precision
 
 
 if __name__ == "__main__":

@@ -353,6 +353,28 @@ def test_split_k_rule(monkeypatch):
     assert split_k(1, 40, 64, 1 << 23, "cuda") == 2  # the partials' cap
 
 
+def test_tiles_under_one_wave(monkeypatch):
+    """Layers whose 128-row tiles fill less than a wave get 64x64 tiles: 16-bit reductions
+    shorter than SMALL_WAVE_LONG_REDUCTION in 64-channel steps of 4 stages, longer ones in
+    128-channel steps of 3 (session 12's H100 probe); fp32 keeps 64-channel steps of 3."""
+    monkeypatch.setattr(implicit_gemm, "INTERPRETER", False)
+    monkeypatch.setattr(implicit_gemm, "multiprocessor_count", lambda device: 132)
+    Config, bf16 = implicit_gemm.Config, torch.bfloat16
+
+    def tiles(dtype, channels, out, size, kernel, transposed=False):
+        return implicit_gemm.launch_config(
+            dtype, 32, channels, out, (size, size), (1, 1), (kernel, kernel), 1, transposed, "cuda"
+        )
+
+    assert tiles(bf16, 256, 256, 14, 3) == Config(64, 64, 64, 4, 4)  # 2304 long
+    assert tiles(bf16, 256, 256, 14, 3, transposed=True) == Config(64, 64, 64, 4, 4)
+    assert tiles(bf16, 1024, 256, 14, 1) == Config(64, 64, 64, 4, 4)  # 1024 long
+    assert tiles(bf16, 512, 512, 7, 3) == Config(64, 64, 128, 4, 3)  # 4608 long
+    assert tiles(bf16, 2048, 512, 7, 1) == Config(64, 64, 64, 4, 4)  # (both equal there)
+    assert tiles(torch.float32, 256, 256, 14, 3) == Config(64, 64, 64, 4, 3)
+    assert tiles(bf16, 128, 128, 28, 3) == Config(256, 128, 64, 8, 3)  # over a wave
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize(
     "case",

@@ -463,7 +463,7 @@ def _launch_args(args, transposed: bool, input) -> tuple:
         sides, spatial = (args.out_per_group, args.in_per_group), g.input
     else:
         sides, spatial = (args.in_per_group, args.out_per_group), g.output
-    return (args.batch, *sides, spatial, g.stride, args.groups, transposed, input.device)
+    return (args.batch, *sides, spatial, g.stride, g.kernel, args.groups, transposed, input.device)
 
 
 def explain(

@@ -90,10 +90,16 @@ def _k_block(dtype: torch.dtype, channels: int) -> int:
     return min(reversed(blocks), key=lambda b: cdiv(channels, b) * b)
 
 
-def forward_config(dtype, rows, src_per_group, dst_per_group, groups, device) -> Config:
+# Reduction length (taps x channels per group) from which a 16-bit layer under one wave of
+# 128-row tiles takes 128-channel reduction steps (:func:`forward_config`).
+SMALL_WAVE_LONG_REDUCTION = 4096
+
+
+def forward_config(dtype, rows, src_per_group, dst_per_group, groups, device, taps=1) -> Config:
     """The heuristic tile configuration of ``conv_igemm_kernel`` for a GEMM of ``rows`` rows
-    per group, reducing ``src_per_group`` channels per tap into ``dst_per_group`` columns.
-    Fitted to the H100 sweep of ``benchmarks/sweep_igemm.py`` (benchmarks/NOTES.md)."""
+    per group, reducing ``src_per_group`` channels per tap over ``taps`` taps into
+    ``dst_per_group`` columns. Fitted to the H100 sweep of ``benchmarks/sweep_igemm.py`` and
+    ``benchmarks/probe_small_wave.py`` (benchmarks/NOTES.md)."""
     if dtype not in DOT_DTYPES:  # outer products, one channel per step
         rows_per_program = 256 if INTERPRETER else 64  # the interpreter: fewer Python steps
         return Config(rows_per_program, clamped_power_of_2(dst_per_group, 1, 32), 1, 4, 1)
@@ -103,9 +109,15 @@ def forward_config(dtype, rows, src_per_group, dst_per_group, groups, device) ->
         return Config(128, block_n, block_k, 4, 1)
     fp32 = dtype == torch.float32
     if cdiv(rows, 128) * cdiv(dst_per_group, block_n) * groups < multiprocessor_count(device):
-        # Under one wave of 128-row tiles: small tiles, long reduction steps (more programs).
+        # Under one wave of 128-row tiles: small tiles (more programs). 16-bit reductions up
+        # to SMALL_WAVE_LONG_REDUCTION long run 64-channel steps in 4 stages, longer ones
+        # 128-channel steps in 3 (session 12's probe, bf16 ResNet-50 layers at batch 32:
+        # 3x3 256 at 14x14 29.8 -> 22.8 µs forward, 1x1 1024 -> 256 15.9 -> 11.4; 3x3 512 at
+        # 7x7 27.4 against 30.8 with 64-channel steps).
         if src_per_group >= 128:
-            return Config(64, 64, 64 if fp32 else 128, 4, 3)
+            if fp32 or taps * src_per_group >= SMALL_WAVE_LONG_REDUCTION:
+                return Config(64, 64, 64 if fp32 else 128, 4, 3)
+            return Config(64, 64, 64, 4, 4)
         return Config(64, min(block_n, 64), block_k, 4, 4)
     if block_n < 128:
         return Config(128, block_n, block_k, 4, 4)
@@ -207,16 +219,18 @@ def group_pack(dtype, src_per_group: int, dst_per_group: int, groups: int) -> in
     return pack
 
 
-def launch_config(dtype, batch, src_per_group, dst_per_group, dst_spatial, stride, groups,
-                  transposed, device) -> Config:  # fmt: skip
+def launch_config(dtype, batch, src_per_group, dst_per_group, dst_spatial, stride, kernel,
+                  groups, transposed, device) -> Config:  # fmt: skip
     """The tile configuration the forward/input-gradient launcher picks for these shapes (what
-    ``tritonconv.explain`` reports): ``dst_spatial`` and ``stride`` per spatial axis; small
-    groups as the launcher packs them (:func:`group_pack`)."""
+    ``tritonconv.explain`` reports): ``dst_spatial``, ``stride`` and ``kernel`` per spatial
+    axis; small groups as the launcher packs them (:func:`group_pack`)."""
     grid_q = _row_grid(_spatial3(dst_spatial, 1), _spatial3(stride, 1), transposed)
     rows = batch * math.prod(grid_q)
     pack = group_pack(dtype, src_per_group, dst_per_group, groups)
+    # taps a row reduces over: an input gradient's stride phase takes about 1/stride of them
+    taps = math.prod(cdiv(k, s) if transposed else k for k, s in zip(kernel, stride, strict=True))
     return forward_config(
-        dtype, rows, pack * src_per_group, pack * dst_per_group, groups // pack, device
+        dtype, rows, pack * src_per_group, pack * dst_per_group, groups // pack, device, taps
     )
 
 
@@ -277,8 +291,8 @@ def _launch_conv(src, weight, bias, dst, geometry: Geometry, groups: int, transp
     rows = N * math.prod(grid_q)
     if config is None:
         config = launch_config(
-            src.dtype, N, src_per_group, dst_per_group, dst_spatial, stride, groups, transposed,
-            src.device,
+            src.dtype, N, src_per_group, dst_per_group, dst_spatial, stride, kernel, groups,
+            transposed, src.device,
         )  # fmt: skip
     block_m, block_n, block_k, num_warps, num_stages = config
     # The weight tile is read along the source-side (reduction) channels or the destination

@@ -1,0 +1,100 @@
+"""Forward and input-gradient tiles for layers under one wave of 128-row tiles (issue 11).
+
+``forward_config`` gives layers whose 128x128 tiles fill less than one wave of the H100's
+multiprocessors 64x64 tiles with 128-channel reduction steps (3 stages) when they reduce at
+least 128 channels per tap. Session 12's dense suite: benchmark mode found 64x64x64 tiles of 4
+stages 1.32x faster on ResNet-50's 3x3 layer at 14x14 (22.4 against 29.6 µs), and kept the
+heuristic on the 7x7 one. This probe times every 16-bit tuning configuration on the forward and
+the input gradient of ResNet-50's layer-3/4 convolutions (bf16 channels-last, batch 32), by
+CUDA-graph replay (kernel time; 20 launches a replay), the heuristic's marked.
+
+    PYTHONPATH=src python benchmarks/probe_small_wave.py
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from tritonconv.geometry import make_geometry
+from tritonconv.ops import implicit_gemm as ig
+
+# name: (batch, in channels, size, out channels, kernel, stride)
+LAYERS = {
+    "3x3 256@14": (32, 256, 14, 256, 3, 1),
+    "1x1 1024->256@14": (32, 1024, 14, 256, 1, 1),
+    "1x1 256->1024@14": (32, 256, 14, 1024, 1, 1),
+    "3x3 512@7": (32, 512, 7, 512, 3, 1),
+    "1x1 2048->512@7": (32, 2048, 7, 512, 1, 1),
+    "1x1 512->2048@7": (32, 512, 7, 2048, 1, 1),
+    "3x3 128@28 (over a wave)": (32, 128, 28, 128, 3, 1),
+    "3x3 256@14, batch 8": (8, 256, 14, 256, 3, 1),
+}
+
+
+def graph_us(fn, launches: int = 20) -> float:
+    fn()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(launches):
+            fn()
+    graph.replay()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(7):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end) * 1000 / launches)
+    return sorted(times)[3]
+
+
+def layer(name: str, n: int, c: int, size: int, k: int, ks: int, stride: int) -> None:
+    """Every 16-bit tuning configuration on one layer's forward and input gradient."""
+    cl, dtype, pad = torch.channels_last, torch.bfloat16, ks // 2
+    geometry = make_geometry((size, size), (ks, ks), (stride,) * 2, (pad,) * 2, (pad,) * 2, (1, 1))
+    out = (size + 2 * pad - ks) // stride + 1
+    x = torch.randn(n, c, size, size, device="cuda", dtype=dtype).to(memory_format=cl)
+    w = torch.randn(k, c, ks, ks, device="cuda", dtype=dtype) / (c * ks * ks) ** 0.5
+    w = w.to(memory_format=cl)
+    dy = torch.randn(n, k, out, out, device="cuda", dtype=dtype).to(memory_format=cl)
+    heuristic = {
+        "fwd": ig.launch_config(
+            dtype, n, c, k, (out, out), (stride,) * 2, (ks,) * 2, 1, False, "cuda"
+        ),
+        "dX": ig.launch_config(
+            dtype, n, k, c, (size, size), (stride,) * 2, (ks,) * 2, 1, True, "cuda"
+        ),
+    }
+    configs = [heuristic["fwd"], heuristic["dX"], *ig.TUNING_CONFIGS["16-bit"]]
+    configs = list(dict.fromkeys(ig.Config(*c) for c in configs))
+    print(f"{name}: heuristic fwd {heuristic['fwd']}, dX {heuristic['dX']}", flush=True)
+    runs = {
+        "fwd": lambda cfg: ig.conv_forward(x, w, None, geometry, 1, cfg),
+        "dX": lambda cfg: ig.conv_grad_input(dy, w, x, geometry, 1, config=cfg),
+    }
+    for pass_name, run in runs.items():
+        timed = []
+        for cfg in configs:
+            try:
+                timed.append((graph_us(functools.partial(run, cfg)), cfg))
+            except Exception as error:  # a configuration that does not fit
+                print(f"  {pass_name} {cfg}: {type(error).__name__}")
+        timed.sort()
+        row = "  ".join(
+            f"{cfg}{'*' if cfg == heuristic[pass_name] else ''} {us:.1f}" for us, cfg in timed
+        )
+        print(f"  {pass_name}: {row}", flush=True)
+
+
+def main() -> None:
+    for name, shape in LAYERS.items():
+        layer(name, *shape)
+
+
+if __name__ == "__main__":
+    main()
