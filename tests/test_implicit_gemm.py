@@ -150,6 +150,78 @@ def test_weight_is_copied_only_when_neither_channel_axis_is_innermost(device, mo
         assert len(copies) == expected, weight_layout
 
 
+@pytest.mark.parametrize(
+    "case",
+    [
+        # (input, weight, kwargs): ResNet's stem; VGG's first layer; ConvNeXt's patchify
+        # stem (windows inside the image: no padded copy); wav2vec's first conv1d as a plane;
+        # 5 channels, uneven strides and padding
+        ((2, 3, 13, 12), (8, 3, 7, 7), dict(stride=2, padding=3)),
+        ((2, 3, 9, 9), (16, 3, 3, 3), dict(padding=1)),
+        ((1, 3, 16, 16), (8, 3, 4, 4), dict(stride=4)),
+        ((2, 1, 1, 40), (8, 1, 1, 10), dict(stride=(1, 5))),
+        ((2, 5, 7, 9), (6, 5, 3, 5), dict(stride=(2, 3), padding=(1, 2))),
+    ],
+    ids=["stem7x7", "3x3", "patchify", "conv1d", "uneven"],
+)
+@pytest.mark.parametrize("layout", ["channels_last", "nchw_weight", "nchw_input"])
+def test_small_channel_convolutions_fold_width_taps(case, layout, device, monkeypatch):
+    """Few input channels: the forward and the weight gradient fold the width taps into the
+    channels (an overlapping view of the image and the weight), replayed from their launch
+    plans; output, dx, dW and db against float64, every layout."""
+    folds = []
+    original = implicit_gemm._fold_input
+    monkeypatch.setattr(implicit_gemm, "_fold_input", lambda *a: folds.append(1) or original(*a))
+    xs, ws, kwargs = case
+    cl = torch.channels_last
+    x = random_tensor(xs, torch.float32, device)
+    w = random_tensor(ws, torch.float32, device)
+    x = x if layout == "nchw_input" else x.to(memory_format=cl)
+    w = w if layout == "nchw_weight" else w.to(memory_format=cl)
+    b = random_tensor((ws[0],), torch.float32, device)
+    tritonconv.clear_caches()
+    for _ in range(2):  # recorded, then replayed
+        _check(x, w, b, **kwargs)
+    assert len(folds) == 2  # the forward and the weight gradient, once each (then replayed)
+
+
+def test_folding_takes_few_channels_only():
+    """Width taps fold only for few channels (at most FOLD_MAX_CHANNELS, KW*C at most
+    FOLD_MAX_WIDTH), one group, unit width dilation, tensor-core dtypes, KW > 1."""
+    from tritonconv.geometry import make_geometry
+
+    def foldable(c, kernel, dilation=1, groups=1, dtype=torch.float32):
+        geometry = make_geometry((12, 12), kernel, (1, 1), (0, 0), (0, 0), (1, dilation))
+        return implicit_gemm.foldable(dtype, c, geometry, groups)
+
+    assert foldable(3, (7, 7)) and foldable(8, (3, 8)) and foldable(1, (1, 10))
+    assert not foldable(16, (3, 3))  # a 16-channel step wastes nothing
+    assert not foldable(8, (3, 9))  # 72 channels folded
+    assert not foldable(3, (3, 1))  # one width tap
+    assert not foldable(3, (3, 3), dilation=2)
+    assert not foldable(4, (3, 3), groups=2)
+    assert not foldable(3, (3, 3), dtype=torch.float64)  # exact path: one channel a step
+    x, w = torch.empty(4, 3, 224, 224), torch.empty(64, 3, 7, 7)
+    reason = tritonconv.explain(x, w, stride=2, padding=3, algo="implicit_gemm").reason
+    assert "width taps folded into 21 channels" in reason
+
+
+def test_folded_conv3d(device):
+    """A 3-D stem (r2plus1d's 1x7x7 on 3 channels) folds too: against float64."""
+    x = random_tensor((1, 3, 2, 9, 10), torch.float32, device)
+    x = x.to(memory_format=torch.channels_last_3d).requires_grad_()
+    w = random_tensor((6, 3, 1, 7, 7), torch.float32, device).requires_grad_()
+    y = tritonconv.conv3d(x, w, None, (1, 2, 2), (0, 3, 3), algo="implicit_gemm")
+    x64, w64 = (t.detach().double().requires_grad_() for t in (x, w))
+    ref = F.conv3d(x64, w64, None, (1, 2, 2), (0, 3, 3))
+    assert_close(y, ref, reduction=147, name="output")
+    dy = random_tensor(y.shape, torch.float32, device)
+    got = torch.autograd.grad(y, (x, w), dy)
+    want = torch.autograd.grad(ref, (x64, w64), dy.double())
+    for name, g, r in zip(("dx", "dW"), got, want, strict=True):
+        assert_close(g, r, reduction=max(147, y.numel() // 6), name=name)
+
+
 def test_tf32_input_gradient_reads_the_weight_along_its_reduction(device, monkeypatch):
     """With TF32 allowed, an fp32 input gradient copies a channels-last weight output channels
     innermost (TF32 tensor-core tiles must run along the reduction: reading the weight along

@@ -130,10 +130,13 @@ def heuristic(dtype: torch.dtype, args, candidates: list[str]) -> Choice:
         and geometry.kernel_numel <= NARROW_IMPLICIT_MAX_TAPS
     )  # fmt: skip
     if "implicit_gemm" in candidates and narrow:
+        folded = implicit_gemm.foldable(dtype, args.in_per_group, geometry, args.groups)
         return Choice(
             "implicit_gemm",
             f"{args.in_per_group} input channel(s), {geometry.kernel_numel} taps: the implicit "
-            "GEMM reads the image in place (measured faster than im2col + GEMM on 3x3 stems)",
+            "GEMM reads the image in place"
+            + (", its width taps folded into the channels" if folded else "")
+            + " (measured faster than im2col + GEMM on stems)",
         )
     narrow_out = (
         half and args.groups == 1 and args.out_per_group < 16 <= args.in_per_group

@@ -501,8 +501,16 @@ def explain(
         return dataclasses.replace(found, reason=f"{found.reason}; {kernels}")
     if found.algo != "implicit_gemm":
         return found
+    g = args.geometry
     if found.config:
         tiles = f"{implicit_gemm.Config(*found.config)} (measured)"
+    elif not transposed and implicit_gemm.foldable(input.dtype, args.in_per_group, g, args.groups):
+        folded = g.kernel[-1] * args.in_per_group
+        tiles = implicit_gemm.launch_config(
+            input.dtype, args.batch, folded, args.out_per_group, g.output,
+            (*g.stride[:-1], 1), (*g.kernel[:-1], 1), 1, False, input.device,
+        )  # fmt: skip
+        tiles = f"{tiles} (width taps folded into {folded} channels)"
     else:
         tiles = implicit_gemm.launch_config(input.dtype, *_launch_args(args, transposed, input))
     return dataclasses.replace(found, reason=f"{found.reason}; forward tiles {tiles}")

@@ -27,7 +27,7 @@ from typing import NamedTuple
 import torch
 
 from .._runtime import INTERPRETER, check_kernel_device
-from ..geometry import FLOAT_DTYPES, INT_DTYPES, Geometry
+from ..geometry import FLOAT_DTYPES, INT_DTYPES, Geometry, make_geometry
 from ..kernels.implicit_gemm import conv_igemm_kernel, conv_igemm_wgrad_kernel
 from ..launch import allocate, launch, launch_plan
 from .common import (
@@ -416,12 +416,82 @@ def _alignment(*values: int) -> int:
     return next((a for a in (8, 4, 2) if all(v % a == 0 for v in values)), 1)
 
 
+# Convolutions with few input channels (image stems: 3) fold their width taps into the
+# channels: in a channels-last image the ``KW x C`` values a window row reads are one
+# contiguous run, so a view of the image (windows overlapping) with ``KW*C`` channels and a
+# one-tap width convolves as the original does, with KW times fewer reduction steps and one
+# ``KW*C``-wide tile where there were KW tiles of C channels padded to 16 (ResNet-50's stem:
+# 49 steps of 3 useful channels in 16 become 7 of 21 in 32). The weight is read through the same
+# view of its channels-last layout; the weight gradient is written through it.
+FOLD_MAX_CHANNELS = 8
+FOLD_MAX_WIDTH = 64  # KW * C
+
+
+def foldable(dtype: torch.dtype, channels: int, geometry: Geometry, groups: int) -> bool:
+    """Whether a convolution of ``channels`` input channels folds its width taps into them
+    (its forward and weight gradient; see FOLD_MAX_CHANNELS)."""
+    kw = geometry.kernel[-1]
+    return (
+        dtype in DOT_DTYPES
+        and groups == 1
+        and kw > 1
+        and geometry.dilation[-1] == 1
+        and 0 < channels <= FOLD_MAX_CHANNELS
+        and channels * kw <= FOLD_MAX_WIDTH
+    )
+
+
+def _channels_last(t: torch.Tensor) -> torch.Tensor:
+    """``t`` if it is dense channels-last (channels innermost, then the spatial axes in order),
+    else such a copy (by the crop kernel: launch plans replay it)."""
+    order = (0, *range(2, t.dim()), 1)
+    if t.stride() == dense_strides(t.shape, order):
+        return t
+    copy = empty_in_order(t, t.shape, order)
+    crop_into(t, copy, [0] * t.dim())
+    return copy
+
+
+def _folded(t: torch.Tensor, width: int, step: int) -> torch.Tensor:
+    """The view of a dense channels-last ``t`` (N, C, ..., W) whose channel ``j`` at width
+    position ``q`` is ``t[..., q*step + j // C, j % C]``: (N, width*C, ..., positions)."""
+    C = t.shape[1]
+    positions = (t.shape[-1] - width) // step + 1
+    return t.as_strided(
+        (t.shape[0], width * C, *t.shape[2:-1], positions),
+        (t.stride(0), 1, *t.stride()[2:-1], step * C),
+        t.storage_offset(),
+    )
+
+
+def _fold_input(x: torch.Tensor, geometry: Geometry) -> tuple[torch.Tensor, Geometry]:
+    """(x folded, the convolution's geometry over it): x padded along its width first (one
+    channels-last copy) unless it is dense channels-last and its windows stay inside it."""
+    kw, sw = geometry.kernel[-1], geometry.stride[-1]
+    before = geometry.pad_before[-1]
+    width = (geometry.output[-1] - 1) * sw + kw  # the padded width the windows cover
+    order = (0, *range(2, x.dim()), 1)
+    if before or width > x.shape[-1] or x.stride() != dense_strides(x.shape, order):
+        padded = empty_in_order(x, (*x.shape[:-1], width), order)
+        crop_into(x, padded, [0] * (x.dim() - 1) + [-before])
+        x = padded
+    folded = make_geometry(
+        (*geometry.input[:-1], geometry.output[-1]), (*geometry.kernel[:-1], 1),
+        (*geometry.stride[:-1], 1), (*geometry.pad_before[:-1], 0),
+        (*geometry.pad_after[:-1], 0), (*geometry.dilation[:-1], 1),
+    )  # fmt: skip
+    return _folded(x, kw, sw), folded
+
+
 def conv_forward(x, weight, bias, geometry: Geometry, groups: int, config=None) -> torch.Tensor:
     """y = conv(x, weight, bias) for a batched (N, C, *spatial) input, in x's memory format."""
     check_kernel_device(x, "input")
     out = empty_like_format((x.shape[0], weight.shape[0], *geometry.output), x)
     if out.numel() == 0:
         return out
+    if config is None and foldable(x.dtype, x.shape[1], geometry, groups):
+        x, geometry = _fold_input(x, geometry)
+        weight = _folded(_channels_last(weight), weight.shape[-1], 1)
     _launch_conv(x, weight, bias, out, geometry, groups, False, config)
     return out
 
@@ -608,6 +678,8 @@ def conv_grad_weight(
     rows = N * geometry.output_numel
     if rows == 0:
         return allocate(weight_shape, x.dtype, x.device, zero=True)
+    if config is None and foldable(x.dtype, C, geometry, groups):
+        return _folded_grad_weight(grad_out, x, weight_shape, geometry)
     in_per_group, out_per_group = C // groups, C_out // groups
     kw = geometry.kernel[-1]
     if config is None:
@@ -629,4 +701,36 @@ def conv_grad_weight(
     )
     _launch_grad_weight(grad_out, x, partial, geometry, groups, config, tap_group)
     sum_partials(partial, grad_weight)
+    return grad_weight
+
+
+def _folded_grad_weight(grad_out, x, weight_shape, geometry: Geometry) -> torch.Tensor:
+    """dW of a foldable convolution (see FOLD_MAX_CHANNELS), channels-last: the weight
+    gradient of the folded convolution, written through the folded view of dW (and of each
+    split's partial)."""
+    x, geometry = _fold_input(x, geometry)
+    kw = weight_shape[-1]
+    folded_shape = [weight_shape[0], x.shape[1], *weight_shape[2:-1], 1]
+    config = wgrad_config(x.dtype, weight_shape[0], x.shape[1], x.shape[0] * geometry.output_numel)
+    tiles = cdiv(weight_shape[0], config.block_m) * cdiv(x.shape[1], config.block_n)
+    programs = tiles * geometry.kernel_numel
+    weight_numel = math.prod(weight_shape)
+    splits = _splits(x.shape[0] * geometry.output_numel, programs, weight_numel, config.block_k,
+                     x.device)  # fmt: skip
+    order = (0, *range(2, len(weight_shape)), 1)
+    layout = dense_strides(weight_shape, order)
+    grad_weight = allocate(weight_shape, x.dtype, x.device, layout)
+    if splits == 1:
+        target = _folded(grad_weight, kw, 1)[None]
+    else:
+        partial = allocate(
+            (splits, *weight_shape), partial_dtype(x.dtype), x.device, (weight_numel, *layout)
+        )
+        parts = partial.as_strided(
+            (splits, *folded_shape), (weight_numel, *_folded(grad_weight, kw, 1).stride())
+        )
+        target = parts
+    _launch_grad_weight(grad_out, x, target, geometry, 1, config, 1)
+    if splits > 1:
+        sum_partials(partial, grad_weight)
     return grad_weight
