@@ -17,20 +17,9 @@ import torch.nn.functional as F
 import tritonconv as tc
 from tritonconv import launch
 from tritonconv.bench import loop_us
+from tritonconv.bench.host import floor_steps
 from tritonconv.geometry import make_geometry
 from tritonconv.ops import implicit_gemm as ig
-
-
-class Empty(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, w):
-        ctx.save_for_backward(x, w)
-        return torch.empty_like(x)
-
-    @staticmethod
-    def backward(ctx, grad):
-        x, w = ctx.saved_tensors
-        return torch.empty_like(x), torch.empty_like(w)
 
 
 def main() -> None:
@@ -48,14 +37,6 @@ def main() -> None:
             conv(xg, wg, None, 1, 1).backward(dy)
 
         return run
-
-    def empty_step():
-        xg.grad = wg.grad = None
-        Empty.apply(xg, wg).backward(dy)
-
-    def native_step():
-        xg.grad = None
-        xg.neg().backward(dy)
 
     # The forward's compiled launch, caught once: Triton's C launcher called with it alone.
     caught = []
@@ -82,8 +63,7 @@ def main() -> None:
         "C launcher, int addresses": lambda: direct(*grid, stream, *kernel_args, *tail),
         "ours fwd, no grad": lambda: tc.conv2d(x, w, None, 1, 1),
         "F.conv2d fwd, no grad": lambda: F.conv2d(x, w, None, 1, 1),
-        "empty Function fwd+bwd": empty_step,
-        "native op (neg) fwd+bwd": native_step,
+        **floor_steps(xg, wg, dy),
         "ours fwd+bwd": step(tc.conv2d),
         "F.conv2d fwd+bwd": step(F.conv2d),
     }

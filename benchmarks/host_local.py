@@ -26,18 +26,7 @@ import torch
 import tritonconv as tc
 from tritonconv import launch
 from tritonconv.bench import loop_us, profile_calls
-
-
-class Empty(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, w):
-        ctx.save_for_backward(x, w)
-        return torch.empty_like(x)
-
-    @staticmethod
-    def backward(ctx, grad):
-        x, w = ctx.saved_tensors
-        return torch.empty_like(x), torch.empty_like(w)
+from tritonconv.bench.host import floor_steps
 
 
 def fake_gpu_launches() -> None:
@@ -80,17 +69,8 @@ def main() -> None:
 
         return run
 
-    def empty_step():
-        xg.grad = wg.grad = None
-        Empty.apply(xg, wg).backward(dy)
-
-    def native_step():
-        xg.grad = None
-        xg.neg().backward(dy)
-
     rows = {
-        "empty Function fwd+bwd": empty_step,
-        "native op (neg) fwd+bwd": native_step,
+        **floor_steps(xg, wg, dy),
         "ours fwd, no grad": lambda: tc.conv2d(x, w, None, 1, 1),
         "ours fwd+bwd": step(None),
         "ours fwd+bwd, bias": step(bg),

@@ -70,6 +70,37 @@ QUICK_CASES = [
 ]
 
 
+class EmptyFunction(torch.autograd.Function):
+    """An autograd Function that only saves its inputs: the engine's floor for an op written in
+    Python (the host probes time it beside ours)."""
+
+    @staticmethod
+    def forward(ctx, x, w):
+        ctx.save_for_backward(x, w)
+        return torch.empty_like(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, w = ctx.saved_tensors
+        return torch.empty_like(x), torch.empty_like(w)
+
+
+def floor_steps(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor) -> dict:
+    """Forward + backward of the two floors a convolution's training step is measured against,
+    by name: an empty autograd Function of ``x`` and ``w``, and a native op (``neg``) of ``x``;
+    ``x`` and ``w`` require gradients, ``dy`` is ``x``'s shape."""
+
+    def empty():
+        x.grad = w.grad = None
+        EmptyFunction.apply(x, w).backward(dy)
+
+    def native():
+        x.grad = None
+        x.neg().backward(dy)
+
+    return {"empty Function fwd+bwd": empty, "native op (neg) fwd+bwd": native}
+
+
 def make_case(case: HostCase, device: str, *, requires_grad: bool):
     """(input, weight, bias, kwargs) of a case, fresh random values."""
     fmt = torch.channels_last if case.channels_last else torch.contiguous_format
