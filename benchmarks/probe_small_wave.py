@@ -8,29 +8,46 @@ heuristic on the 7x7 one. This probe times every 16-bit tuning configuration on 
 the input gradient of ResNet-50's layer-3/4 convolutions (bf16 channels-last, batch 32), by
 CUDA-graph replay (kernel time; 20 launches a replay), the heuristic's marked.
 
-    PYTHONPATH=src python benchmarks/probe_small_wave.py
+    PYTHONPATH=src python benchmarks/probe_small_wave.py [--odd]
+
+``--odd`` times layers whose channel counts are not multiples of the tiles instead (r2plus1d's
+144-channel (2+1)D convolution), with a few narrower tiles added.
 """
 
 from __future__ import annotations
 
 import functools
+import math
+import sys
 
 import torch
 
 from tritonconv.geometry import make_geometry
 from tritonconv.ops import implicit_gemm as ig
 
-# name: (batch, in channels, size, out channels, kernel, stride)
+# name: (batch, in channels, spatial size, out channels, kernel, stride, padding)
 LAYERS = {
-    "3x3 256@14": (32, 256, 14, 256, 3, 1),
-    "1x1 1024->256@14": (32, 1024, 14, 256, 1, 1),
-    "1x1 256->1024@14": (32, 256, 14, 1024, 1, 1),
-    "3x3 512@7": (32, 512, 7, 512, 3, 1),
-    "1x1 2048->512@7": (32, 2048, 7, 512, 1, 1),
-    "1x1 512->2048@7": (32, 512, 7, 2048, 1, 1),
-    "3x3 128@28 (over a wave)": (32, 128, 28, 128, 3, 1),
-    "3x3 256@14, batch 8": (8, 256, 14, 256, 3, 1),
+    "3x3 256@14": (32, 256, (14, 14), 256, (3, 3), 1, 1),
+    "1x1 1024->256@14": (32, 1024, (14, 14), 256, (1, 1), 1, 0),
+    "1x1 256->1024@14": (32, 256, (14, 14), 1024, (1, 1), 1, 0),
+    "3x3 512@7": (32, 512, (7, 7), 512, (3, 3), 1, 1),
+    "1x1 2048->512@7": (32, 2048, (7, 7), 512, (1, 1), 1, 0),
+    "1x1 512->2048@7": (32, 512, (7, 7), 2048, (1, 1), 1, 0),
+    "3x3 128@28 (over a wave)": (32, 128, (28, 28), 128, (3, 3), 1, 1),
+    "3x3 256@14, batch 8": (8, 256, (14, 14), 256, (3, 3), 1, 1),
 }
+# ``--odd``: channel counts that are not multiples of the 128-wide tiles: r2plus1d's (2+1)D
+# 1x3x3 64 -> 144 (issue 12's target layer, batch 8) and its 144 -> 64 input gradient
+ODD_LAYERS = {
+    "1x3x3 64->144 16x56x56": (8, 64, (16, 56, 56), 144, (1, 3, 3), 1, (0, 1, 1)),
+    "3x1x1 144->64 16x56x56": (8, 144, (16, 56, 56), 64, (3, 1, 1), 1, (1, 0, 0)),
+}
+# extra tiles tried on ``--odd`` layers besides the tuning configurations
+ODD_CONFIGS = [
+    ig.Config(128, 64, 64, 4, 4),
+    ig.Config(256, 64, 64, 8, 3),
+    ig.Config(128, 64, 32, 4, 4),
+]
 
 
 def graph_us(fn, launches: int = 20) -> float:
@@ -53,24 +70,25 @@ def graph_us(fn, launches: int = 20) -> float:
     return sorted(times)[3]
 
 
-def layer(name: str, n: int, c: int, size: int, k: int, ks: int, stride: int) -> None:
-    """Every 16-bit tuning configuration on one layer's forward and input gradient."""
-    cl, dtype, pad = torch.channels_last, torch.bfloat16, ks // 2
-    geometry = make_geometry((size, size), (ks, ks), (stride,) * 2, (pad,) * 2, (pad,) * 2, (1, 1))
-    out = (size + 2 * pad - ks) // stride + 1
-    x = torch.randn(n, c, size, size, device="cuda", dtype=dtype).to(memory_format=cl)
-    w = torch.randn(k, c, ks, ks, device="cuda", dtype=dtype) / (c * ks * ks) ** 0.5
+def layer(name: str, n, c, spatial, k, kernel, stride, pad, extra=()) -> None:
+    """Every 16-bit tuning configuration (and ``extra``) on one layer's forward and input
+    gradient."""
+    cl, dtype, rank = torch.channels_last, torch.bfloat16, len(spatial)
+    if rank == 3:
+        cl = torch.channels_last_3d
+    pad = (pad,) * rank if isinstance(pad, int) else pad
+    strides = (stride,) * rank
+    geometry = make_geometry(spatial, kernel, strides, pad, pad, (1,) * rank)
+    out = geometry.output
+    x = torch.randn(n, c, *spatial, device="cuda", dtype=dtype).to(memory_format=cl)
+    w = torch.randn(k, c, *kernel, device="cuda", dtype=dtype) / (c * math.prod(kernel)) ** 0.5
     w = w.to(memory_format=cl)
-    dy = torch.randn(n, k, out, out, device="cuda", dtype=dtype).to(memory_format=cl)
+    dy = torch.randn(n, k, *out, device="cuda", dtype=dtype).to(memory_format=cl)
     heuristic = {
-        "fwd": ig.launch_config(
-            dtype, n, c, k, (out, out), (stride,) * 2, (ks,) * 2, 1, False, "cuda"
-        ),
-        "dX": ig.launch_config(
-            dtype, n, k, c, (size, size), (stride,) * 2, (ks,) * 2, 1, True, "cuda"
-        ),
+        "fwd": ig.launch_config(dtype, n, c, k, out, strides, kernel, 1, False, "cuda"),
+        "dX": ig.launch_config(dtype, n, k, c, spatial, strides, kernel, 1, True, "cuda"),
     }
-    configs = [heuristic["fwd"], heuristic["dX"], *ig.TUNING_CONFIGS["16-bit"]]
+    configs = [heuristic["fwd"], heuristic["dX"], *ig.TUNING_CONFIGS["16-bit"], *extra]
     configs = list(dict.fromkeys(ig.Config(*c) for c in configs))
     print(f"{name}: heuristic fwd {heuristic['fwd']}, dX {heuristic['dX']}", flush=True)
     runs = {
@@ -92,8 +110,9 @@ def layer(name: str, n: int, c: int, size: int, k: int, ks: int, stride: int) ->
 
 
 def main() -> None:
-    for name, shape in LAYERS.items():
-        layer(name, *shape)
+    odd = "--odd" in sys.argv[1:]
+    for name, shape in (ODD_LAYERS if odd else LAYERS).items():
+        layer(name, *shape, extra=ODD_CONFIGS if odd else ())
 
 
 if __name__ == "__main__":

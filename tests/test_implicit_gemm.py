@@ -447,6 +447,29 @@ def test_tiles_under_one_wave(monkeypatch):
     assert tiles(bf16, 128, 128, 28, 3) == Config(256, 128, 64, 8, 3)  # over a wave
 
 
+def test_tiles_for_channel_counts_off_the_tile_grid(monkeypatch):
+    """Reductions of 144 channels step 32 at a time (160 padded) rather than 16; 144 output
+    columns take 64-wide tiles (192 padded) rather than 128-wide (256); channel counts the
+    tiles divide, or nearly, keep their tiles (session 12's H100 probe)."""
+    monkeypatch.setattr(implicit_gemm, "INTERPRETER", False)
+    monkeypatch.setattr(implicit_gemm, "multiprocessor_count", lambda device: 132)
+    k_block, Config, bf16 = implicit_gemm._k_block, implicit_gemm.Config, torch.bfloat16
+    assert [k_block(bf16, c) for c in (144, 240, 200, 112, 80, 48, 64, 96, 120)] == [
+        32, 32, 32, 16, 16, 16, 64, 32, 64,
+    ]  # fmt: skip
+    assert k_block(torch.float32, 144) == 32
+
+    def tiles(src, dst):
+        return implicit_gemm.launch_config(
+            bf16, 8, src, dst, (16, 56, 56), (1, 1, 1), (1, 3, 3), 1, False, "cuda"
+        )
+
+    assert tiles(64, 144) == Config(128, 64, 32, 4, 4)
+    assert tiles(64, 192) == Config(128, 64, 32, 4, 4)
+    assert tiles(64, 256) == Config(256, 128, 64, 8, 3)
+    assert tiles(64, 921) == Config(256, 128, 64, 8, 3)  # 1024 against 960: close enough
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize(
     "case",

@@ -85,9 +85,14 @@ class Config(NamedTuple):
 
 def _k_block(dtype: torch.dtype, channels: int) -> int:
     """Reduction step over ``channels`` per tap: the block of 16, 32 or 64 (fp32: 16 or 32)
-    channels that pads them least, the largest of equals (fewer, longer steps)."""
+    channels that pads them least, the largest of equals (fewer, longer steps); 32 rather than
+    16 when it pads them by at most an eighth (session 12, ``probe_small_wave.py --odd``: 144
+    channels in 16-channel steps took 164 µs where 32-channel steps, 160 padded, took 122)."""
     blocks = (16, 32) if dtype == torch.float32 else (16, 32, 64)
-    return min(reversed(blocks), key=lambda b: cdiv(channels, b) * b)
+    block = min(reversed(blocks), key=lambda b: cdiv(channels, b) * b)
+    if block == 16 and cdiv(channels, 32) * 32 * 8 <= channels * 9:
+        block = 32
+    return block
 
 
 # Reduction length (taps x channels per group) from which a 16-bit layer under one wave of
@@ -121,6 +126,12 @@ def forward_config(dtype, rows, src_per_group, dst_per_group, groups, device, ta
         return Config(64, min(block_n, 64), block_k, 4, 4)
     if block_n < 128:
         return Config(128, block_n, block_k, 4, 4)
+    if cdiv(dst_per_group, 128) * 128 * 8 > cdiv(dst_per_group, 64) * 64 * 9:
+        # 128-wide tiles would pad the columns by far more than 64-wide ones (144 channels:
+        # 256 against 192); measured (probe_small_wave.py --odd, r2plus1d's 144-channel
+        # (2+1)D layers at batch 8): 128x64x32 tiles 303 / 157 µs against 332 / 201 with
+        # 256x128x64
+        return Config(128, 64, min(block_k, 32), 4, 4)
     if not fp32 and block_k == 64 and rows >= 16384:
         return Config(256, 128, 64, 8, 3)
     return Config(128, 128, block_k, 8, 3 if block_k * (2 if fp32 else 1) >= 64 else 4)
