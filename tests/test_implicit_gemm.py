@@ -185,7 +185,7 @@ def test_small_channel_convolutions_fold_width_taps(case, layout, device, monkey
     assert len(folds) == 2  # the forward and the weight gradient, once each (then replayed)
 
 
-def test_folding_takes_few_channels_only():
+def test_folding_takes_few_channels_only(device):
     """Width taps fold only for few channels (at most FOLD_MAX_CHANNELS, KW*C at most
     FOLD_MAX_WIDTH), one group, unit width dilation, tensor-core dtypes, KW > 1."""
     from tritonconv.geometry import make_geometry
@@ -201,7 +201,8 @@ def test_folding_takes_few_channels_only():
     assert not foldable(3, (3, 3), dilation=2)
     assert not foldable(4, (3, 3), groups=2)
     assert not foldable(3, (3, 3), dtype=torch.float64)  # exact path: one channel a step
-    x, w = torch.empty(4, 3, 224, 224), torch.empty(64, 3, 7, 7)
+    x = torch.empty(4, 3, 224, 224, device=device)
+    w = torch.empty(64, 3, 7, 7, device=device)
     reason = tritonconv.explain(x, w, stride=2, padding=3, algo="implicit_gemm").reason
     assert "width taps folded into 21 channels" in reason
 
