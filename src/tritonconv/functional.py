@@ -505,10 +505,10 @@ def explain(
     if found.config:
         tiles = f"{implicit_gemm.Config(*found.config)} (measured)"
     elif not transposed and implicit_gemm.foldable(input.dtype, args.in_per_group, g, args.groups):
-        folded = g.kernel[-1] * args.in_per_group
+        folded, fg = g.kernel[-1] * args.in_per_group, implicit_gemm.folded_geometry(g)
         tiles = implicit_gemm.launch_config(
-            input.dtype, args.batch, folded, args.out_per_group, g.output,
-            (*g.stride[:-1], 1), (*g.kernel[:-1], 1), 1, False, input.device,
+            input.dtype, args.batch, folded, args.out_per_group, fg.output, fg.stride, fg.kernel,
+            1, False, input.device,
         )  # fmt: skip
         tiles = f"{tiles} (width taps folded into {folded} channels)"
     else:

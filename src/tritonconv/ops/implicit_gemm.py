@@ -486,12 +486,17 @@ def _fold_input(x: torch.Tensor, geometry: Geometry) -> tuple[torch.Tensor, Geom
         padded = empty_in_order(x, (*x.shape[:-1], width), order)
         crop_into(x, padded, [0] * (x.dim() - 1) + [-before])
         x = padded
-    folded = make_geometry(
+    return _folded(x, kw, sw), folded_geometry(geometry)
+
+
+def folded_geometry(geometry: Geometry) -> Geometry:
+    """The geometry of a foldable convolution over its folded input: one position per output
+    column, a one-tap width without padding; the other axes unchanged."""
+    return make_geometry(
         (*geometry.input[:-1], geometry.output[-1]), (*geometry.kernel[:-1], 1),
         (*geometry.stride[:-1], 1), (*geometry.pad_before[:-1], 0),
         (*geometry.pad_after[:-1], 0), (*geometry.dilation[:-1], 1),
     )  # fmt: skip
-    return _folded(x, kw, sw), folded
 
 
 def conv_forward(x, weight, bias, geometry: Geometry, groups: int, config=None) -> torch.Tensor:
@@ -689,8 +694,14 @@ def conv_grad_weight(
     rows = N * geometry.output_numel
     if rows == 0:
         return allocate(weight_shape, x.dtype, x.device, zero=True)
+    fold_width = 0
     if config is None and foldable(x.dtype, C, geometry, groups):
-        return _folded_grad_weight(grad_out, x, weight_shape, geometry)
+        # (see FOLD_MAX_CHANNELS) the folded convolution's dW, written through the folded
+        # view of a channels-last dW (and of each split's partial)
+        fold_width = geometry.kernel[-1]
+        x, geometry = _fold_input(x, geometry)
+        C = x.shape[1]
+        weight_strides = dense_strides(weight_shape, (0, *range(2, len(weight_shape)), 1))
     in_per_group, out_per_group = C // groups, C_out // groups
     kw = geometry.kernel[-1]
     if config is None:
@@ -704,44 +715,16 @@ def conv_grad_weight(
     splits = _splits(rows, programs, weight_numel, config.block_k, x.device)
     layout = _weight_layout(weight_shape, weight_strides)
     grad_weight = allocate(weight_shape, x.dtype, x.device, layout)
+    target = _folded(grad_weight, fold_width, 1) if fold_width else grad_weight  # the kernel's dW
     if splits == 1:  # the one split is the sum: written straight into dW, cast on store
-        _launch_grad_weight(grad_out, x, grad_weight[None], geometry, groups, config, tap_group)
+        _launch_grad_weight(grad_out, x, target[None], geometry, groups, config, tap_group)
         return grad_weight
     partial = allocate(
         (splits, *weight_shape), partial_dtype(x.dtype), x.device, (weight_numel, *layout)
     )
-    _launch_grad_weight(grad_out, x, partial, geometry, groups, config, tap_group)
+    parts = partial
+    if fold_width:  # each split's partial laid out as dW: the same view of each
+        parts = partial.as_strided((splits, *target.shape), (weight_numel, *target.stride()))
+    _launch_grad_weight(grad_out, x, parts, geometry, groups, config, tap_group)
     sum_partials(partial, grad_weight)
-    return grad_weight
-
-
-def _folded_grad_weight(grad_out, x, weight_shape, geometry: Geometry) -> torch.Tensor:
-    """dW of a foldable convolution (see FOLD_MAX_CHANNELS), channels-last: the weight
-    gradient of the folded convolution, written through the folded view of dW (and of each
-    split's partial)."""
-    x, geometry = _fold_input(x, geometry)
-    kw = weight_shape[-1]
-    folded_shape = [weight_shape[0], x.shape[1], *weight_shape[2:-1], 1]
-    config = wgrad_config(x.dtype, weight_shape[0], x.shape[1], x.shape[0] * geometry.output_numel)
-    tiles = cdiv(weight_shape[0], config.block_m) * cdiv(x.shape[1], config.block_n)
-    programs = tiles * geometry.kernel_numel
-    weight_numel = math.prod(weight_shape)
-    splits = _splits(x.shape[0] * geometry.output_numel, programs, weight_numel, config.block_k,
-                     x.device)  # fmt: skip
-    order = (0, *range(2, len(weight_shape)), 1)
-    layout = dense_strides(weight_shape, order)
-    grad_weight = allocate(weight_shape, x.dtype, x.device, layout)
-    if splits == 1:
-        target = _folded(grad_weight, kw, 1)[None]
-    else:
-        partial = allocate(
-            (splits, *weight_shape), partial_dtype(x.dtype), x.device, (weight_numel, *layout)
-        )
-        parts = partial.as_strided(
-            (splits, *folded_shape), (weight_numel, *_folded(grad_weight, kw, 1).stride())
-        )
-        target = parts
-    _launch_grad_weight(grad_out, x, target, geometry, 1, config, 1)
-    if splits > 1:
-        sum_partials(partial, grad_weight)
     return grad_weight
