@@ -11,7 +11,12 @@ with ``triton.compile`` for ``GPUTarget("cuda", 90, 128)`` down to a cubin in a 
 interpreter off. It does not prove a kernel right on the GPU (only the GPU
 script's tests and fuzz do); it proves it compiles, with this machine's Triton.
 
-    .venv/bin/python scripts/compile_check.py [--draws 120] [--workers 2]
+With ``--access`` it compiles nothing and checks instead, for each configuration, that the
+access analysis ``tritonconv.access_cache`` memoises for torch.compile is the one PyTorch's own
+analysis gives for another call the memo key lumps with it (integers of one specialisation
+class: 1000 and 1001, 1024 and 1040; other fake tensors of the same dtypes).
+
+    .venv/bin/python scripts/compile_check.py [--draws 120] [--workers 2] [--access]
 """
 
 from __future__ import annotations
@@ -253,26 +258,101 @@ def _compile_worker(path: str, arch: int, index: int, workers: int) -> list[tupl
     return [(f"{e['name']} {e['meta']}", _compile_one(e, arch)) for e in entries]
 
 
+def _fake_args(entry: dict, integer: int) -> dict:
+    """A recorded launch's arguments as torch.compile's tracing hands them to PyTorch's
+    access analysis: fake tensors of the recorded dtypes, ``integer`` for every integer not
+    recorded as 1, the constexprs and options as launched."""
+    import importlib
+
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    kernel = getattr(importlib.import_module(entry["module"]), entry["name"])
+    dtypes = {"*" + _ty(d): d for d in (torch.float16, torch.bfloat16, torch.float32,
+              torch.float64, torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64)}  # fmt: skip
+    values = []
+    with FakeTensorMode():
+        for kind in entry["args"]:
+            if isinstance(kind, list):  # ("constexpr", None) or ("one", 1)
+                values.append(kind[1])
+            elif kind.startswith("*"):
+                values.append(torch.empty(4, dtype=dtypes[kind]))
+            elif kind == "i1":
+                values.append(True)
+            else:
+                values.append(integer if kind == "i32" else integer + 2**40)
+    kwargs = dict(zip(kernel.arg_names, values, strict=False))
+    return kernel, {**kwargs, **_meta(entry)}
+
+
+def _access_worker(path: str, arch: int, index: int, workers: int) -> list[tuple[str, str | None]]:
+    """For each recorded launch, and integers of two specialisation classes: the memoised
+    access analysis (tritonconv.access_cache) of one call against PyTorch's own analysis of
+    another call the memo key lumps with it; the difference, if any."""
+    import triton
+    from torch._higher_order_ops import triton_kernel_wrap as wrap
+    from triton.backends.compiler import GPUTarget
+
+    from tritonconv import access_cache
+
+    class Target:
+        def get_current_target(self):
+            return GPUTarget("cuda", arch, 128)
+
+    triton.runtime.driver.set_active(Target())
+    uncached = wrap.identify_accessed_tensors
+    assert access_cache.install()
+
+    def names(result):
+        rw = result.read_writes
+        return sorted(d.name for d in rw.reads), sorted(d.name for d in rw.writes)
+
+    with open(path) as f:
+        entries = _distinct(json.load(f))[index::workers]
+    results = []
+    for e in entries:
+        error = None
+        for first, second in ((1000, 1001), (1024, 1040)):  # one class each
+            kernel, kwargs = _fake_args(e, first)
+            _, sibling = _fake_args(e, second)
+            memo = access_cache.access_key(kernel, kwargs, {})
+            if memo is None or memo != access_cache.access_key(kernel, sibling, {}):
+                error = "no common memo key"
+                break
+            got = names(wrap.identify_accessed_tensors(kernel, kwargs, {}))
+            want = names(uncached(kernel, sibling, {}))
+            if got != want or not got[1]:
+                error = f"memoised {got}, PyTorch's {want}"
+                break
+        results.append((f"{e['name']} {e['meta']}", error))
+    return results
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--draws", type=int, default=120, help="fuzz draws in the workload")
     ap.add_argument("--seed", type=int, default=90)
     ap.add_argument("--arch", type=int, default=90)
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--access", action="store_true",
+                    help="check the memoised access analysis (tritonconv.access_cache) against "
+                    "PyTorch's instead of compiling")  # fmt: skip
     ap.add_argument("--compile", help=argparse.SUPPRESS)  # internal: the compiling process
     args = ap.parse_args()
     if args.compile:
         workers = args.workers
+        worker = _access_worker if args.access else _compile_worker
         with concurrent.futures.ProcessPoolExecutor(workers) as pool:
-            parts = pool.map(_compile_worker, [args.compile] * workers, [args.arch] * workers,
+            parts = pool.map(worker, [args.compile] * workers, [args.arch] * workers,
                              range(workers), [workers] * workers)  # fmt: skip
             results = [r for part in parts for r in part]
         failures = [(what, err) for what, err in results if err]
         for what, err in failures:
             print(f"FAIL {what}\n     {err}")
-        print(
-            f"compiled {len(results) - len(failures)}/{len(results)} configurations for sm_{args.arch}"
-        )
+        what = "with memoised access analyses equal to PyTorch's" if args.access else ""
+        done = "checked" if args.access else "compiled"
+        print(f"{done} {len(results) - len(failures)}/{len(results)} configurations "
+              f"for sm_{args.arch}{what and ' ' + what}")  # fmt: skip
         return 1 if failures else 0
     start = time.perf_counter()
     entries = record(args.draws, args.seed)
@@ -283,6 +363,7 @@ def main() -> int:
         json.dump(entries, f)
     env = dict(os.environ, TRITON_INTERPRET="0", TRITON_DEFAULT_FP_FUSION="1")
     command = [sys.executable, __file__, "--compile", f.name, "--arch", str(args.arch)]
+    command += ["--access"] if args.access else []
     code = subprocess.call([*command, "--workers", str(args.workers)], env=env)
     os.unlink(f.name)
     return code

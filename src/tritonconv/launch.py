@@ -42,6 +42,7 @@ import threading
 
 import torch
 
+from . import access_cache
 from ._runtime import INTERPRETER
 from .caches import BoundedCache
 
@@ -117,6 +118,7 @@ def launch(kernel, grid: tuple, *args, **meta) -> None:
     if tracing(*tensors):
         if INTERPRETER:
             return  # a fake tensor has nothing to interpret: the body is its own fake
+        access_cache.install()  # Inductor analyses each traced launch: once per kind, for ours
         torch.library.wrap_triton(kernel)[grid](*args, **meta)
         return
     if INTERPRETER:
