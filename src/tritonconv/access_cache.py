@@ -87,7 +87,7 @@ def access_key(kernel, kwargs: dict, tma_descriptor_metadata) -> tuple | None:
         return None
     try:
         return (kernel, tuple((name, _arg_key(kwargs[name])) for name in sorted(kwargs)))
-    except TypeError:
+    except Exception:  # no key (TypeError), or a value unlike what this was written for
         return None
 
 

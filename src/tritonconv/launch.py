@@ -4,9 +4,11 @@ One call site, three situations:
 
 * **Tracing** (``torch.compile``, ``make_fx``, fake or functional tensors): the kernel goes
   through ``torch.library.wrap_triton``, so the graph records the Triton kernel itself and
-  Inductor can schedule, fuse around and CUDA-graph it. Under Triton's interpreter a fake
-  tensor has no data to interpret: the launch is skipped (the op's body is then its own fake
-  implementation, exactly as ``torch.library.triton_op`` uses it on the GPU).
+  Inductor can schedule, fuse around and CUDA-graph it (its analysis of which arguments a
+  kernel writes, Triton IR each time, is memoised per specialisation: ``access_cache``).
+  Under Triton's interpreter a fake tensor has no data to interpret: the launch is skipped
+  (the op's body is then its own fake implementation, exactly as
+  ``torch.library.triton_op`` uses it on the GPU).
 * **Interpreter** (CPU tensors, ``TRITON_INTERPRET=1``): ``kernel[grid](...)``.
 * **Compiled kernels on CUDA**: a lean launch. Triton's ``JITFunction.run`` binds and
   specialises every argument and rebuilds its cache key on each call (30-40 µs per launch on the
