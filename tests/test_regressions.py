@@ -105,3 +105,25 @@ def test_outputs_take_in_place_ops(call, algo):
     want = torch.autograd.grad(ref.sum(), refs)
     for name, g, r in zip(("dx", "dW", "db"), got, want):
         assert_close(g, r, reduction=x_shape[0] * 9 * 16, name=name)
+
+
+# A strided depthwise convolution with the weight a converted model has: ``model.to(
+# memory_format=torch.channels_last)`` gives a (C*R, 1, KH, KW) weight the strides (KH*KW, 1,
+# KW, 1). The input gradient's stride phases took the channel stride from dimension 1 (size 1,
+# stride 1) and read the wrong weights: dX of the convolution and the output of the
+# transposed one wrong on every device, silently (found by an adversarial review, session
+# 13; the fuzz's channels-last weights had been (KH*KW, KH*KW, KW, 1), fixed with it).
+@pytest.mark.parametrize("transposed", [False, True], ids=["conv", "transposed"])
+@pytest.mark.parametrize("multiplier", [1, 2])
+@pytest.mark.parametrize("layout", ["contiguous", "channels_last"])
+def test_strided_depthwise_with_a_converted_models_weight(layout, multiplier, transposed):
+    c = 4
+    case = fuzz.Case(
+        2, c, c * multiplier, 7, 6, 3, 3, (2, 2), (1, 1), (1, 1), c, True, "float32", layout,
+        layout, "channels_last", 5, transposed,
+    )  # fmt: skip
+    w = fuzz.to_layout(torch.zeros(c * multiplier, 1, 3, 3), "channels_last")
+    assert w.stride() == (9, 1, 3, 1)
+    assert "depthwise" in case.algos()
+    failures = [r for r in fuzz.check_case(case, [*case.algos(), "auto"]) if r[1] is not None]
+    assert not failures, "\n".join(f.line() for f in failures)

@@ -316,7 +316,14 @@ def to_layout(base: torch.Tensor, layout: str) -> torch.Tensor:
     if layout == "contiguous":
         return base.contiguous()
     if layout == "channels_last":
-        return base.contiguous(memory_format=channels_last_format(base.dim()))
+        # A fresh channels-last tensor's strides, as ``module.to(memory_format=...)`` makes
+        # them: ``contiguous(memory_format=...)`` keeps a tensor whose channel axis has size 1
+        # as it is (a depthwise weight (C, 1, KH, KW) stays (KH*KW, KH*KW, KW, 1), never the
+        # (KH*KW, 1, KW, 1) of a converted model, which once hid a wrong channel stride).
+        fmt = channels_last_format(base.dim())
+        return torch.empty(
+            base.shape, dtype=base.dtype, device=base.device, memory_format=fmt
+        ).copy_(base)
     if layout == "strided_wide":
         wide = base.new_zeros(*base.shape[:3], 2 * base.shape[3])
         wide[..., ::2] = base

@@ -527,7 +527,7 @@ def _phases(geometry: Geometry, input_size, weight: torch.Tensor):
 @functools.lru_cache(maxsize=1024)
 def _phases_of(geometry: Geometry, input_size: tuple, weight_strides: tuple):
     (sh, sw), (KH, KW) = geometry.stride, geometry.kernel
-    _, s_c, s_kh, s_kw = weight_strides
+    s_c, _, s_kh, s_kw = weight_strides  # (channels, 1, KH, KW): dimension 1 has size 1
     phases = {}
     for rh in range(min(sh, input_size[0])):
         for rw in range(min(sw, input_size[1])):
