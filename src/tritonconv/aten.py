@@ -270,9 +270,16 @@ class _Crop(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        grad_input = _dense(ctx.size, ctx.order, grad, zero=True)
-        _window(grad_input, ctx.offsets, grad.shape).copy_(grad)
-        return grad_input, None, None
+        return crop_gradient(grad, ctx.size, ctx.offsets, ctx.order), None, None
+
+
+def crop_gradient(grad, size, offsets, order):
+    """The gradient of a crop of a ``size`` input: ``grad`` inside the window at ``offsets``,
+    zeros around it, dense in the dimension ``order`` (as the kernels write it); differentiable
+    in ``grad``."""
+    grad_input = _dense(size, order, grad, zero=True)
+    _window(grad_input, offsets, grad.shape).copy_(grad)
+    return grad_input
 
 
 def depthwise_line(x, weight, bias, pad_before: int):

@@ -8,12 +8,20 @@ same two functions form a ``torch.autograd.Function`` per op, because going thro
 dispatcher's autograd key costs more than the small kernels themselves (benchmarks/NOTES.md);
 :func:`run` picks the way and skips the graph entirely when nothing needs a gradient.
 Backward formulas call other ops, never a kernel directly.
+
+**Higher derivatives.** The backward ops (and their launch-plan replays) make tensors with no
+autograd history, so a backward that autograd is itself recording (``create_graph=True``: a
+gradient penalty, a Hessian-vector product, ``torch.autograd.functional.jvp``) takes each
+op's differentiable form instead: the convolutions' and crop's gradients come from the
+PyTorch operations of ``aten.py`` (the same semantics; gradients of any order, at PyTorch's
+speed), unfold's and fold's from each other's differentiable ``Function``.
 """
 
 from __future__ import annotations
 
 import torch
 
+from . import aten
 from . import library as ops
 from .launch import current_device, tracing
 from .ops import crop as crop_ops
@@ -91,6 +99,29 @@ def run(op: ops.Op, *args, plan=None):
     return output
 
 
+def _recording(*tensors) -> bool:
+    """Whether autograd records this backward (``create_graph=True``, eager tensors): its
+    gradients must then be differentiable themselves (module docstring)."""
+    return torch.is_grad_enabled() and not tracing(*tensors)
+
+
+def _through_pytorch(form, tensors: list, needs, grad_output) -> list:
+    """The gradients of ``form(*tensors)`` (an op's differentiable PyTorch form, ``aten.py``)
+    for the ``tensors`` that ``needs`` marks, recorded as a graph of their own."""
+    wanted = [t for t, need in zip(tensors, needs, strict=True) if need]
+    with torch.enable_grad():
+        output = form(*tensors)
+        found = iter(
+            torch.autograd.grad(output, wanted, grad_output, create_graph=True, allow_unused=True)
+        )
+    return [next(found) if need else None for need in needs]
+
+
+def _channel_sums(grad_output):
+    """The bias gradient ``grad_output.sum((0, 2, ...))``, differentiable."""
+    return grad_output.sum((0, *range(2, grad_output.dim())))
+
+
 def _keep_replay(op: ops.Op, plan, args) -> None:
     """Keep on ``plan`` the launch plan ``op``'s body just recorded for ``args`` (if any)."""
     plan_of = getattr(op.impl, "plan_of", None)
@@ -136,8 +167,8 @@ def _unfold_setup(ctx, inputs, output):
     ctx.output_size = list(input.shape[2:])
 
 
-def _unfold_backward(ctx, grad_cols):
-    return ops.fold(grad_cols, ctx.output_size, *ctx.window), None, None, None, None
+def _unfold_backward(ctx, grad_cols):  # (run: differentiable when the backward is recorded)
+    return run(ops.fold, grad_cols, ctx.output_size, *ctx.window), None, None, None, None
 
 
 def _fold_setup(ctx, inputs, output):
@@ -145,7 +176,7 @@ def _fold_setup(ctx, inputs, output):
 
 
 def _fold_backward(ctx, grad_image):
-    return ops.unfold(grad_image, *ctx.window), None, None, None, None, None
+    return run(ops.unfold, grad_image, *ctx.window), None, None, None, None, None
 
 
 Unfold = _differentiable("Unfold", ops.unfold, _unfold_setup, _unfold_backward)
@@ -172,7 +203,11 @@ def _conv_backward(backward_op: ops.Op):
         needs = ctx.needs_input_grad
         mask = [needs[0], needs[1], ctx.has_bias and needs[2]]
         grads = [None, None, None]
-        if any(mask):  # the bias gradient too: fused into the weight gradient where it can be
+        if any(mask) and _recording(grad_output, input, weight):
+            form = lambda x, w: aten.conv(x, w, None, *ctx.params)  # noqa: E731
+            grads = _through_pytorch(form, [input, weight], mask[:2], grad_output)
+            grads.append(_channel_sums(grad_output) if mask[2] else None)
+        elif any(mask):  # the bias gradient too: fused into the weight gradient where it can be
             grads = _backward_call(ctx, backward_op, grad_output, input, weight, *ctx.params, mask)
             grads = [g if wanted else None for g, wanted in zip(grads, mask, strict=True)]
         return *grads, None, None, None, None, None, None
@@ -214,6 +249,12 @@ def _conv_transpose_backward(forward_op: ops.Op, backward_op: ops.Op):
 
     def backward(ctx, grad_output):
         input, weight = ctx.saved_tensors
+        if _recording(grad_output, input, weight):
+            form = lambda x, w: aten.conv_transpose(x, w, None, *ctx.params)  # noqa: E731
+            needs = ctx.needs_input_grad
+            grads = _through_pytorch(form, [input, weight], needs[:2], grad_output)
+            grad_bias = _channel_sums(grad_output) if ctx.has_bias and needs[2] else None
+            return *grads, grad_bias, *([None] * 7)
         stride, pad_before, pad_after, dilation, groups, _, option = ctx.params
         if isinstance(option, list):  # the implicit GEMM's tiles, measured for this op's own
             option = []  # launch: the convolution below has its channel sides swapped
@@ -265,7 +306,10 @@ def _crop_setup(ctx, inputs, output):
 
 
 def _crop_backward(ctx, grad_output):
-    grad_input = ops.crop_backward(grad_output, ctx.input_size, ctx.offsets, ctx.dim_order)
+    if _recording(grad_output):
+        grad_input = aten.crop_gradient(grad_output, ctx.input_size, ctx.offsets, ctx.dim_order)
+    else:
+        grad_input = ops.crop_backward(grad_output, ctx.input_size, ctx.offsets, ctx.dim_order)
     return grad_input, None, None
 
 
@@ -292,6 +336,14 @@ def _causal_backward(ctx, grad_output):
     ]
     if not any(mask):
         return None, None, None, None, None
+    if _recording(grad_output, x, weight):
+
+        def form(x, weight, bias):
+            out = aten.depthwise_line(x, weight, bias, ctx.pad)
+            return torch.nn.functional.silu(out) if ctx.silu else out
+
+        grads = _through_pytorch(form, [x, weight, bias], mask, grad_output)
+        return *grads, None, None
     grads = _backward_call(
         ctx, ops.causal_conv1d_backward, grad_output, x, weight, bias, ctx.pad, ctx.silu, mask
     )
