@@ -25,6 +25,12 @@ CONV_ERRORS = [
         r"expected weight to be divisible by 4 at dimension 0",
     ),
     (dict(groups=0), r"non-positive groups is not supported"),
+    (dict(groups=1.0), r"groups must be an integer, got groups=1.0"),
+    (dict(groups=True), r"groups must be an integer, got groups=True"),
+    (dict(stride=1.5), r"stride must be an int or a sequence of 2 ints, got 1.5"),
+    (dict(dilation=(1, 2.0)), r"dilation to be a single integer value .*dilation=\[1, 2.0\]"),
+    (dict(input=None), r"conv2d: input must be a Tensor, got NoneType"),
+    (dict(weight=None), r"conv2d: weight must be a Tensor, got NoneType"),
     (dict(stride=0), r"non-positive stride is not supported"),
     (dict(stride=(1, -1)), r"non-positive stride"),
     (dict(padding=-1), r"negative padding is not supported"),
@@ -159,3 +165,17 @@ def test_wrong_device_for_kernels():
     other = "meta"
     with pytest.raises(TritonConvError, match="meta"):
         tc.unfold(torch.randn(1, 1, 4, 4, device=other), 2)
+
+
+def test_integer_like_arguments_are_integers():
+    """NumPy integers and integer 0-dim tensors are integers, as PyTorch takes them (they were
+    refused, groups as "non-positive"), in functions and in converted modules."""
+    np = pytest.importorskip("numpy")
+    x = torch.randn(1, 4, 7, 6, device=DEVICE)
+    w = torch.randn(6, 2, 3, 3, device=DEVICE)
+    want = tc.conv2d(x, w, None, 2, 1, 1, 2)
+    for two, one in ((np.int64(2), np.int32(1)), (torch.tensor(2), torch.tensor(1))):
+        got = tc.conv2d(x, w, None, two, [one, one], one, two)
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+    conv = torch.nn.Conv2d(4, 6, 3, np.int64(2), np.int64(1), groups=np.int64(2)).to(DEVICE)
+    torch.testing.assert_close(tc.nn.convert(conv)(x), conv(x))

@@ -50,6 +50,26 @@ def test_convert_swaps_every_conv(device):
     assert_close(converted(x.to(device)), expected, reduction=72)
 
 
+def test_convert_keeps_a_shared_convolution_one_module():
+    """A convolution listed twice in one parent (``named_children`` yields it once) and one
+    shared by two parents: every place gets the same converted module (an adversarial review
+    found the second place left a torch module, and two parents with two copies)."""
+    conv = torch.nn.Conv2d(3, 3, 3, padding=1)
+    inner = torch.nn.Sequential(conv)
+    model = tc.nn.convert(torch.nn.Sequential(conv, torch.nn.ReLU(), conv, inner))
+    assert isinstance(model[0], tc.nn.Conv2d)
+    assert model[0] is model[2] is model[3][0]
+    assert model[0].weight is conv.weight
+    assert len(list(model.modules())) == 4  # Sequential, Conv2d, ReLU, inner Sequential
+
+
+def test_convert_a_convolution_itself():
+    conv = torch.nn.Conv3d(2, 2, 1)
+    converted = tc.nn.convert(conv, algo="implicit_gemm")
+    assert type(converted) is tc.nn.Conv3d and converted.algo == "implicit_gemm"
+    assert converted.weight is conv.weight
+
+
 @pytest.mark.skipif(tc.INTERPRETER, reason="a whole video network: GPU machine (torchvision)")
 def test_convert_r2plus1d_swaps_all_37_convolutions(device):
     """Issue 12's check: torchvision's (2+1)D video ResNet, every one of its 37 convolutions

@@ -12,6 +12,7 @@ was expected.
 from __future__ import annotations
 
 import functools
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -38,19 +39,33 @@ def shape_str(shape: Sequence[int]) -> str:
     return "[" + ", ".join(str(s) for s in shape) + "]"
 
 
+def as_int(value) -> int | None:
+    """``value`` as a Python int when it is an integer as PyTorch's arguments take them (an
+    int, a NumPy integer, an integer 0-dim tensor: what ``operator.index`` takes), not a bool;
+    else None."""
+    if isinstance(value, bool) or (isinstance(value, torch.Tensor) and value.dtype == torch.bool):
+        return None
+    try:
+        return operator.index(value)
+    except TypeError:
+        return None
+
+
 def expand_param(value, n: int, name: str) -> tuple[int, ...]:
-    """``value`` as an n-tuple of ints: an int is repeated, a sequence must have length 1 or n."""
-    if isinstance(value, bool) or not isinstance(value, (int, Sequence)):
+    """``value`` as an n-tuple of ints: an integer is repeated, a sequence must have length 1
+    or n."""
+    single = as_int(value)
+    if single is not None:
+        return (single,) * n
+    if not isinstance(value, Sequence) or isinstance(value, str):
         raise TritonConvError(f"{name} must be an int or a sequence of {n} ints, got {value!r}")
-    if isinstance(value, int):
-        return (value,) * n
-    values = tuple(value)
+    values = tuple(as_int(v) for v in value)
     if len(values) == 1:
         values = values * n
-    if len(values) != n or not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+    if len(values) != n or None in values:
         raise TritonConvError(
             f"expected {name} to be a single integer value or a list of {n} values to match "
-            f"the convolution dimensions, but got {name}={list(values)}"
+            f"the convolution dimensions, but got {name}={list(value)}"
         )
     return values
 
@@ -290,7 +305,7 @@ def _check_conv_tensors(input, weight, bias, ndim: int, op: str) -> None:
     """What every convolution checks first, in PyTorch's order: tensors, the input's rank, one
     device, one dtype, a real dtype."""
     for name, t in (("input", input), ("weight", weight), ("bias", bias)):
-        if t is not None and not isinstance(t, torch.Tensor):
+        if not isinstance(t, torch.Tensor) and (t is not None or name != "bias"):
             raise TritonConvError(f"{op}: {name} must be a Tensor, got {type(t).__name__}")
     if input.dim() not in (ndim + 1, ndim + 2):
         raise TritonConvError(
@@ -307,9 +322,9 @@ def _check_conv_tensors(input, weight, bias, ndim: int, op: str) -> None:
             )
 
 
-def _check_weight_and_groups(input, weight, groups, ndim: int, op: str, layout: str) -> None:
+def _check_weight_and_groups(input, weight, groups, ndim: int, op: str, layout: str) -> int:
     """The weight's rank and a positive ``groups``, with PyTorch's messages (``layout``: what
-    the weight's first two dimensions are)."""
+    the weight's first two dimensions are); ``groups`` as an int."""
     if weight.dim() < 3:
         raise TritonConvError(
             f"weight should have at least three dimensions, got weight of size "
@@ -323,8 +338,12 @@ def _check_weight_and_groups(input, weight, groups, ndim: int, op: str, layout: 
             f"{shape_str(input.shape)} instead ({op} takes a {ndim + 2}-dimensional weight: "
             f"{layout}, *kernel_size)"
         )
-    if isinstance(groups, bool) or not isinstance(groups, int) or groups <= 0:
-        raise TritonConvError(f"non-positive groups is not supported, got groups={groups!r}")
+    number = as_int(groups)
+    if number is None:
+        raise TritonConvError(f"groups must be an integer, got groups={groups!r}")
+    if number <= 0:
+        raise TritonConvError(f"non-positive groups is not supported, got groups={number}")
+    return number
 
 
 def check_conv(
@@ -345,7 +364,9 @@ def check_conv(
     check_stride_dilation(stride, dilation, ndim)
     if not isinstance(padding, str):
         _resolve_padding(padding, (), (), (), ndim)
-    _check_weight_and_groups(input, weight, groups, ndim, op, "out_channels, in_channels/groups")
+    groups = _check_weight_and_groups(
+        input, weight, groups, ndim, op, "out_channels, in_channels/groups"
+    )
     if weight.shape[0] < groups:
         raise TritonConvError(
             f"Given groups={groups}, expected weight to be at least {groups} at dimension 0, "
@@ -415,7 +436,9 @@ def check_conv_transpose(
             "output padding must be smaller than either stride or dilation, but got "
             f"output_padding={list(extra)}, stride={list(strides)}, dilation={list(dilations)}"
         )
-    _check_weight_and_groups(input, weight, groups, ndim, op, "in_channels, out_channels/groups")
+    groups = _check_weight_and_groups(
+        input, weight, groups, ndim, op, "in_channels, out_channels/groups"
+    )
     batched = input.dim() == ndim + 2
     shape = tuple(input.shape) if batched else (1, *input.shape)
     batch, in_channels = shape[0], shape[1]

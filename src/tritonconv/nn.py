@@ -156,15 +156,28 @@ CONVERTED = {
 
 def convert(model: nn.Module, algo: str = "auto") -> nn.Module:
     """Swap every ``torch.nn`` convolution (``CONVERTED``: Conv1d/2d/3d and
-    ConvTranspose1d/2d/3d) inside ``model`` for its tritonconv module, in place;
-    parameters are shared, so state dicts and optimisers are unaffected."""
-    for name, child in model.named_children():
-        replacement = CONVERTED.get(type(child))
-        if replacement is not None:
-            setattr(model, name, replacement.from_torch(child, algo))
-        else:
-            convert(child, algo)
-    return model
+    ConvTranspose1d/2d/3d) inside ``model`` for its tritonconv module, in place, and return
+    ``model`` (``model`` itself a convolution: its tritonconv module, as
+    ``nn.SyncBatchNorm.convert_sync_batchnorm`` does). Parameters are shared, so state dicts
+    and optimisers are unaffected; a module reached more than once (shared between parents,
+    or listed twice) is converted once and stays one module everywhere."""
+    return _convert(model, algo, {})
+
+
+def _convert(module: nn.Module, algo: str, done: dict) -> nn.Module:
+    """``module`` converted (``done``: id -> (module, its replacement), of those seen)."""
+    seen = done.get(id(module))
+    if seen is not None:
+        return seen[1]
+    replacement = CONVERTED.get(type(module))
+    if replacement is not None:
+        done[id(module)] = (module, replacement.from_torch(module, algo))
+        return done[id(module)][1]
+    done[id(module)] = (module, module)
+    for name, child in list(module._modules.items()):  # (named_children skips repeats)
+        if child is not None and (converted := _convert(child, algo, done)) is not child:
+            setattr(module, name, converted)
+    return module
 
 
 @dataclass(frozen=True)
