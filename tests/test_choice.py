@@ -279,3 +279,27 @@ def test_explain_names_the_depthwise_kernels(device):
     assert reason.count("banded tensor-core") == 3, reason
     small = torch.randn(8, 1, 1, 3, device=device)
     assert "taps unrolled" in tc.explain(x, small, groups=8, algo="depthwise").reason
+
+
+def test_model_calls_given_by_keyword(cache_dir, device):
+    """A convolution a model calls with keywords (``up(input=x, output_size=...)``) is seen
+    with its arguments positional, so explain_model (which crashed on ``input=``, and explained
+    ``output_padding=0`` for a keyword ``output_size``), warmup and the layer benchmarks see
+    the call the model makes."""
+
+    class Up(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.up = torch.nn.ConvTranspose2d(4, 4, 3, stride=2, padding=1)
+
+        def forward(self, x):
+            return self.up(input=x, output_size=[8, 8])
+
+    model, x = Up().to(device), torch.randn(1, 4, 4, 4, device=device)
+    seen = []
+    tc.nn.visit_convolutions(model, (x,), lambda *call: seen.append(call))
+    ((name, module, args, kwargs),) = seen
+    assert name == "up" and module is model.up and kwargs == {}
+    assert args[0] is x and args[1] == [8, 8]
+    (layer,) = tc.explain_model(model, x)
+    assert layer.call.startswith("conv_transpose2d input [1, 4, 4, 4]")

@@ -68,7 +68,7 @@ def test_capture_merges_equal_calls_and_keeps_distinct_ones(monkeypatch):
     assert dict(a.options)["algo"] == "auto" and dict(a.options)["bias"] is True
     assert dict(c.options)["algo"] == "direct" and c.bias is None
     assert c.input.shape == (1, 4, 8, 8) and c.weight.shape == (8, 4, 3, 3)
-    assert up.kwargs == (("output_size", (7, 7)),) and up.input.shape == (1, 8, 3, 3)
+    assert up.args == ((7, 7),) and up.kwargs == () and up.input.shape == (1, 8, 3, 3)
     assert seq.input == wu.TensorSpec("float32", (1, 3, 8), (24, 8, 1))
     assert torch.device(a.device).type == torch.device(DEVICE).type
     assert a.settings.cudnn_allow_tf32 is False  # conftest: TF32 off

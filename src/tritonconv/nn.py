@@ -6,7 +6,9 @@ subclass, so a torch checkpoint loads unchanged; the only addition is ``algo``.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import inspect
 from dataclasses import dataclass
 
 import torch
@@ -208,10 +210,15 @@ def visit_convolutions(model: nn.Module, example_inputs: tuple, visit) -> None:
     ``visit(name, module, args, kwargs)`` just before each convolution module (``torch.nn`` or
     tritonconv, any dimension; ``name`` in ``model``) runs, with the arguments it is given:
     how :func:`explain_model`, :func:`tritonconv.warmup` and the model benchmarks see the
-    calls a model makes."""
+    calls a model makes. Arguments given by keyword come positionally where the module's
+    ``forward`` takes them so (``args[0]`` the input, then a transposed convolution's
+    ``output_size``)."""
 
     def hook(name, module, args, kwargs):
-        visit(name, module, args, kwargs)
+        with contextlib.suppress(TypeError):  # (a forward of its own: arguments as given)
+            bound = inspect.signature(type(module).forward).bind(module, *args, **kwargs)
+            args, kwargs = bound.args[1:], bound.kwargs  # (the class's: not a patched one)
+        visit(name, module, tuple(args), kwargs)
 
     hooks = [
         module.register_forward_pre_hook(functools.partial(hook, name), with_kwargs=True)
