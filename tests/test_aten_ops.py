@@ -310,6 +310,26 @@ def test_causal_conv1d(both, activation, channel_last, with_state):
         assert_close(got, want, reduction=width, name="grad")
 
 
+@pytest.mark.parametrize("with_state", [False, True])
+def test_causal_conv1d_of_an_empty_sequence(both, with_state):
+    """seqlen 0: no output, the final states the initial ones (or zeros), zero gradients; the
+    CPU default once raised PyTorch's 'padded input size' error where the kernels ran."""
+    x = torch.randn(2, 3, 0, dtype=torch.float64)
+    w = torch.randn(3, 4, dtype=torch.float64, requires_grad=True)
+    init = torch.randn(2, 3, 3, dtype=torch.float64) if with_state else None
+
+    def call():
+        out, final = tc.causal_conv1d(x, w, None, "silu", init, return_final_states=True)
+        (grad,) = torch.autograd.grad(out.sum(), w)
+        return out.detach(), final, grad
+
+    (out, final, grad), (k_out, k_final, k_grad) = both(call)
+    assert out.shape == k_out.shape == (2, 3, 0)
+    assert_same(final, k_final, "final_states")
+    assert_same(grad, k_grad, "grad")
+    assert not grad.any()
+
+
 @pytest.mark.parametrize("dtype", [torch.int32, torch.int8])
 def test_causal_conv1d_integers(both, dtype):
     x = random_tensor((2, 3, 6), dtype, low=-50, high=50)

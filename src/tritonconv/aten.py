@@ -290,5 +290,8 @@ def depthwise_line(x, weight, bias, pad_before: int):
     dim, width = weight.shape
     plane = x.unsqueeze(2)
     w = weight.reshape(dim, 1, 1, width)
-    out = conv(plane, w, bias, [1, 1], [0, pad_before], [0, 0], [1, 1], dim)
-    return out.squeeze(2)
+    # A line shorter than one window (an empty sequence): more zeros first, whose outputs are
+    # dropped, so PyTorch's convolution takes it (the kernels give no output, as this does).
+    short = max(0, width - x.shape[-1] - pad_before)
+    out = conv(plane, w, bias, [1, 1], [0, pad_before + short], [0, 0], [1, 1], dim)
+    return out.squeeze(2)[..., short:]
