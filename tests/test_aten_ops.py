@@ -10,6 +10,7 @@ import time
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 import tritonconv as tc
 from tritonconv import library
@@ -356,3 +357,38 @@ def test_causal_conv1d_update(both, steps):
     (out, state), (k_out, k_state) = both(call)
     assert_same(out, k_out, "out")
     assert torch.equal(state, k_state)
+
+
+# (function, input shape, weight shape, keyword arguments). PyTorch makes a convolution
+# channels-last when its input or its weight is: cuDNN's rule for 2-D and 3-D (PyTorch's CPU
+# backends follow it in 2-D; its CPU conv3d stays contiguous, so the expectation is the rule's).
+WEIGHT_LAYOUT_CALLS = [
+    (F.conv2d, (2, 4, 5, 5), (6, 4, 3, 3), {}),
+    (F.conv2d, (4, 5, 5), (6, 4, 3, 3), {}),  # unbatched: its batch of one, squeezed
+    (F.conv2d, (2, 1, 5, 5), (3, 1, 3, 3), {}),  # one channel: either layout's strides
+    (F.conv2d, (2, 4, 6, 5), (4, 1, 3, 3), dict(groups=4, stride=2, padding=1)),
+    (F.conv_transpose2d, (2, 4, 3, 3), (4, 6, 3, 3), dict(stride=2)),
+    (F.conv3d, (1, 2, 3, 4, 4), (3, 2, 2, 2, 2), {}),
+]
+
+
+@pytest.mark.parametrize(
+    "reference, x_shape, w_shape, kwargs",
+    WEIGHT_LAYOUT_CALLS,
+    ids=["conv2d", "unbatched", "one-channel", "depthwise", "transposed", "conv3d"],
+)
+def test_a_channels_last_weight_makes_a_channels_last_output(
+    both, reference, x_shape, w_shape, kwargs
+):
+    """A contiguous input and a channels-last weight: a channels-last output (it used to
+    follow the input alone), on the default path and the kernels."""
+    fmt = torch.channels_last if len(w_shape) == 4 else torch.channels_last_3d
+    x = torch.randn(x_shape, dtype=torch.float64)
+    w = torch.empty(w_shape, dtype=torch.float64, memory_format=fmt).normal_()
+    want = reference(x, w, **kwargs)
+    batch_shape = want.shape if x.dim() == len(w_shape) else (1, *want.shape)
+    strides = torch.empty(batch_shape, memory_format=fmt).stride()[len(batch_shape) - want.dim() :]
+    got, kernels = both(lambda: getattr(tc, reference.__name__)(x, w, **kwargs))
+    for out in (got, kernels):
+        assert out.stride() == strides
+        assert_close(out, want)

@@ -30,6 +30,7 @@ from .geometry import (
 )
 from .launch import tracing
 from .ops import conv_gemm, depthwise, implicit_gemm
+from .ops.common import channels_last_format, dense_strides, is_channels_last
 from .plans import BoundedCache, lookup, tensor_key, values_key
 
 #: Convolution algorithms ``conv2d(..., algo=...)`` accepts: the forward op of each, applied as
@@ -240,7 +241,8 @@ def conv2d(
 
     ``algo`` picks the algorithm (``CONV_ALGOS``; ``"auto"`` chooses). ``workspace_limit``
     caps im2col+GEMM's column buffer in bytes (default: :func:`get_workspace_limit`).
-    The output has the input's memory format (contiguous or channels-last).
+    The output is channels-last when the input or the weight is, else contiguous (as
+    PyTorch's).
     """
     options = (stride, padding, dilation, groups, algo, workspace_limit)
     return _convolution(_CONV_PLANS, 2, input, weight, bias, options)
@@ -317,7 +319,8 @@ def conv3d(
 ):
     """3-D convolution, as ``torch.nn.functional.conv3d`` (``algo``: ``"auto"`` or
     ``"implicit_gemm"``, the kernel written over three spatial axes; every real dtype,
-    integers exact). The output keeps the input's memory format (``channels_last_3d``)."""
+    integers exact). The output is ``channels_last_3d`` when the input or the weight is (as
+    PyTorch's)."""
     options = (stride, padding, dilation, groups, algo, workspace_limit)
     return _convolution(_CONV3D_PLANS, 3, input, weight, bias, options)
 
@@ -343,6 +346,8 @@ def conv_transpose3d(
 
 def _convolution(cache, ndim: int, input, weight, bias, options, *, transposed=False):
     """Every convolution function: look the plan up, lift 1-D to a height-1 plane, run."""
+    if ndim > 1:
+        input = _in_weights_layout(input, weight, ndim)
     plan = lookup(
         cache,
         lambda: (
@@ -366,6 +371,35 @@ def _convolution(cache, ndim: int, input, weight, bias, options, *, transposed=F
     if ndim == 1:  # as F.conv1d: a contiguous output whatever the input's strides
         out = out.squeeze(2).contiguous()
     return out if plan.batched else out.squeeze(0)
+
+
+def _in_weights_layout(input, weight, ndim: int):
+    """PyTorch's layout rule for 2-D and 3-D convolutions: a channels-last weight makes the
+    convolution, and so its output, channels-last (``channels_last_3d``) whatever the input's
+    layout (an unbatched input as its batch of one); the input is copied so (as cuDNN does)
+    and the ops keep its layout. Anything else is left to validation."""
+    fmt = channels_last_format(ndim + 2)
+    if not isinstance(input, torch.Tensor) or not isinstance(weight, torch.Tensor):
+        return input
+    batched = input.dim() == ndim + 2
+    if batched and input.is_contiguous(memory_format=fmt) and not input.is_contiguous():
+        return input  # channels-last already (a channels-last model's every call)
+    if weight.dim() != ndim + 2 or not (batched or input.dim() == ndim + 1):
+        return input
+    if not is_channels_last(weight):
+        return input
+    batch = input if batched else input.unsqueeze(0)
+    if is_channels_last(batch):
+        return input
+    if batch.is_contiguous(memory_format=fmt):  # one channel or a 1x1 plane: the same order
+        batch = batch.as_strided(batch.shape, dense_strides(batch.shape, _LAST[ndim]))
+    else:
+        batch = batch.contiguous(memory_format=fmt)
+    return batch if batched else batch.squeeze(0)
+
+
+# Dimension order, outermost first, of a channels-last layout of each rank (2-D, 3-D).
+_LAST = {2: (0, 2, 3, 1), 3: (0, 2, 3, 4, 1)}
 
 
 def _conv_plan(input, weight, bias, *options, ndim: int, transposed: bool) -> Plan:

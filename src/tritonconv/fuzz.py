@@ -517,9 +517,11 @@ def run_case(case: Case, algo: str, ref: dict, data: Data, device=DEVICE) -> lis
         results = {"y": y, "dx": dx, "dw": dw}
         if b is not None:
             results["db"] = db
-    fmt = channels_last_format(x.dim()) if is_channels_last(x) else torch.contiguous_format
+    # PyTorch's (cuDNN's) rule: channels-last when the input or the weight is
+    last = is_channels_last(x) or is_channels_last(w)
+    fmt = channels_last_format(x.dim()) if last else torch.contiguous_format
     if not results["y"].is_contiguous(memory_format=fmt):
-        problems.append(f"y: strides {results['y'].stride()} are not in the input's {fmt}")
+        problems.append(f"y: strides {results['y'].stride()} are not in the expected {fmt}")
     for name, actual in results.items():
         p = compare(name, case, actual, ref[name], ref["mag_" + name], lengths[name])
         if p:
