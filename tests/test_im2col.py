@@ -210,3 +210,28 @@ def test_one_d_unfold_and_fold(batched, device):
     assert_close(folded, expected if batched else expected[0], reduction=3)
     with pytest.raises(tc.TritonConvError, match="1-D kernel_size expects"):
         tc.unfold(torch.randn(1, 2, 3, 4, device=device), (3,))
+
+
+@pytest.mark.parametrize("start", [0, 2**31 - 18, 2**31 + 63])
+def test_positions_past_int32_take_64_bit_indices(start, monkeypatch):
+    """im2col+GEMM's chunks count positions over the whole batch (N * L of them): a chunk
+    reaching 2**31 needs 64-bit indices even when x, dx and the chunk's columns are small (a
+    one-channel input whose padded output plane outgrows it). They were chosen from the
+    tensors alone: every column past 2**31 wrong, the input gradient there zero (an
+    adversarial review, session 13). Launches recorded, not run (the batch is 239 million)."""
+    from tritonconv import launch
+
+    flags = []
+    monkeypatch.setattr(launch, "_interpret", lambda k, g, a, meta: flags.append(meta["INDEX_64"]))
+    g = make_geometry((1, 1), (3, 3), (1, 1), (2, 2), (2, 2), (1, 1))  # L = 9 per sample
+    n = (2**31 + 10 * 9) // 9 + 1
+    image = torch.zeros(1, 1, 1, 1).expand(n, 1, 1, 1)
+    count = 36
+    cols = torch.zeros(1, 9, count)
+    layout = im2col_ops.gemm_layout(9, start, count, 9)
+    tc.clear_caches()
+    im2col_ops.im2col(image, cols, layout, g, 9, start, count)
+    im2col_ops.col2im(
+        cols, layout, torch.zeros(n, 1, 1, 1).expand(n, 1, 1, 1), g, 9, start, count, False
+    )
+    assert flags == [start > 0] * 2

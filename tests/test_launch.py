@@ -553,3 +553,27 @@ def test_an_unplannable_signature_is_recorded_once(device, plan_recordings):
     assert list(_axpy_on_a_copy.plans.entries.values()) == [launch.UNPLANNABLE]
     assert _axpy_on_a_copy.plan_of(x, y, out) is None
     assert len(_axpy.plans.entries) == 1
+
+
+def test_a_grid_cuda_would_refuse_is_a_clear_error(monkeypatch):
+    """CUDA takes at most 65535 programs along a grid's second and third axes; a launch past
+    that (a depthwise convolution on a 4K image, say) failed as Triton's "invalid argument".
+    It is refused before it launches, under the interpreter as on the GPU."""
+    ran = []
+    monkeypatch.setattr(launch, "_interpret", lambda *a: ran.append(a))
+    x = torch.zeros(4)
+    args = (x, x, x, 4, 1)
+    launch.launch(_axpy_kernel, (1, launch.GRID_YZ_LIMIT), *args, BLOCK=4)
+    assert len(ran) == 1
+    with pytest.raises(tc.TritonConvError, match=r"_axpy_kernel.*grid \(1, 65536\).*split"):
+        launch.launch(_axpy_kernel, (1, launch.GRID_YZ_LIMIT + 1), *args, BLOCK=4)
+    with pytest.raises(tc.TritonConvError, match=r"grid \(2, 1, 70000\)"):
+        launch.launch(_axpy_kernel, (2, 1, 70000), *args, BLOCK=4)
+    assert len(ran) == 1
+
+
+def test_launch_signature_tells_bool_and_float_from_int():
+    """Triton compiles ``True``, ``1.0`` and ``1`` as three signatures (i1, fp32, the constant
+    1); equal as Python keys, they must not share a compiled kernel."""
+    keys = {launch._signature((v,), {}) for v in (True, 1, 1.0)}
+    assert len(keys) == 3

@@ -47,6 +47,7 @@ import torch
 from . import access_cache
 from ._runtime import INTERPRETER
 from .caches import BoundedCache
+from .geometry import TritonConvError
 
 # Tensor types the kernels may read directly (anything else is a tracing or subclass tensor).
 PLAIN_TENSOR_TYPES = (torch.Tensor, torch.nn.Parameter)
@@ -101,9 +102,15 @@ current_device = getattr(torch._C, "_cuda_getDevice", None) or (lambda: 0)
 
 def _signature(args, meta) -> tuple:
     """What Triton specialises a launch on: each tensor's dtype and 16-byte alignment, every
-    other argument's value."""
+    other argument's value (and type where it is not an int: ``True``, ``1.0`` and ``1`` are
+    equal keys but three signatures to Triton)."""
     return tuple(
-        (a.dtype, a.data_ptr() & 15 == 0) if isinstance(a, torch.Tensor) else a for a in args
+        (a.dtype, a.data_ptr() & 15 == 0)
+        if isinstance(a, torch.Tensor)
+        else a
+        if type(a) is int
+        else (type(a), a)
+        for a in args
     ) + tuple(meta.items())
 
 
@@ -113,6 +120,8 @@ def launch(kernel, grid: tuple, *args, **meta) -> None:
     ``args`` are the kernel's leading parameters in order, ``meta`` the rest (constexprs) by
     name plus launch options (``num_warps``...).
     """
+    if len(grid) > 1 and max(grid[1:]) > GRID_YZ_LIMIT:
+        _refuse(kernel, grid)
     recording = getattr(_recorder, "events", None)
     if recording is not None:
         recording.append((kernel, grid, args, meta))
@@ -135,6 +144,21 @@ def launch(kernel, grid: tuple, *args, **meta) -> None:
             _cache.put(key, entry)
         return
     _run_compiled(entry, grid, torch._C._cuda_getCurrentRawStream(device), args)
+
+
+# CUDA's limit on a launch grid's second and third axes (the first takes 2**31 - 1).
+GRID_YZ_LIMIT = 65535
+
+
+def _refuse(kernel, grid) -> None:
+    """A clear error for a launch CUDA would refuse ("invalid argument"), under the
+    interpreter too, so that both say the same."""
+    name = getattr(getattr(kernel, "fn", kernel), "__name__", str(kernel))
+    raise TritonConvError(
+        f"tritonconv cannot launch {name} on this input: its grid {tuple(grid)} has more than "
+        f"{GRID_YZ_LIMIT} programs along an axis after the first, more than CUDA allows; "
+        "split the batch (or the image) into smaller calls"
+    )
 
 
 # Triton's interpreter patches ``triton.language`` while it runs a kernel: one at a time.

@@ -25,7 +25,7 @@ from .._runtime import INTERPRETER, check_kernel_device
 from ..geometry import Geometry
 from ..kernels.im2col import col2im_kernel, im2col_kernel, relayout_kernel
 from ..launch import allocate, launch, launch_plan
-from .common import accumulator_dtype, cdiv, needs_int64, next_power_of_2
+from .common import INDEX32_LIMIT, accumulator_dtype, cdiv, needs_int64, next_power_of_2
 
 
 @dataclass(frozen=True)
@@ -198,7 +198,9 @@ def im2col(
         FLAT_POSITIONS=flat,
         BLOCK_R=block_r,
         BLOCK_P=block_p,
-        INDEX_64=needs_int64(x, col),
+        # the positions themselves count up to position_start + num_positions (+ a block's
+        # masked lanes), which passes 2**31 before x or col need to when N * L is that large
+        INDEX_64=needs_int64(x, col) or position_start + num_positions + block_p > INDEX32_LIMIT,
         num_warps=config["num_warps"],
     )
 
@@ -273,7 +275,7 @@ def col2im(
         ACC_DTYPE=accumulator_dtype(out.dtype),
         ACCUMULATE=accumulate,
         BLOCK=block,
-        INDEX_64=needs_int64(col, out),
+        INDEX_64=needs_int64(col, out) or n_end * L > INDEX32_LIMIT,  # (positions n*L + q)
         num_warps=COL2IM_CONFIG["num_warps"],
     )
 
