@@ -6,6 +6,13 @@ each compile recorded, and Dynamo's compile-time breakdown for ours; ``--profile
 of a cProfile of 200 reduce-overhead calls of each (where the replay's host time goes), and
 who calls the functions that run more often per call in ours than in nn.Conv2d's.
 
+Compile times: Inductor's and AOTAutograd's on-disk graph caches are off here (a second process
+would hit them), and each tritonconv compile reports how many access analyses PyTorch ran
+(Triton IR generated per traced launch; ``tritonconv.access_cache`` memoises them). To measure
+the memo, run in alternation (Triton's own cubin cache warms on the first run):
+``probe_compiled_stack.py``, ``TRITONCONV_ACCESS_CACHE=0 probe_compiled_stack.py``, and the
+first again.
+
     PYTHONPATH=src python benchmarks/probe_compiled_stack.py [--profile]
 """
 
@@ -13,15 +20,20 @@ from __future__ import annotations
 
 import cProfile
 import logging
+import os
 import pstats
 import sys
 import time
 
-import torch
+os.environ.setdefault("TORCHINDUCTOR_FX_GRAPH_CACHE", "0")
+os.environ.setdefault("TORCHINDUCTOR_AUTOGRAD_CACHE", "0")
+
+import torch  # (after the cache settings it reads)
 import torch._dynamo.utils
 from torch import nn
 
 import tritonconv.nn as tnn
+from tritonconv import access_cache
 from tritonconv.bench import loop_us
 from tritonconv.bench.host import ConvStack
 
@@ -39,7 +51,24 @@ class _Reasons(logging.Handler):
             self.lines.append(text[:240])
 
 
+def _count_analyses() -> list:
+    """A list that gains an entry each time PyTorch analyses a traced launch's accesses (with
+    the memo on, each miss of it)."""
+    from torch._higher_order_ops import triton_kernel_wrap as wrap
+
+    calls = []
+    if access_cache.install():
+        real = access_cache.original
+        access_cache.original = lambda *a: calls.append(1) or real(*a)
+    else:
+        real = wrap.identify_accessed_tensors
+        wrap.identify_accessed_tensors = lambda *a: calls.append(1) or real(*a)
+    return calls
+
+
 def main() -> None:
+    analyses = _count_analyses()
+    print(f"access analyses memoised: {access_cache.install()}")
     torch._logging.set_logs(perf_hints=True, cudagraphs=True)
     reasons = _Reasons()
     for name in ("torch._inductor", "torch._inductor.cudagraph_trees"):
@@ -57,13 +86,17 @@ def main() -> None:
                 model, fullgraph=True, **({} if mode == "default" else {"mode": mode})
             )
             reasons.lines.clear()
+            analyses.clear()
             start = time.perf_counter()
             with torch.no_grad():
                 compiled(x)
                 torch.cuda.synchronize()
                 compile_s = time.perf_counter() - start
                 us = loop_us(lambda c=compiled: c(x))
-            print(f"== {name:10} {mode:16} {us:8.1f} µs/call, first call {compile_s:.2f} s")
+            print(
+                f"== {name:10} {mode:16} {us:8.1f} µs/call, first call {compile_s:.2f} s"
+                + (f", {len(analyses)} access analyses" if name == "tritonconv" else "")
+            )
             if name == "tritonconv":
                 print("\n".join(f"   | {line}" for line in reasons.lines[:12]))
             if name == "tritonconv" and mode == "default":
