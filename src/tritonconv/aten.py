@@ -93,8 +93,10 @@ def conv_transpose(
 def _like(y, input, dtype):
     """``y`` in ``dtype`` (integers wrap) and in the input's memory format, as the kernels
     write their outputs (channels-last in, channels-last out; otherwise contiguous)."""
-    layout = channels_last_format(y.dim())
-    y = y.contiguous(memory_format=layout if is_channels_last(input) else torch.contiguous_format)
+    if not _transformed():  # (a transform's tensors have no layout to keep)
+        layout = channels_last_format(y.dim())
+        fmt = layout if is_channels_last(input) else torch.contiguous_format
+        y = y.contiguous(memory_format=fmt)
     return y if y.dtype == dtype else y.to(dtype)
 
 
@@ -135,7 +137,7 @@ def unfold(input, kernel_size, dilation, padding, stride):
             return F.unfold(input, kernel_size, dilation, padding, stride)
         window = _plane(kernel_size, dilation, padding, stride)
         return F.unfold(input.unsqueeze(2), *window)
-    if input.requires_grad and torch.is_grad_enabled():
+    if input.requires_grad and torch.is_grad_enabled() and not _transformed():
         return _Unfold.apply(input, kernel_size, dilation, padding, stride)
     return _gather_blocks(input, kernel_size, dilation, padding, stride)
 
@@ -154,6 +156,8 @@ def fold(input, output_size, kernel_size, dilation, padding, stride):
             return F.fold(input, output_size, kernel_size, dilation, padding, stride)
         window = _plane(kernel_size, dilation, padding, stride)
         return F.fold(input, (1, *output_size), *window).squeeze(2)
+    if _transformed():
+        return _scatter_blocks(input, output_size, kernel_size, dilation, padding, stride)
     if input.requires_grad and torch.is_grad_enabled():
         return _Fold.apply(input, output_size, kernel_size, dilation, padding, stride)
     return _sum_blocks(input, output_size, kernel_size, dilation, padding, stride)
@@ -199,6 +203,37 @@ def _sum_blocks(input, output_size, kernel_size, dilation, padding, stride):
     return torch.empty(image.shape, dtype=dtype, device=image.device).copy_(image)
 
 
+def _scatter_blocks(input, output_size, kernel_size, dilation, padding, stride):
+    """fold out of place (one ``index_add`` of every tap's rows into the flattened padded
+    image), as the ``torch.func`` transforms need: they batch and differentiate it themselves
+    (:func:`_sum_blocks` adds into a buffer in place). Integers sum in int64, wrapping like
+    the dtype once cast back."""
+    dtype = input.dtype
+    N, rows, _ = input.shape
+    kernel, taps = list(kernel_size), math.prod(kernel_size)
+    blocks = _blocks(output_size, kernel_size, dilation, padding, stride)
+    padded = [n + 2 * p for n, p in zip(output_size, padding)]
+    # each (tap, block)'s index in the flattened padded image: tap-major, as the rows are
+    index = torch.zeros((), dtype=torch.int64, device=input.device)
+    rank = len(kernel)
+    for axis in range(rank):
+        k = torch.arange(kernel[axis], device=input.device) * dilation[axis]
+        o = torch.arange(blocks[axis], device=input.device) * stride[axis]
+        coordinate = k.view([-1 if a == axis else 1 for a in range(rank)] + [1] * rank)
+        coordinate = coordinate + o.view([1] * rank + [-1 if a == axis else 1 for a in range(rank)])
+        index = index * padded[axis] + coordinate
+    cols = input.reshape(N, rows // taps, taps * math.prod(blocks)).to(partial_dtype(dtype))
+    image = cols.new_zeros(N, rows // taps, math.prod(padded))
+    image = image.index_add(2, index.reshape(-1), cols).view(N, rows // taps, *padded)
+    image = image[(..., *(slice(p, p + n) for p, n in zip(padding, output_size)))]
+    return image.to(dtype).contiguous()
+
+
+def _transformed() -> bool:
+    """Inside a ``torch.func`` transform (see ``launch.transformed``)."""
+    return torch._C._are_functorch_transforms_active()
+
+
 class _Unfold(torch.autograd.Function):
     """:func:`_gather_blocks` with :func:`fold` as its gradient (3-D; float16/bfloat16)."""
 
@@ -231,6 +266,8 @@ def crop(input, offsets, sizes):
     decreasing stride, ties in dimension order: channels-last stays channels-last). Any dtype,
     exact. The gradient (floats) is the kernels': the output gradient inside the window, zeros
     around it, laid out in the input's order too."""
+    if _transformed():  # out of place, for the transforms to batch and differentiate
+        return _window(input, offsets, sizes).clone()
     if input.requires_grad and torch.is_grad_enabled():
         return _Crop.apply(input, offsets, sizes)
     return _copy_window(input, offsets, sizes)

@@ -28,7 +28,7 @@ from .geometry import (
     dtype_name,
     shape_str,
 )
-from .launch import tracing
+from .launch import tracing, transformed
 from .ops import conv_gemm, depthwise, implicit_gemm
 from .ops.common import channels_last_format, dense_strides, is_channels_last
 from .plans import BoundedCache, lookup, tensor_key, values_key
@@ -117,10 +117,12 @@ def unfold(input, kernel_size, dilation=1, padding=0, stride=1):
 
 
 def _runs_aten(input: torch.Tensor) -> bool:
-    """Whether an op without ``algo=`` (unfold, fold, crop, the causal convolutions) runs its
-    ATen form (``aten.py``) on ``input``: on CPU tensors, as ``auto`` does for convolutions
-    (``_candidates``), unless this process interprets its kernels and
-    ``TRITONCONV_CPU_KERNELS=1`` asks for them."""
+    """Whether an op runs its ATen form (``aten.py``) on ``input``: inside a ``torch.func``
+    transform (vmap, grad, jvp...; every algorithm, as the transforms need), and on CPU
+    tensors unless this process interprets its kernels and ``TRITONCONV_CPU_KERNELS=1`` asks
+    for them (``auto`` for convolutions, and the ops without ``algo=``)."""
+    if transformed():
+        return True
     return input.device.type == "cpu" and not (INTERPRETER and choice.cpu_kernels())
 
 
@@ -174,9 +176,9 @@ def _fold_plan(input, output_size, kernel_size, dilation, padding, stride) -> Pl
 
 def _candidates(input: torch.Tensor, args) -> list[str]:
     """Every algorithm that accepts the call (3-D: the implicit GEMM, the one kernel written
-    over three spatial axes). CPU tensors: ATen alone, unless this process interprets its
-    kernels and ``TRITONCONV_CPU_KERNELS=1`` asks ``auto`` to run them (``choice.cpu_kernels``)."""
-    if input.device.type == "cpu" and not (INTERPRETER and choice.cpu_kernels()):
+    over three spatial axes). CPU tensors and ``torch.func`` transforms: ATen alone
+    (:func:`_runs_aten`)."""
+    if _runs_aten(input):
         return ["aten"]
     if args.geometry.ndim == 3:
         return ["implicit_gemm"]
@@ -346,7 +348,7 @@ def conv_transpose3d(
 
 def _convolution(cache, ndim: int, input, weight, bias, options, *, transposed=False):
     """Every convolution function: look the plan up, lift 1-D to a height-1 plane, run."""
-    if ndim > 1:
+    if ndim > 1 and not transformed():  # (a transform's tensors have no layout to ask)
         input = _in_weights_layout(input, weight, ndim)
     plan = lookup(
         cache,
@@ -406,7 +408,9 @@ def _conv_plan(input, weight, bias, *options, ndim: int, transposed: bool) -> Pl
     args, algo, name, limit = _validated(input, weight, bias, options, ndim, transposed)
     params = _params(args, ndim, transposed, limit)
     config = ()
-    if algo == "auto":
+    if transformed():
+        algo = "aten"  # whatever was asked: see _runs_aten
+    elif algo == "auto":
         found = _auto(input, weight, bias, args, params, name, ndim, transposed)
         algo, config = found.algo, found.config
     ops = TRANSPOSED_OPS if transposed else CONV_OPS

@@ -61,6 +61,14 @@ def is_plain(*tensors: torch.Tensor | None) -> bool:
     return all(t is None or type(t) in PLAIN_TENSOR_TYPES for t in tensors)
 
 
+def transformed() -> bool:
+    """True inside a ``torch.func`` transform (vmap, grad, jvp, jacrev...): its wrapped
+    tensors are neither data a kernel can read nor layouts a plan may key on, so the public
+    functions run their ATen forms (``aten.py``), which the transforms batch and differentiate
+    themselves."""
+    return torch._C._are_functorch_transforms_active()
+
+
 def tracing(*tensors: torch.Tensor | None) -> bool:
     """True while a tracer (fake/functional tensors, a dispatch mode) is looking at the call:
     nothing may be cached by shape then, shapes may be symbolic, and kernels are recorded."""
