@@ -127,3 +127,32 @@ def test_strided_depthwise_with_a_converted_models_weight(layout, multiplier, tr
     assert "depthwise" in case.algos()
     failures = [r for r in fuzz.check_case(case, [*case.algos(), "auto"]) if r[1] is not None]
     assert not failures, "\n".join(f.line() for f in failures)
+
+
+# CUDA takes at most 65535 programs along a grid's second axis: the depthwise kernels' spatial
+# tiles of a 4K channels-last image are more (2160 x 4096 at 3x3: 69120). Such a grid is
+# folded over the second and third axes (``launch._fold_y``, the kernels' ``program_y``); here
+# the limit is lowered so that small images fold (the interpreter's tiles: 32 x 64 and
+# 16-row), and every fold is checked against PyTorch.
+@pytest.mark.parametrize("kernel", [3, 7], ids=["small", "window"])
+@pytest.mark.parametrize("stride", [1, 2])
+@pytest.mark.parametrize("layout", ["contiguous", "channels_last"])
+def test_depthwise_grids_past_cudas_limit_fold(layout, stride, kernel, monkeypatch):
+    from tritonconv import launch
+
+    folded = []
+    real = launch._fold_y
+    monkeypatch.setattr(launch, "GRID_YZ_LIMIT", 2)
+    monkeypatch.setattr(launch, "_fold_y", lambda *a: folded.append(a[1]) or real(*a))
+    tritonconv.clear_caches()
+    c = 4
+    case = fuzz.Case(
+        1, c, c, 70, 131, kernel, kernel, (stride, stride), (kernel // 2, kernel // 2), (1, 1),
+        c, True, "float32", layout, layout, "contiguous", 7,
+    )  # fmt: skip
+    try:
+        failures = [r for r in fuzz.check_case(case, ["depthwise"]) if r[1] is not None]
+    finally:
+        tritonconv.clear_caches()
+    assert folded, "no launch folded"
+    assert not failures, "\n".join(f.line() for f in failures)

@@ -129,7 +129,7 @@ def launch(kernel, grid: tuple, *args, **meta) -> None:
     name plus launch options (``num_warps``...).
     """
     if len(grid) > 1 and max(grid[1:]) > GRID_YZ_LIMIT:
-        _refuse(kernel, grid)
+        grid, meta = _fold_y(kernel, grid, meta)
     recording = getattr(_recorder, "events", None)
     if recording is not None:
         recording.append((kernel, grid, args, meta))
@@ -158,9 +158,14 @@ def launch(kernel, grid: tuple, *args, **meta) -> None:
 GRID_YZ_LIMIT = 65535
 
 
-def _refuse(kernel, grid) -> None:
-    """A clear error for a launch CUDA would refuse ("invalid argument"), under the
-    interpreter too, so that both say the same."""
+def _fold_y(kernel, grid, meta) -> tuple[tuple, dict]:
+    """A grid with more than CUDA's 65535 programs along its second axis, folded over the
+    second and third (``FOLD_Y``: the kernel reads its index so, ``kernels.depthwise.
+    program_y``), for a kernel that can take it; else a clear error for what CUDA would refuse
+    ("invalid argument"), under the interpreter too, so that both say the same."""
+    if len(grid) == 2 and meta.get("FOLD_Y") is False:
+        rows = -(-grid[1] // GRID_YZ_LIMIT)
+        return (grid[0], -(-grid[1] // rows), rows), {**meta, "FOLD_Y": True}
     name = getattr(getattr(kernel, "fn", kernel), "__name__", str(kernel))
     raise TritonConvError(
         f"tritonconv cannot launch {name} on this input: its grid {tuple(grid)} has more than "

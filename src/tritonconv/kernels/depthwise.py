@@ -42,6 +42,17 @@ import triton.language as tl
 
 
 @triton.jit
+def program_y(FOLD_Y: tl.constexpr):
+    """The program's index along the grid's second axis. CUDA takes at most 65535 programs
+    there; a launch with more (the spatial tiles of a 4K image) folds them over the second and
+    third axes (``launch.launch``: ``FOLD_Y``), and the index is ``y + z * (programs along
+    y)``. The few past the real count own tiles past the output: their stores are masked."""
+    if FOLD_Y:
+        return tl.program_id(1) + tl.program_id(2) * tl.num_programs(1)
+    return tl.program_id(1)
+
+
+@triton.jit
 def depthwise_kernel(
     # pointers
     src_ptr,
@@ -358,14 +369,16 @@ def depthwise_small_kernel(
     BLOCK_H: tl.constexpr,
     BLOCK_W: tl.constexpr,
     INDEX_64: tl.constexpr,
+    FOLD_Y: tl.constexpr,
 ):
     """``depthwise_kernel`` with the kernel size compile-time (small kernels, taps unrolled):
     the row pointer tile is built once per kernel row, each tap adds ``kw * dil_w * src_sw``
     (a constant when both are 1, which Triton specializes), so a tap costs one load, one mask
     AND and one FMA per element; the per-tap weights are independent loads the unrolled code
-    issues up front. Grid ``(N * channel blocks, spatial tiles)``."""
+    issues up front. Grid ``(N * channel blocks, spatial tiles)`` (``FOLD_Y``: the tiles
+    over axes 1 and 2, :func:`program_y`)."""
     pid_nc = tl.program_id(0)
-    pid_hw = tl.program_id(1)
+    pid_hw = program_y(FOLD_Y)
     c_blocks = tl.cdiv(C_dst, BLOCK_C)
     n = pid_nc // c_blocks
     w_tiles = tl.cdiv(DW, BLOCK_W)
@@ -481,6 +494,7 @@ def depthwise_window_kernel(
     BLOCK_H: tl.constexpr,
     BLOCK_W: tl.constexpr,
     INDEX_64: tl.constexpr,
+    FOLD_Y: tl.constexpr,
 ):
     """The sum of ``depthwise_kernel`` with a sliding window along the width: a program owns
     ``BLOCK_W`` output columns, each a ``[BLOCK_C, BLOCK_H]`` accumulator tile (a tuple of
@@ -492,9 +506,10 @@ def depthwise_window_kernel(
     dilation are compile-time (they say which column meets which tap); the launcher maps the
     layout's strided spatial axis to the width (the tiles run along the contiguous axis).
     ``UNROLL_KH`` (0, or ``KH``) unrolls the kernel rows too, so that every row's loads can
-    be in flight together. Grid ``(N * channel blocks, spatial tiles)``."""
+    be in flight together. Grid ``(N * channel blocks, spatial tiles)`` (``FOLD_Y``: the
+    tiles over axes 1 and 2, :func:`program_y`)."""
     pid_nc = tl.program_id(0)
-    pid_hw = tl.program_id(1)
+    pid_hw = program_y(FOLD_Y)
     c_blocks = tl.cdiv(C_dst, BLOCK_C)
     n = pid_nc // c_blocks
     w_tiles = tl.cdiv(DW, BLOCK_W)

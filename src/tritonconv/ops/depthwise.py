@@ -252,6 +252,7 @@ def _launch(src, weight, bias, dst, geometry: Geometry, R: int, DIV: int, walk: 
             BLOCK_H=block_h,
             BLOCK_W=block_w,
             INDEX_64=index_64,
+            FOLD_Y=False,  # (launch folds a grid too tall for CUDA)
             num_warps=config["num_warps"],
         )
         return
@@ -354,6 +355,7 @@ def _launch_window(src, weight, bias, dst, geometry, R, DIV, walk, axes, index_6
         BLOCK_H=block_h,
         BLOCK_W=block_w,
         INDEX_64=index_64,
+        FOLD_Y=False,  # (launch folds a grid too tall for CUDA)
         num_warps=config["num_warps"],
     )
 
