@@ -114,6 +114,33 @@ def test_dynamic_shapes_one_compilation(device):
     assert counter.frame_count == 1
 
 
+@pytest.mark.parametrize("op", ["conv2d", "conv_transpose2d", "crop"])
+def test_a_shape_change_recompiles_dynamic_with_auto(op, device):
+    """A compiled function seeing a second shape recompiles with symbolic sizes (Dynamo's
+    automatic dynamic shapes): ``algo="auto"`` printed them into its measured-choice key and
+    crop sorted dimensions by symbolic strides, and both broke the graph (an adversarial
+    review, session 13; the test above covers ``direct``, which never looks a choice up)."""
+    torch._dynamo.reset()
+    counter = CompileCounterWithBackend(BACKEND)
+    w = torch.randn(4, 4, 3, 3, device=device, dtype=torch.float64)
+    ours, reference = {
+        "conv2d": (lambda x: tc.conv2d(x, w, padding=1), lambda x: F.conv2d(x, w, padding=1)),
+        "conv_transpose2d": (
+            lambda x: tc.conv_transpose2d(x, w, stride=2),
+            lambda x: F.conv_transpose2d(x, w, stride=2),
+        ),
+        "crop": (
+            lambda x: tc.crop(x, (1, 4, 3, 2), offset=1) * 2,
+            lambda x: x[:, :, 1:4, 1:3] * 2,
+        ),
+    }[op]
+    f = torch.compile(ours, backend=counter, fullgraph=True)
+    for n, h in ((2, 6), (3, 9), (5, 7)):
+        x = torch.randn(n, 4, h, 5, device=device, dtype=torch.float64)
+        assert_close(f(x), reference(x).cpu())
+    assert counter.frame_count == 2  # static, then one dynamic graph for the other shapes
+
+
 def test_module_compiles_in_one_graph(device):
     model = torch.nn.Sequential(
         tc.nn.Conv2d(3, 8, 3, padding=1),

@@ -35,6 +35,7 @@ import torch
 import torch.nn.functional as F
 
 from .ops.common import channels_last_format, dense_strides, is_channels_last, partial_dtype
+from .ops.crop import dim_order
 
 _CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
 _CONV_TRANSPOSE = {1: F.conv_transpose1d, 2: F.conv_transpose2d, 3: F.conv_transpose3d}
@@ -273,11 +274,6 @@ def crop(input, offsets, sizes):
     return _copy_window(input, offsets, sizes)
 
 
-def _dim_order(t) -> list[int]:
-    """``t``'s dimensions by decreasing stride, ties in dimension order (``crop.dim_order``)."""
-    return sorted(range(t.dim()), key=lambda d: -t.stride(d))
-
-
 def _dense(shape, order, like, zero=False):
     out = torch.empty_strided(
         shape, dense_strides(shape, order), dtype=like.dtype, device=like.device
@@ -294,7 +290,7 @@ def _window(t, offsets, sizes):
 
 
 def _copy_window(input, offsets, sizes):
-    return _dense(sizes, _dim_order(input), input).copy_(_window(input, offsets, sizes))
+    return _dense(sizes, dim_order(input), input).copy_(_window(input, offsets, sizes))
 
 
 class _Crop(torch.autograd.Function):
@@ -302,7 +298,7 @@ class _Crop(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, input, offsets, sizes):
-        ctx.size, ctx.offsets, ctx.order = list(input.shape), offsets, _dim_order(input)
+        ctx.size, ctx.offsets, ctx.order = list(input.shape), offsets, dim_order(input)
         return _copy_window(input, offsets, sizes)
 
     @staticmethod

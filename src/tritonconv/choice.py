@@ -311,12 +311,10 @@ def measure_inputs(*tensors):
     return [_make_like(t) for t in tensors]
 
 
-def recorded(key: str, candidates: list[str], *, disk: bool = True) -> Choice | None:
-    """A measured choice on record for ``key``, without measuring: in this process's memory,
-    and (``disk``) in the on-disk cache. While torch.compile traces only memory is read: Dynamo
-    cannot trace the file lock and reads (the record is in memory after any eager call)."""
-    if disk:
-        _load()
+def recorded(key: str, candidates: list[str]) -> Choice | None:
+    """A measured choice on record for ``key``, without measuring: in this process's memory
+    or in the on-disk cache."""
+    _load()
     entry = _memory.get(key)
     if entry is None or entry.get("algo") not in candidates:
         return None

@@ -464,7 +464,7 @@ def _params(args, ndim: int, transposed: bool, limit: int):
 def _auto(input, weight, bias, args, params, name, ndim, transposed) -> choice.Choice:
     """``algo="auto"``: a measured choice on record for this signature (this process, or the
     disk cache ``tune`` and benchmark mode fill) if there is one; else measured now when asked
-    for (never while torch.compile traces); else the heuristic."""
+    for; else the heuristic. While torch.compile traces: the heuristic."""
     candidates = _candidates(input, args)
     rule = choice.heuristic(input.dtype, args, candidates)
     if len(candidates) == 1 and candidates != ["implicit_gemm"]:
@@ -473,12 +473,14 @@ def _auto(input, weight, bias, args, params, name, ndim, transposed) -> choice.C
     w = weight
     if ndim == 1:
         x, w = x.unsqueeze(2), weight.unsqueeze(2)
+    if torch.compiler.is_compiling():
+        # The rule: sizes may be symbolic (dynamic=True, or a recompile after a shape changed),
+        # which Dynamo can neither print into a record's key nor tell from constants.
+        return rule
     key = repr(
         (name, tuple(x.shape), x.stride(), str(x.dtype), tuple(w.shape), w.stride(),
          bias is not None, params("direct")[:-1])
     )  # fmt: skip
-    if torch.compiler.is_compiling():
-        return choice.recorded(key, candidates, disk=False) or rule
     if not choice.benchmark_enabled() or tracing(input, weight, bias):
         return choice.recorded(key, candidates) or rule
     configs = {}  # (computed here only: torch.compile would trace it above)

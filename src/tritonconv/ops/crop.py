@@ -30,8 +30,16 @@ TILE = 16384 if INTERPRETER else 4096
 
 
 def dim_order(t: torch.Tensor) -> list[int]:
-    """The dimensions of ``t`` from the largest stride to the smallest (ties keep their order)."""
-    return sorted(range(t.dim()), key=lambda d: -t.stride(d))
+    """The dimensions of ``t`` from the largest stride to the smallest (ties keep their order).
+    An insertion sort by comparisons: Dynamo traces those on symbolic strides (dynamic shapes)
+    where it refuses ``sorted`` with a key."""
+    order: list[int] = []
+    for d in range(t.dim()):
+        i = len(order)
+        while i > 0 and t.stride(order[i - 1]) < t.stride(d):
+            i -= 1
+        order.insert(i, d)
+    return order
 
 
 def empty_in_order(like: torch.Tensor, shape: Sequence[int], order: Sequence[int], zero=False):
