@@ -348,6 +348,7 @@ def conv_transpose3d(
 
 def _convolution(cache, ndim: int, input, weight, bias, options, *, transposed=False):
     """Every convolution function: look the plan up, lift 1-D to a height-1 plane, run."""
+    input, weight, bias = _autocast(input, weight, bias)
     if ndim > 1 and not transformed():  # (a transform's tensors have no layout to ask)
         input = _in_weights_layout(input, weight, ndim)
     plan = lookup(
@@ -373,6 +374,21 @@ def _convolution(cache, ndim: int, input, weight, bias, options, *, transposed=F
     if ndim == 1:  # as F.conv1d: a contiguous output whatever the input's strides
         out = out.squeeze(2).contiguous()
     return out if plan.batched else out.squeeze(0)
+
+
+def _autocast(input, weight, bias):
+    """Under ``torch.autocast``, PyTorch runs convolutions in the autocast dtype: floating
+    tensors other than float64 are cast to it first, as for ``F.conv*`` (the ops have no
+    autocast rule of their own). Anything else as it is (validation sees it)."""
+    if not isinstance(input, torch.Tensor) or not torch.is_autocast_enabled(input.device.type):
+        return input, weight, bias
+    dtype = torch.get_autocast_dtype(input.device.type)
+
+    def cast(t):
+        eligible = isinstance(t, torch.Tensor) and t.is_floating_point()
+        return t.to(dtype) if eligible and t.dtype != torch.float64 else t
+
+    return cast(input), cast(weight), cast(bias)
 
 
 def _in_weights_layout(input, weight, ndim: int):
