@@ -87,3 +87,17 @@ def test_convert_r2plus1d_swaps_all_37_convolutions(device):
         assert len(torch_convs) == len(ours) == 37
         actual = converted(x)
     assert_close(actual, expected, reduction=27 * 512)
+
+
+def test_meta_tensors_give_shapes():
+    """Modules on the meta device (shape inference, deferred initialisation) run as torch's
+    do: the ATen form computes the output's shape, strides and dtype without data."""
+    for ours, theirs, x in (
+        (tc.nn.Conv2d(3, 4, 3, stride=2), torch.nn.Conv2d(3, 4, 3, stride=2), (2, 3, 9, 8)),
+        (tc.nn.ConvTranspose3d(2, 3, 2), torch.nn.ConvTranspose3d(2, 3, 2), (1, 2, 3, 4, 4)),
+    ):
+        x = torch.empty(x, device="meta")
+        got, want = ours.to("meta")(x), theirs.to("meta")(x)
+        assert got.device.type == "meta" and got.shape == want.shape and got.dtype == want.dtype
+    cols = tc.unfold(torch.empty(2, 3, 5, 5, device="meta"), 2)
+    assert cols.shape == (2, 12, 16) and cols.device.type == "meta"

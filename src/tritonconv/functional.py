@@ -118,10 +118,10 @@ def unfold(input, kernel_size, dilation=1, padding=0, stride=1):
 
 def _runs_aten(input: torch.Tensor) -> bool:
     """Whether an op runs its ATen form (``aten.py``) on ``input``: inside a ``torch.func``
-    transform (vmap, grad, jvp...; every algorithm, as the transforms need), and on CPU
-    tensors unless this process interprets its kernels and ``TRITONCONV_CPU_KERNELS=1`` asks
+    transform (vmap, grad, jvp...; every algorithm, as the transforms need), on meta tensors
+    (shape inference), and on CPU tensors unless this process interprets its kernels and ``TRITONCONV_CPU_KERNELS=1`` asks
     for them (``auto`` for convolutions, and the ops without ``algo=``)."""
-    if transformed():
+    if transformed() or input.device.type == "meta":  # (meta: shapes only, as PyTorch's)
         return True
     return input.device.type == "cpu" and not (INTERPRETER and choice.cpu_kernels())
 
@@ -376,13 +376,20 @@ def _convolution(cache, ndim: int, input, weight, bias, options, *, transposed=F
     return out if plan.batched else out.squeeze(0)
 
 
+# Device types whose autocast state a call may ask (others, such as meta, have none).
+_AUTOCAST_DEVICES = ("cuda", "cpu")
+
+
 def _autocast(input, weight, bias):
     """Under ``torch.autocast``, PyTorch runs convolutions in the autocast dtype: floating
     tensors other than float64 are cast to it first, as for ``F.conv*`` (the ops have no
     autocast rule of their own). Anything else as it is (validation sees it)."""
-    if not isinstance(input, torch.Tensor) or not torch.is_autocast_enabled(input.device.type):
+    if not isinstance(input, torch.Tensor):
         return input, weight, bias
-    dtype = torch.get_autocast_dtype(input.device.type)
+    device = input.device.type
+    if device not in _AUTOCAST_DEVICES or not torch.is_autocast_enabled(device):
+        return input, weight, bias
+    dtype = torch.get_autocast_dtype(device)
 
     def cast(t):
         eligible = isinstance(t, torch.Tensor) and t.is_floating_point()
