@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 import tritonconv
 from tritonconv.cli import main
 
@@ -120,3 +122,40 @@ def test_warmup_command(capsys, monkeypatch):
     assert "workers" in capsys.readouterr().out
     monkeypatch.setattr(cli, "_torchvision_model", lambda name, args: None)
     assert main(["warmup", "missing"]) == 2
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (
+            ["explain", "8,64,56,56", "128,64,3,3", "--dtype", "notadtype"],
+            "unknown dtype 'notadtype'",
+        ),
+        (["bench", "--suite", "cpu", "--dtype", "float99"], "unknown dtype 'float99'"),
+        (["verify", "--fuzz", "--draws", "2", "--workers", "0"], "--workers: must be positive"),
+        (["verify", "--fuzz", "--max-elements", "0"], "--max-elements: must be positive"),
+        (["bench", "--reps", "-3"], "--reps: must be positive"),
+    ],
+)
+def test_bad_command_lines_are_usage_errors(argv, message, capsys):
+    """Found by an adversarial review (session 13): each was a traceback or a hang."""
+    with pytest.raises(SystemExit) as exit:
+        main(argv)
+    assert exit.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_bad_repro_fields_algo_and_out_folder(capsys, tmp_path):
+    spec = (
+        "n=1 c={c} k=4 h=5 w=5 kh=3 kw=3 stride=1,1 padding=1,1 dilation=1,1 groups=2 bias=0 "
+        "dtype={dtype} x_layout=contiguous dy_layout=contiguous w_layout=contiguous seed=1 "
+        "transposed=0 d=0 kd=1 stride_d=1 pad_d=0 dil_d=1"
+    )
+    assert main(["verify", "--repro", spec.format(c=4, dtype="float99")]) == 2
+    assert main(["verify", "--repro", spec.format(c=3, dtype="float32")]) == 2  # groups 2, 3 ch.
+    assert main(["verify", "--repro", spec.format(c=4, dtype="float32"), "--algo", "x"]) == 2
+    assert main(["verify", "--fuzz", "--draws", "1", "--max-elements", "1", "--max-macs", "1"]) == 2
+    (tmp_path / "file").write_text("")
+    assert main(["bench", "--quick", "--suite", "cpu", "--out", str(tmp_path / "file" / "x")]) == 2
+    out = capsys.readouterr().out
+    assert out.count("bad --repro spec") == 2 and "bad --algo 'x'" in out
+    assert "no fuzz case fits" in out and "not a folder" in out

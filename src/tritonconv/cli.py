@@ -281,6 +281,41 @@ def cmd_demo(args) -> int:
     return 0 if ok else 1
 
 
+def _positive(kind):
+    """An argparse type: a positive ``kind`` (int or float)."""
+
+    def parse(text: str):
+        value = kind(text)
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+        return value
+
+    parse.__name__ = kind.__name__
+    return parse
+
+
+_DTYPE_NAMES = (
+    "float16",
+    "bfloat16",
+    "float32",
+    "float64",
+    "int8",
+    "uint8",
+    "int16",
+    "int32",
+    "int64",
+)
+
+
+def _dtype(text: str) -> str:
+    """An argparse type: a dtype's name (``torch.<name>``)."""
+    if text not in _DTYPE_NAMES:
+        raise argparse.ArgumentTypeError(
+            f"unknown dtype {text!r}: one of {', '.join(_DTYPE_NAMES)}"
+        )
+    return text
+
+
 def cmd_verify(args) -> int:
     if args.repro:
         return _verify_repro(args.repro, args.algo)
@@ -298,17 +333,25 @@ def _verify_repro(spec: str, algo: str | None) -> int:
 
     try:
         case = fuzz.parse_spec(spec)
-    except ValueError as e:
+        accepted = [*case.algos(), "auto"] if isinstance(case, fuzz.Case) else case.algos()
+    except (ValueError, KeyError, tc.TritonConvError) as e:  # fields unknown or at odds
         console.print(f"[red]bad --repro spec: {escape(str(e))}[/]")
+        return 2
+    if algo is not None and algo not in accepted:
+        console.print(f"[red]bad --algo {algo!r}: this case runs {', '.join(accepted)}[/]")
         return 2
     console.print(f"case: {escape(case.spec())}")
     ok = True
-    for result in fuzz.check_case(case, [algo] if algo else None):
-        if isinstance(result, fuzz.Failure):
-            ok = False
-            console.print(f"[red]{escape(result.line())}[/]")
-        else:
-            console.print(f"[green]ok[/] algo={result[0]}")
+    try:
+        for result in fuzz.check_case(case, [algo] if algo else None):
+            if isinstance(result, fuzz.Failure):
+                ok = False
+                console.print(f"[red]{escape(result.line())}[/]")
+            else:
+                console.print(f"[green]ok[/] algo={result[0]}")
+    except (tc.TritonConvError, RuntimeError) as e:  # a spec whose fields do not fit together
+        console.print(f"[red]bad --repro spec: {escape(str(e).splitlines()[0])}[/]")
+        return 2
     return 0 if ok else 1
 
 
@@ -345,14 +388,18 @@ def _verify_fuzz(args) -> int:
         + (f"{args.seconds:g} s" if args.seconds is not None else f"{args.draws} draws")
         + f", {args.workers} worker(s)"
     )
-    if args.workers == 1:
-        report = _fuzz_worker(args, 0)
-    else:
-        report = fuzz.Report()
-        ctx = multiprocessing.get_context("spawn")
-        with concurrent.futures.ProcessPoolExecutor(args.workers, mp_context=ctx) as pool:
-            for part in pool.map(_fuzz_worker, [args] * args.workers, range(args.workers)):
-                report.merge(part)
+    try:
+        if args.workers == 1:
+            report = _fuzz_worker(args, 0)
+        else:
+            report = fuzz.Report()
+            ctx = multiprocessing.get_context("spawn")
+            with concurrent.futures.ProcessPoolExecutor(args.workers, mp_context=ctx) as pool:
+                for part in pool.map(_fuzz_worker, [args] * args.workers, range(args.workers)):
+                    report.merge(part)
+    except ValueError as e:  # size limits no case meets
+        console.print(f"[red]{escape(str(e))}[/]")
+        return 2
     table = Table(title="tritonconv verify --fuzz")
     for column in ("draws", "checks", "mismatches", "errors", "seconds", "draws/s"):
         table.add_column(column)
@@ -426,7 +473,11 @@ def cmd_bench(args) -> int:
         else console.status("benchmarking…")
     )
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        console.print(f"[red]--out {escape(args.out)}: not a folder that can be made ({e})[/]")
+        return 2
     so_far: list = []
     with display as status:
 
@@ -626,11 +677,15 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("verify", help="random geometries vs float64 references")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--fuzz", action="store_true", help="random conv2d cases, every algorithm")
-    p.add_argument("--seconds", type=float, default=None, help="fuzz for this long (default 60)")
-    p.add_argument("--draws", type=int, default=None, help="fuzz this many cases")
-    p.add_argument("--workers", type=int, default=1, help="fuzz processes")
-    p.add_argument("--max-elements", type=int, default=60_000, help="largest input drawn")
-    p.add_argument("--max-macs", type=int, default=3_000_000, help="largest conv drawn")
+    p.add_argument(
+        "--seconds", type=_positive(float), default=None, help="fuzz for this long (default 60)"
+    )
+    p.add_argument("--draws", type=_positive(int), default=None, help="fuzz this many cases")
+    p.add_argument("--workers", type=_positive(int), default=1, help="fuzz processes")
+    p.add_argument(
+        "--max-elements", type=_positive(int), default=60_000, help="largest input drawn"
+    )
+    p.add_argument("--max-macs", type=_positive(int), default=3_000_000, help="largest conv drawn")
     p.add_argument("--json", default=None, help="write the fuzz report here")
     p.add_argument("--repro", default=None, help="re-run one fuzz case (the line it printed)")
     p.add_argument("--algo", default=None, help="with --repro: only this algorithm")
@@ -639,10 +694,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--suite", action="append", help="suite name (repeatable); default conv, im2col")
     p.add_argument("--case", action="append", help="only this case (repeatable)")
     p.add_argument(
-        "--dtype", action="append", default=None,
+        "--dtype", action="append", default=None, type=_dtype,
         help="float32 (default; models/layers: bfloat16), bfloat16…",
     )  # fmt: skip
-    p.add_argument("--reps", type=int, default=50)
+    p.add_argument("--reps", type=_positive(int), default=50)
     p.add_argument("--quick", action="store_true", help="toy shapes, few repetitions")
     p.add_argument("--out", default="bench-out", help="folder for bench.json and bench.md")
     p.add_argument(
@@ -650,7 +705,9 @@ def main(argv: list[str] | None = None) -> int:
         help="suites models/layers: model names, comma-separated or repeated (default: all "
         "for models, resnet50 for layers; unet needs no torchvision)",
     )  # fmt: skip
-    p.add_argument("--batch", type=int, default=None, help="models/layers: every model's batch")
+    p.add_argument(
+        "--batch", type=_positive(int), default=None, help="models/layers: every model's batch"
+    )
     p.add_argument(
         "--compile", nargs="?", const="on", default="off", choices=("off", "on", "only"),
         help="models: also time torch.compile'd models (on), or only them (only); adds "
@@ -669,7 +726,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--padding", default="0", help="int(s), 'same' or 'valid'")
     p.add_argument("--dilation", default="1")
     p.add_argument("--groups", type=int, default=1)
-    p.add_argument("--dtype", default="float32")
+    p.add_argument("--dtype", default="float32", type=_dtype)
     p.add_argument("--channels-last", action="store_true")
     p.add_argument("--transposed", action="store_true", help="a transposed convolution")
     p.add_argument("--output-padding", default="0")
@@ -678,7 +735,7 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("tune", help="measure and cache the algorithms of a torchvision model")
     p.add_argument("model", help="torchvision model name, e.g. resnet50")
     p.add_argument("--input", default=None, help="input shape (default 8,3,224,224)")
-    p.add_argument("--dtype", default="float32")
+    p.add_argument("--dtype", default="float32", type=_dtype)
     p.add_argument("--channels-last", action="store_true")
     p.set_defaults(fn=cmd_tune)
     p = sub.add_parser(
@@ -686,9 +743,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("model", help="torchvision model name, e.g. resnet50")
     p.add_argument("--input", default=None, help="input shape (default 8,3,224,224)")
-    p.add_argument("--dtype", default="float32")
+    p.add_argument("--dtype", default="float32", type=_dtype)
     p.add_argument("--channels-last", action="store_true")
-    p.add_argument("--workers", type=int, default=None, help="processes (default: up to 8)")
+    p.add_argument(
+        "--workers", type=_positive(int), default=None, help="processes (default: up to 8)"
+    )
     p.add_argument(
         "--no-backward", dest="backward", action="store_false", help="inference kernels only"
     )

@@ -242,10 +242,17 @@ def _draw_padding(rng: random.Random, stride) -> tuple[int, int] | str:
     return (rng.randint(0, 3), rng.randint(0, 3))
 
 
+def _attempts(*limits: int):
+    """Draws to try before giving up on size limits no case can meet (a clear error, not a
+    loop that never ends)."""
+    yield from range(100_000)
+    raise ValueError(f"no fuzz case fits the size limits {limits}; raise them")
+
+
 def draw_case(seed: int, *, max_elements: int = 60_000, max_macs: int = 3_000_000) -> Case:
     """A random valid case from ``seed`` (the same seed always gives the same case and data)."""
     rng = random.Random(seed)
-    while True:
+    for _ in _attempts(max_elements, max_macs):
         mode = rng.choices(("dense", "grouped", "depthwise"), (5, 3, 3))[0]
         if mode == "depthwise":
             c = rng.choice(CHANNELS)
@@ -696,7 +703,7 @@ def parse_spec(spec: str) -> Case | CausalCase:
 
 def draw_causal_case(seed: int, *, max_elements: int = 60_000) -> CausalCase:
     rng = random.Random(seed)
-    while True:
+    for _ in _attempts(max_elements):
         dtype = rng.choices(list(DTYPE_WEIGHTS), list(DTYPE_WEIGHTS.values()))[0]
         case = CausalCase(
             batch=0 if rng.random() < 0.04 else rng.randint(1, 4),
