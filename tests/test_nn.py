@@ -101,3 +101,17 @@ def test_meta_tensors_give_shapes():
         assert got.device.type == "meta" and got.shape == want.shape and got.dtype == want.dtype
     cols = tc.unfold(torch.empty(2, 3, 5, 5, device="meta"), 2)
     assert cols.shape == (2, 12, 16) and cols.device.type == "meta"
+
+
+@pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning")
+def test_jit_trace_records_pytorch_operations():
+    """``torch.jit.trace`` (and ``torch.onnx.export``'s tracer) records each op's ATen form:
+    the kernels' launchers took traced sizes for ints and failed ('Tensor' has no
+    'bit_length'), found by an adversarial review (session 13)."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        tc.nn.Conv2d(3, 4, 3, padding=1), torch.nn.ReLU(), tc.nn.ConvTranspose2d(4, 2, 2, stride=2)
+    )
+    traced = torch.jit.trace(model, torch.randn(1, 3, 6, 6))
+    x = torch.randn(2, 3, 5, 7)
+    torch.testing.assert_close(traced(x), model(x))

@@ -62,11 +62,12 @@ def is_plain(*tensors: torch.Tensor | None) -> bool:
 
 
 def transformed() -> bool:
-    """True inside a ``torch.func`` transform (vmap, grad, jvp, jacrev...): its wrapped
-    tensors are neither data a kernel can read nor layouts a plan may key on, so the public
-    functions run their ATen forms (``aten.py``), which the transforms batch and differentiate
-    themselves."""
-    return torch._C._are_functorch_transforms_active()
+    """True inside a ``torch.func`` transform (vmap, grad, jvp, jacrev...) or a TorchScript
+    trace (``torch.jit.trace``, ``torch.onnx.export``'s): their tensors are neither data a
+    kernel can read nor layouts and sizes a plan may key on, so the public functions run their
+    ATen forms (``aten.py``), which the transforms batch and differentiate and the tracer
+    records, themselves."""
+    return torch._C._are_functorch_transforms_active() or torch.jit.is_tracing()
 
 
 def tracing(*tensors: torch.Tensor | None) -> bool:
