@@ -540,6 +540,11 @@ def cmd_info(args) -> int:
     console.print(f"tritonconv {tc.__version__}")
     console.print(f"torch {torch.__version__}, triton {triton.__version__}")
     console.print(f"kernels: {_where()}")
+    if tc.INTERPRETER and os.environ.get("TRITONCONV_CPU_KERNELS", "") in ("", "0"):
+        console.print(
+            "CPU tensors: PyTorch's own CPU operations by default (aten.py); "
+            "TRITONCONV_CPU_KERNELS=1 or algo=<name> for the interpreted kernels"
+        )
     console.print(f"conv2d algorithms: {', '.join(tc.CONV_ALGOS)}")
     console.print(f"workspace limit: {tc.get_workspace_limit()} bytes")
     return 0
