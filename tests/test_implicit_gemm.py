@@ -622,7 +622,9 @@ def test_nchw_images_run_as_channels_last(device):
     for layout in ("nchw", "nhwc"):
         fmt = torch.channels_last if layout == "nhwc" else torch.contiguous_format
         xs = x.contiguous(memory_format=fmt).requires_grad_()
-        ws = w.contiguous(memory_format=torch.channels_last).requires_grad_()  # no weight copy
+        # the weight in the same layout: a channels-last one makes the call channels-last
+        # (PyTorch's rule), input and output included
+        ws = w.contiguous(memory_format=fmt).requires_grad_()
         tritonconv.clear_caches()
         with exact_fp32():
             y = tritonconv.conv2d(xs, ws, padding=1, algo="implicit_gemm")
