@@ -68,12 +68,13 @@ class Plan:
     call, the op body's launch plan for this signature (``replay``) and its backward op's per
     output-gradient layout and mask (``backward``)."""
 
-    __slots__ = ("backward", "batched", "op", "params", "replay")
+    __slots__ = ("backward", "batched", "op", "params", "relayout", "replay")
 
     def __init__(self, op: library.Op, params: tuple, batched: bool = True):
         self.op, self.params, self.batched = op, params, batched
         self.replay = None
         self.backward = {}
+        self.relayout = False  # a convolution's input made channels-last first (its weight is)
 
 
 _UNFOLD_PLANS = BoundedCache("unfold")
@@ -121,9 +122,16 @@ def _runs_aten(input: torch.Tensor) -> bool:
     transform (vmap, grad, jvp...; every algorithm, as the transforms need), on meta tensors
     (shape inference), and on CPU tensors unless this process interprets its kernels and ``TRITONCONV_CPU_KERNELS=1`` asks
     for them (``auto`` for convolutions, and the ops without ``algo=``)."""
-    if transformed() or input.device.type == "meta":  # (meta: shapes only, as PyTorch's)
+    if _aten_only(input):
         return True
     return input.device.type == "cpu" and not (INTERPRETER and choice.cpu_kernels())
+
+
+def _aten_only(input) -> bool:
+    """Whether every algorithm, even one asked for by name, runs the ATen form: inside a
+    ``torch.func`` transform or a TorchScript trace, and on meta tensors (shapes only, as
+    PyTorch's own convolutions give them)."""
+    return transformed() or (isinstance(input, torch.Tensor) and input.device.type == "meta")
 
 
 def _unfold_plan(input, kernel_size, dilation, padding, stride) -> Plan:
@@ -349,8 +357,6 @@ def conv_transpose3d(
 def _convolution(cache, ndim: int, input, weight, bias, options, *, transposed=False):
     """Every convolution function: look the plan up, lift 1-D to a height-1 plane, run."""
     input, weight, bias = _autocast(input, weight, bias)
-    if ndim > 1 and not transformed():  # (a transform's tensors have no layout to ask)
-        input = _in_weights_layout(input, weight, ndim)
     plan = lookup(
         cache,
         lambda: (
@@ -362,6 +368,8 @@ def _convolution(cache, ndim: int, input, weight, bias, options, *, transposed=F
         ),
         lambda: _conv_plan(input, weight, bias, *options, ndim=ndim, transposed=transposed),
     )
+    if plan.relayout:  # (the plan was made for the input this makes)
+        input = _in_weights_layout(input, weight, ndim)
     x = input if plan.batched else input.unsqueeze(0)
     if bias is not None:  # the kernels read the bias densely
         bias = bias.contiguous()
@@ -384,7 +392,7 @@ def _autocast(input, weight, bias):
     """Under ``torch.autocast``, PyTorch runs convolutions in the autocast dtype: floating
     tensors other than float64 are cast to it first, as for ``F.conv*`` (the ops have no
     autocast rule of their own). Anything else as it is (validation sees it)."""
-    if not isinstance(input, torch.Tensor):
+    if not torch._C._is_any_autocast_enabled() or not isinstance(input, torch.Tensor):
         return input, weight, bias
     device = input.device.type
     if device not in _AUTOCAST_DEVICES or not torch.is_autocast_enabled(device):
@@ -428,16 +436,21 @@ _LAST = {2: (0, 2, 3, 1), 3: (0, 2, 3, 4, 1)}
 
 
 def _conv_plan(input, weight, bias, *options, ndim: int, transposed: bool) -> Plan:
+    given = input
+    if ndim > 1 and not transformed():  # (a transform's tensors have no layout to ask)
+        input = _in_weights_layout(input, weight, ndim)
     args, algo, name, limit = _validated(input, weight, bias, options, ndim, transposed)
     params = _params(args, ndim, transposed, limit)
     config = ()
-    if transformed():
-        algo = "aten"  # whatever was asked: see _runs_aten
+    if _aten_only(input):
+        algo = "aten"  # whatever was asked
     elif algo == "auto":
         found = _auto(input, weight, bias, args, params, name, ndim, transposed)
         algo, config = found.algo, found.config
     ops = TRANSPOSED_OPS if transposed else CONV_OPS
-    return Plan(ops[algo], params(algo, config), args.batched)
+    plan = Plan(ops[algo], params(algo, config), args.batched)
+    plan.relayout = input is not given
+    return plan
 
 
 def _validated(input, weight, bias, options, ndim: int, transposed: bool):
@@ -457,7 +470,9 @@ def _validated(input, weight, bias, options, ndim: int, transposed: bool):
     limit = _workspace(workspace_limit)
     if algo != "auto":
         _choose_algo(algo, input, args, name)  # rejects an unknown or unfit algorithm
-    if algo != "aten" and _candidates(input, args) != ["aten"]:
+    # the kernels' device: for a kernel asked for by name, or one auto may choose
+    named = algo not in ("auto", "aten") and not _aten_only(input)
+    if named or (algo == "auto" and _candidates(input, args) != ["aten"]):
         for arg, t in (("input", input), ("weight", weight), ("bias", bias)):
             if t is not None:
                 check_kernel_device(t, arg)
