@@ -750,9 +750,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--input", default=None, help="input shape (default 8,3,224,224)")
     p.add_argument("--dtype", default="float32", type=_dtype)
     p.add_argument("--channels-last", action="store_true")
-    p.add_argument(
-        "--workers", type=_positive(int), default=None, help="processes (default: up to 8)"
-    )
+    p.add_argument("--workers", type=int, default=None, help="processes (default: up to 8)")
     p.add_argument(
         "--no-backward", dest="backward", action="store_false", help="inference kernels only"
     )
