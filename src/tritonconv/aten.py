@@ -34,6 +34,7 @@ import math
 import torch
 import torch.nn.functional as F
 
+from .launch import functorch_active
 from .ops.common import channels_last_format, dense_strides, is_channels_last, partial_dtype
 from .ops.crop import dim_order
 
@@ -94,7 +95,7 @@ def conv_transpose(
 def _like(y, input, dtype):
     """``y`` in ``dtype`` (integers wrap) and in the input's memory format, as the kernels
     write their outputs (channels-last in, channels-last out; otherwise contiguous)."""
-    if not _transformed():  # (a transform's tensors have no layout to keep)
+    if not functorch_active():  # (a transform's tensors have no layout to keep)
         layout = channels_last_format(y.dim())
         fmt = layout if is_channels_last(input) else torch.contiguous_format
         y = y.contiguous(memory_format=fmt)
@@ -138,7 +139,7 @@ def unfold(input, kernel_size, dilation, padding, stride):
             return F.unfold(input, kernel_size, dilation, padding, stride)
         window = _plane(kernel_size, dilation, padding, stride)
         return F.unfold(input.unsqueeze(2), *window)
-    if input.requires_grad and torch.is_grad_enabled() and not _transformed():
+    if input.requires_grad and torch.is_grad_enabled() and not functorch_active():
         return _Unfold.apply(input, kernel_size, dilation, padding, stride)
     return _gather_blocks(input, kernel_size, dilation, padding, stride)
 
@@ -157,7 +158,7 @@ def fold(input, output_size, kernel_size, dilation, padding, stride):
             return F.fold(input, output_size, kernel_size, dilation, padding, stride)
         window = _plane(kernel_size, dilation, padding, stride)
         return F.fold(input, (1, *output_size), *window).squeeze(2)
-    if _transformed():
+    if functorch_active():
         return _scatter_blocks(input, output_size, kernel_size, dilation, padding, stride)
     if input.requires_grad and torch.is_grad_enabled():
         return _Fold.apply(input, output_size, kernel_size, dilation, padding, stride)
@@ -230,11 +231,6 @@ def _scatter_blocks(input, output_size, kernel_size, dilation, padding, stride):
     return image.to(dtype).contiguous()
 
 
-def _transformed() -> bool:
-    """Inside a ``torch.func`` transform (see ``launch.transformed``)."""
-    return torch._C._are_functorch_transforms_active()
-
-
 class _Unfold(torch.autograd.Function):
     """:func:`_gather_blocks` with :func:`fold` as its gradient (3-D; float16/bfloat16)."""
 
@@ -267,7 +263,7 @@ def crop(input, offsets, sizes):
     decreasing stride, ties in dimension order: channels-last stays channels-last). Any dtype,
     exact. The gradient (floats) is the kernels': the output gradient inside the window, zeros
     around it, laid out in the input's order too."""
-    if _transformed():  # out of place, for the transforms to batch and differentiate
+    if functorch_active():  # out of place, for the transforms to batch and differentiate
         return _window(input, offsets, sizes).clone()
     if input.requires_grad and torch.is_grad_enabled():
         return _Crop.apply(input, offsets, sizes)

@@ -118,10 +118,10 @@ def unfold(input, kernel_size, dilation=1, padding=0, stride=1):
 
 
 def _runs_aten(input: torch.Tensor) -> bool:
-    """Whether an op runs its ATen form (``aten.py``) on ``input``: inside a ``torch.func``
-    transform (vmap, grad, jvp...; every algorithm, as the transforms need), on meta tensors
-    (shape inference), and on CPU tensors unless this process interprets its kernels and ``TRITONCONV_CPU_KERNELS=1`` asks
-    for them (``auto`` for convolutions, and the ops without ``algo=``)."""
+    """Whether an op runs its ATen form (``aten.py``) on ``input``: always where
+    :func:`_aten_only` says so, and on CPU tensors unless this process interprets its kernels
+    and ``TRITONCONV_CPU_KERNELS=1`` asks for them (``auto`` for convolutions, and the ops
+    without ``algo=``)."""
     if _aten_only(input):
         return True
     return input.device.type == "cpu" and not (INTERPRETER and choice.cpu_kernels())
@@ -410,29 +410,27 @@ def _in_weights_layout(input, weight, ndim: int):
     """PyTorch's layout rule for 2-D and 3-D convolutions: a channels-last weight makes the
     convolution, and so its output, channels-last (``channels_last_3d``) whatever the input's
     layout (an unbatched input as its batch of one); the input is copied so (as cuDNN does)
-    and the ops keep its layout. Anything else is left to validation."""
-    fmt = channels_last_format(ndim + 2)
-    if not isinstance(input, torch.Tensor) or not isinstance(weight, torch.Tensor):
+    and the ops keep its layout. Anything else is left to validation. Worked out when a plan
+    is made (``Plan.relayout``), not per call."""
+    if not (
+        isinstance(input, torch.Tensor)
+        and isinstance(weight, torch.Tensor)
+        and weight.dim() == ndim + 2
+        and input.dim() in (ndim + 1, ndim + 2)
+        and is_channels_last(weight)
+    ):
         return input
     batched = input.dim() == ndim + 2
-    if batched and input.is_contiguous(memory_format=fmt) and not input.is_contiguous():
-        return input  # channels-last already (a channels-last model's every call)
-    if weight.dim() != ndim + 2 or not (batched or input.dim() == ndim + 1):
-        return input
-    if not is_channels_last(weight):
-        return input
     batch = input if batched else input.unsqueeze(0)
     if is_channels_last(batch):
         return input
+    fmt = channels_last_format(ndim + 2)
     if batch.is_contiguous(memory_format=fmt):  # one channel or a 1x1 plane: the same order
-        batch = batch.as_strided(batch.shape, dense_strides(batch.shape, _LAST[ndim]))
+        order = (0, *range(2, ndim + 2), 1)
+        batch = batch.as_strided(batch.shape, dense_strides(batch.shape, order))
     else:
         batch = batch.contiguous(memory_format=fmt)
     return batch if batched else batch.squeeze(0)
-
-
-# Dimension order, outermost first, of a channels-last layout of each rank (2-D, 3-D).
-_LAST = {2: (0, 2, 3, 1), 3: (0, 2, 3, 4, 1)}
 
 
 def _conv_plan(input, weight, bias, *options, ndim: int, transposed: bool) -> Plan:

@@ -67,7 +67,13 @@ def transformed() -> bool:
     kernel can read nor layouts and sizes a plan may key on, so the public functions run their
     ATen forms (``aten.py``), which the transforms batch and differentiate and the tracer
     records, themselves."""
-    return torch._C._are_functorch_transforms_active() or torch.jit.is_tracing()
+    return functorch_active() or torch.jit.is_tracing()
+
+
+def functorch_active() -> bool:
+    """True inside a ``torch.func`` transform (whose tensors take no in-place writes and have
+    no layout to ask)."""
+    return torch._C._are_functorch_transforms_active()
 
 
 def tracing(*tensors: torch.Tensor | None) -> bool:

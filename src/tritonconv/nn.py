@@ -172,10 +172,10 @@ def _convert(module: nn.Module, algo: str, done: dict) -> nn.Module:
     if seen is not None:
         return seen[1]
     replacement = CONVERTED.get(type(module))
+    converted = module if replacement is None else replacement.from_torch(module, algo)
+    done[id(module)] = (module, converted)  # (the module kept too: its id stays its own)
     if replacement is not None:
-        done[id(module)] = (module, replacement.from_torch(module, algo))
-        return done[id(module)][1]
-    done[id(module)] = (module, module)
+        return converted
     for name, child in list(module._modules.items()):  # (named_children skips repeats)
         if child is not None and (converted := _convert(child, algo, done)) is not child:
             setattr(module, name, converted)
