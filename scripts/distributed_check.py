@@ -352,7 +352,8 @@ def final_parameters(model) -> dict[str, torch.Tensor]:
 
 def fresh_model(args, state, device) -> nn.Module:
     model, _ = build_model(args.model, args.norm)
-    tritonconv.nn.convert(model, args.algo)
+    if args.convs == "tritonconv":
+        tritonconv.nn.convert(model, args.algo)
     model.load_state_dict(state)
     return model.to(device)
 
@@ -470,6 +471,13 @@ def parse_args(argv=None):
     p.add_argument("--size", type=int, default=None,
                    help="image side; default 224 (resnet50) or 32 (small) on CUDA, 16 on CPU")  # fmt: skip
     p.add_argument("--algo", default="auto", help="tritonconv algorithm of every convolution")
+    p.add_argument(
+        "--convs",
+        choices=("tritonconv", "torch"),
+        default="tritonconv",
+        help="torch: leave PyTorch's convolutions in (cuDNN on the GPU), the same "
+        "check of the same model as a baseline for the measured errors",
+    )
     p.add_argument("--backend", choices=("auto", "nccl", "gloo"), default="auto",
                    help="auto: nccl with a GPU per rank, else gloo (ranks sharing a GPU)")  # fmt: skip
     p.add_argument("--lr", type=float, default=0.05)
@@ -549,13 +557,16 @@ def main(argv=None) -> int:
     torch.manual_seed(args.seed)
     model, origin = build_model(args.model, args.norm)
     convs = sum(isinstance(m, nn.modules.conv._ConvNd) for m in model.modules())
-    tritonconv.nn.convert(model, args.algo)
+    if args.convs == "tritonconv":
+        tritonconv.nn.convert(model, args.algo)
     swapped = count_converted(model)
     model.to(device)
     # what algo="auto" runs for each convolution on a rank's batch (before the calibration,
     # which resets the statistics this forward pass moves)
     example = torch.zeros(args.batch // world, 3, args.size, args.size, device=device)
     algos = Counter(layer.choice.algo for layer in tritonconv.explain_model(model, example))
+    if args.convs == "torch":
+        algos = Counter({"PyTorch's own (--convs torch: the harness's baseline)": convs})
     if args.norm == "frozen_bn":
         g = torch.Generator().manual_seed(999)
         calibrate(model, torch.randn(args.batch, 3, args.size, args.size, generator=g).to(device))

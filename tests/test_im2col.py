@@ -213,7 +213,7 @@ def test_one_d_unfold_and_fold(batched, device):
 
 
 @pytest.mark.parametrize("start", [0, 2**31 - 18, 2**31 + 63])
-def test_positions_past_int32_take_64_bit_indices(start, monkeypatch):
+def test_positions_past_int32_take_64_bit_indices(start, device, monkeypatch):
     """im2col+GEMM's chunks count positions over the whole batch (N * L of them): a chunk
     reaching 2**31 needs 64-bit indices even when x, dx and the chunk's columns are small (a
     one-channel input whose padded output plane outgrows it). They were chosen from the
@@ -222,16 +222,24 @@ def test_positions_past_int32_take_64_bit_indices(start, monkeypatch):
     from tritonconv import launch
 
     flags = []
+    monkeypatch.setattr(launch, "INTERPRETER", True)  # recorded on either device
     monkeypatch.setattr(launch, "_interpret", lambda k, g, a, meta: flags.append(meta["INDEX_64"]))
     g = make_geometry((1, 1), (3, 3), (1, 1), (2, 2), (2, 2), (1, 1))  # L = 9 per sample
     n = (2**31 + 10 * 9) // 9 + 1
-    image = torch.zeros(1, 1, 1, 1).expand(n, 1, 1, 1)
+    image = torch.zeros(1, 1, 1, 1, device=device).expand(n, 1, 1, 1)
     count = 36
-    cols = torch.zeros(1, 9, count)
+    cols = torch.zeros(1, 9, count, device=device)
     layout = im2col_ops.gemm_layout(9, start, count, 9)
     tc.clear_caches()
     im2col_ops.im2col(image, cols, layout, g, 9, start, count)
     im2col_ops.col2im(
-        cols, layout, torch.zeros(n, 1, 1, 1).expand(n, 1, 1, 1), g, 9, start, count, False
+        cols,
+        layout,
+        torch.zeros(1, 1, 1, 1, device=device).expand(n, 1, 1, 1),
+        g,
+        9,
+        start,
+        count,
+        False,
     )
     assert flags == [start > 0] * 2

@@ -555,13 +555,15 @@ def test_an_unplannable_signature_is_recorded_once(device, plan_recordings):
     assert len(_axpy.plans.entries) == 1
 
 
-def test_a_grid_cuda_would_refuse_is_a_clear_error(monkeypatch):
+def test_a_grid_cuda_would_refuse_is_a_clear_error(device, monkeypatch):
     """CUDA takes at most 65535 programs along a grid's second and third axes; a launch past
     that (a depthwise convolution on a 4K image, say) failed as Triton's "invalid argument".
-    It is refused before it launches, under the interpreter as on the GPU."""
+    It is refused before it launches, under the interpreter as on the GPU. (Launches are
+    recorded, not run: the interpreter's path taken on either device.)"""
     ran = []
+    monkeypatch.setattr(launch, "INTERPRETER", True)
     monkeypatch.setattr(launch, "_interpret", lambda *a: ran.append(a))
-    x = torch.zeros(4)
+    x = torch.zeros(4, device=device)
     args = (x, x, x, 4, 1)
     launch.launch(_axpy_kernel, (1, launch.GRID_YZ_LIMIT), *args, BLOCK=4)
     assert len(ran) == 1

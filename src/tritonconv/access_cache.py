@@ -2,7 +2,8 @@
 
 When ``torch.compile`` traces a ``wrap_triton`` launch, PyTorch finds out which of the
 kernel's pointer arguments it reads and writes by generating the kernel's Triton IR and
-walking it (``torch._higher_order_ops.triton_kernel_wrap.identify_accessed_tensors``). It
+walking it (``torch._higher_order_ops.triton_kernel_wrap.identify_accessed_tensors``; before
+torch 2.12 ``identify_mutated_tensors``, which reports the written ones only). It
 does so at every call site and again at each stage that needs the answer (functionalisation,
 Inductor's lowering of the kernel node, its graph's mutation bookkeeping), with no cache: a
 compiled stack of 8 convolutions generates the IR of one kernel some two dozen times, at
@@ -44,8 +45,12 @@ _installed = False
 # What PyTorch's analysis was before :func:`install` wrapped it (None until then).
 original = None
 
-# Parameters of the function wrapped (torch 2.11-2.13).
+# The function wrapped, by its name in the torch versions this was written for: the newer
+# first (torch 2.13: reads and writes), then the older (torch 2.11: writes); both take these
+# parameters. The name installed is kept in ``name``.
+_NAMES = ("identify_accessed_tensors", "identify_mutated_tensors")
 _PARAMETERS = ("kernel", "kwargs", "tma_descriptor_metadata")
+name: str | None = None
 
 
 def _ours(kernel) -> bool:
@@ -104,7 +109,7 @@ def _analysis(kernel, kwargs, tma_descriptor_metadata):
 
 def install() -> bool:
     """Memoise PyTorch's access analysis of our kernels (module docstring); True once done."""
-    global _installed, original
+    global _installed, original, name
     if _installed:
         return True
     if os.environ.get("TRITONCONV_ACCESS_CACHE", "1") == "0":
@@ -116,14 +121,17 @@ def install() -> bool:
             from torch._higher_order_ops import triton_kernel_wrap as wrap
         except ImportError:
             return False
-        analysis = getattr(wrap, "identify_accessed_tensors", None)
+        found = next((n for n in _NAMES if hasattr(wrap, n)), None)
+        if found is None:
+            return False
+        analysis = getattr(wrap, found)
         try:
             parameters = tuple(inspect.signature(analysis).parameters)
         except (TypeError, ValueError):
             return False
         if parameters != _PARAMETERS:
             return False
-        original = analysis
-        wrap.identify_accessed_tensors = _analysis
+        original, name = analysis, found
+        setattr(wrap, found, _analysis)
         _installed = True
         return True

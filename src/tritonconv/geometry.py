@@ -45,6 +45,13 @@ def as_int(value) -> int | None:
     else None."""
     if isinstance(value, bool) or (isinstance(value, torch.Tensor) and value.dtype == torch.bool):
         return None
+    if isinstance(value, (int, torch.SymInt)):
+        return value
+    # Sequences (kernel_size=(3, 3)) and the other common non-integers answered here, not by
+    # operator.index's TypeError: torch 2.11's Dynamo turns that TypeError into an internal
+    # error while it traces this function, breaking every compiled convolution.
+    if value is None or isinstance(value, (tuple, list, float, str, torch.SymFloat)):
+        return None
     try:
         return operator.index(value)
     except TypeError:
