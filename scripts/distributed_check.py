@@ -14,12 +14,13 @@ What it does, on every rank:
    convolutions cover every algorithm of ``algo="auto"``), converts it with
    ``tritonconv.nn.convert`` (the number of convolutions swapped is printed), and broadcasts
    rank 0's parameters and buffers so every rank starts from exactly the same state.
-2. Rank 0 alone trains the reference: the converted model, one process, the combined batch.
+2. Rank 0 alone trains the references on the combined batch: the truth, the same model with
+   PyTorch's own convolutions in float64, and the converted model in fp32 in one process.
 3. DDP (``--mode ddp``), then FSDP2 (``--mode fsdp2``; every residual block and the root
    sharded): each rank trains on its half of the same global batches.
-4. Rank 0 compares each step's loss and gradients, and the final parameters, with the
-   reference, prints a table, writes ``distributed_check.json`` to ``--out`` (default
-   ``$OUT`` if set) and every rank exits 1 on a mismatch.
+4. Rank 0 measures each step's loss and gradients, and the final parameters, of every fp32
+   run against the float64 run, prints a table, writes ``distributed_check.json`` to ``--out``
+   (default ``$OUT`` if set) and every rank exits 1 on a failure.
 
 fp32 means fp32: TF32 is off for cuBLAS, cuDNN and tritonconv's ``tl.dot``. The optimiser is SGD
 with momentum and weight decay; the loss is the batch *mean* of the cross-entropy, so a rank's
@@ -37,19 +38,25 @@ ResNet without them grows large), and each sample's output depends on that sampl
 sharding the batch changes nothing but the order of floating-point sums. ``--norm groupnorm``
 swaps BatchNorm for GroupNorm (also per sample) instead.
 
-**Tolerances** (fp32; the distributed runs reduce in another order than the reference: half
-batches, then the all-reduce or reduce-scatter):
+**Measure and tolerances.** A distributed run sums in another order than one process (half
+batches, then the all-reduce or reduce-scatter), and a deep network amplifies that rounding: on
+the H100 (session 14, ``benchmarks/probe_model_grads.py``) ResNet-50's fp32 parameter gradients
+were 1.1e-1 (frozen BatchNorm) and 1.6e-2 (GroupNorm) from float64's with cuDNN's convolutions
+and with ours alike, while cuDNN's batch-invariant kernels kept DDP within 2e-5 of one process.
+So DDP against one process measures batch invariance, not correctness; each fp32 run is
+measured against the float64 truth instead, as the models suite does:
 
-* loss: ``|loss - loss_ref| / |loss_ref| <= --loss-rtol`` (1e-4) at every step;
-* gradients: for each parameter ``max|g - g_ref| / max|g_ref|``, the largest over all parameters
-  ``<= --grad-rtol`` (1e-3) at every step. Normalised by the tensor's largest gradient, not
-  element by element: an element's relative error is meaningless where the gradient crosses 0.
-  For the same reason a tensor's scale counts as at least 1e-3 of the largest gradient of any
-  parameter (a bias followed by a normalisation that cancels it has a gradient of 0 in exact
-  arithmetic, and only rounding noise in fp32);
-* final parameters: the same measure ``<= --param-rtol`` (1e-4).
+* loss: ``|loss - loss64| / |loss64|``, the largest over the steps;
+* gradients: for each parameter ``max|g - g64| / max|g64|``, the largest over all parameters and
+  steps. Normalised by the tensor's largest gradient, not element by element: an element's
+  relative error is meaningless where the gradient crosses 0. For the same reason a tensor's
+  scale counts as at least 1e-3 of the largest gradient of any parameter (a bias followed by a
+  normalisation that cancels it has a gradient of 0 in exact arithmetic);
+* final parameters: the same measure.
 
-The measured errors are printed next to the tolerances, so the margin is visible.
+A distributed run passes when each is at most ``--factor`` (2) times the one-process fp32
+run's, or within ``--loss-rtol`` (1e-4), ``--grad-rtol`` (1e-3), ``--param-rtol`` (1e-4) where
+that is larger. The distance to one process is printed beside, for information.
 
 ``--benchmark`` switches tritonconv to benchmark mode (``algo="auto"`` measures the algorithms
 of every new call signature and records the winner on disk): every rank measures at once and
@@ -259,12 +266,12 @@ def count_converted(model: nn.Module) -> int:
 # --------------------------------------------------------------------------------------------
 
 
-def global_batch(step: int, args, device) -> tuple[torch.Tensor, torch.Tensor]:
+def global_batch(step: int, args, device, dtype=torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
     """The combined batch of ``step``: the same on every rank."""
     g = torch.Generator().manual_seed(1000 + step)
     x = torch.randn(args.batch, 3, args.size, args.size, generator=g)
     y = torch.randint(0, NUM_CLASSES, (args.batch,), generator=g)
-    return x.to(device), y.to(device)
+    return x.to(device, dtype), y.to(device)
 
 
 def local_part(t: torch.Tensor, rank: int, world: int) -> torch.Tensor:
@@ -321,14 +328,14 @@ def strip(name: str) -> str:
     return name.removeprefix("module.")
 
 
-def train(model, args, device, rank, world, distributed: bool, on_step=None):
+def train(model, args, device, rank, world, distributed: bool, on_step=None, dtype=torch.float32):
     """``args.steps`` SGD steps; returns the per-step global losses. ``on_step(step, loss,
     grads)`` sees each step's loss and full gradients (on rank 0; None elsewhere)."""
     optimizer = make_optimizer(model, args)
     set_train_mode(model, args.norm)
     losses = []
     for step in range(args.steps):
-        x, y = global_batch(step, args, device)
+        x, y = global_batch(step, args, device, dtype)
         if distributed:
             x, y = local_part(x, rank, world), local_part(y, rank, world)
         optimizer.zero_grad(set_to_none=True)
@@ -350,12 +357,40 @@ def final_parameters(model) -> dict[str, torch.Tensor]:
     return {strip(n): plain(p) for n, p in model.named_parameters()}
 
 
-def fresh_model(args, state, device) -> nn.Module:
+def fresh_model(args, state, device, exact: bool = False) -> nn.Module:
+    """The model from ``state``, converted (unless ``--convs torch``); ``exact``: the float64
+    truth, PyTorch's own convolutions in float64."""
     model, _ = build_model(args.model, args.norm)
-    if args.convs == "tritonconv":
+    if args.convs == "tritonconv" and not exact:
         tritonconv.nn.convert(model, args.algo)
     model.load_state_dict(state)
-    return model.to(device)
+    return model.to(device, torch.float64 if exact else None)
+
+
+def errors_against(run: dict, truth: dict) -> dict:
+    """Each step's loss and gradient error, and the final parameters' error, of ``run`` (a
+    dict of losses, grads, params) against ``truth``."""
+    record = {"loss_rel_err": [], "grad_err": [], "grad_worst": []}
+    for loss, grads, true_loss, true_grads in zip(
+        run["losses"], run["grads"], truth["losses"], truth["grads"]
+    ):
+        record["loss_rel_err"].append(abs(loss - true_loss) / abs(true_loss))
+        err, name = worst(grads, true_grads)
+        record["grad_err"].append(err)
+        record["grad_worst"].append(name)
+    record["param_err"], record["param_worst"] = worst(run["params"], truth["params"])
+    return record
+
+
+def trained(model, args, device, rank, world, distributed, dtype=torch.float32) -> dict:
+    """Train; on rank 0 the losses, each step's gradients and the final parameters."""
+    run = {"grads": []}
+    run["losses"] = train(
+        model, args, device, rank, world, distributed,
+        lambda step, loss, grads: run["grads"].append(grads), dtype,
+    )  # fmt: skip
+    run["params"] = final_parameters(model)  # a collective under FSDP2: every rank
+    return run
 
 
 def shard(model: nn.Module, mesh) -> nn.Module:
@@ -379,19 +414,12 @@ def run_mode(mode, args, state, device, rank, world, reference) -> dict:
         from torch.distributed.device_mesh import init_device_mesh
 
         model = shard(model, init_device_mesh(device.type, (world,)))
-    record = {"loss_rel_err": [], "grad_err": [], "grad_worst": []}
-
-    def compare(step, loss, grads):
-        ref_loss = reference["losses"][step]
-        record["loss_rel_err"].append(abs(loss - ref_loss) / abs(ref_loss))
-        err, name = worst(grads, reference["grads"][step])
-        record["grad_err"].append(err)
-        record["grad_worst"].append(name)
-
-    record["losses"] = train(model, args, device, rank, world, True, compare)
-    params = final_parameters(model)  # a collective under FSDP2: every rank
-    if rank == 0:
-        record["param_err"], record["param_worst"] = worst(params, reference["params"])
+    run = trained(model, args, device, rank, world, True)
+    if rank != 0:
+        return {}
+    record = errors_against(run, reference["exact"])
+    record["losses"] = run["losses"]
+    record["vs_one_process"] = errors_against(run, reference["one"])
     return record
 
 
@@ -480,9 +508,12 @@ def parse_args(argv=None):
     )
     p.add_argument("--backend", choices=("auto", "nccl", "gloo"), default="auto",
                    help="auto: nccl with a GPU per rank, else gloo (ranks sharing a GPU)")  # fmt: skip
-    p.add_argument("--lr", type=float, default=0.05)
+    p.add_argument("--lr", type=float, default=0.005)
     p.add_argument("--weight-decay", type=float, default=1e-4)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--factor", type=float, default=2.0,
+                   help="a distributed run may be this many times further from float64 than "
+                   "one process")  # fmt: skip
     p.add_argument("--loss-rtol", type=float, default=1e-4)
     p.add_argument("--grad-rtol", type=float, default=1e-3)
     p.add_argument("--param-rtol", type=float, default=1e-4)
@@ -594,19 +625,20 @@ def main(argv=None) -> int:
         f"(rank 0's then broadcast)")  # fmt: skip
 
     # --- the reference: one process, the combined batch ------------------------------------
-    reference = {"losses": [], "grads": []}
+    # (and the truth they are all measured against: the same training in float64)
+    reference = {}
     if rank == 0:
         t0 = time.perf_counter()
+        exact = fresh_model(args, state, device, exact=True)
+        reference["exact"] = trained(exact, args, device, 0, 1, False, torch.float64)
+        del exact
         model = fresh_model(args, state, device)
-
-        def keep(step, loss, grads):
-            reference["grads"].append(grads)
-
-        reference["losses"] = train(model, args, device, 0, 1, False, keep)
-        reference["params"] = final_parameters(model)
+        reference["one"] = trained(model, args, device, 0, 1, False)
+        reference["one"].update(errors_against(reference["one"], reference["exact"]))
         reference["seconds"] = time.perf_counter() - t0
         del model
-        say(f"reference (1 process, batch {args.batch}): {reference['seconds']:.1f} s")
+        say(f"reference (1 process, batch {args.batch}, float64 and fp32): "
+            f"{reference['seconds']:.1f} s")  # fmt: skip
     dist.barrier()
 
     # --- the distributed runs ----------------------------------------------------------------
@@ -667,12 +699,17 @@ def main(argv=None) -> int:
             "global_batch": args.batch,
             "size": args.size,
             "algo": args.algo,
+            "lr": args.lr,
             "tolerances": {
+                "factor": args.factor,
                 "loss": args.loss_rtol,
                 "grad": args.grad_rtol,
                 "param": args.param_rtol,
             },
-            "reference_losses": reference["losses"],
+            "float64_losses": reference["exact"]["losses"],
+            "one_process": {
+                k: v for k, v in reference["one"].items() if k not in ("grads", "params")
+            },
             "modes": results,
             "choice_cache": cache_report,
             "cross_device": cross,
@@ -701,44 +738,57 @@ def check_choice_file(path: Path) -> dict:
 
 
 def report(args, reference, results, cache_report, cross) -> list[str]:
-    """Print the table and summary; return the failures (empty: passed)."""
+    """Print the table and summary; return the failures (empty: passed).
+
+    Every fp32 run is measured against the float64 run of the same training: a distributed
+    run passes when it is no further from float64 than ``--factor`` times the one-process
+    fp32 run (that run's distance is the model's own fp32 sensitivity, which a deep network
+    amplifies far past fp32's rounding), or within the ``--*-rtol`` allowances."""
     failures = []
+    one = reference["one"]
     modes = [m for m in results if "skipped" not in results[m]]
     print()
-    header = f"{'step':>4} {'ref loss':>12}"
+    header = f"{'step':>4} {'float64 loss':>14} | {'1 process':>9} loss err   grad err"
     for m in modes:
-        header += f" | {m + ' loss rel.err':>18} {m + ' grad err':>15}"
+        header += f" | {m:>5} loss err   grad err (vs 1 proc.)"
     print(header)
-    for step, ref_loss in enumerate(reference["losses"]):
-        line = f"{step:>4} {ref_loss:>12.7f}"
+    for step, loss in enumerate(reference["exact"]["losses"]):
+        line = f"{step:>4} {loss:>14.7f} | {one['loss_rel_err'][step]:>18.2e} {one['grad_err'][step]:>10.2e}"
         for m in modes:
             r = results[m]
-            line += f" | {r['loss_rel_err'][step]:>18.2e} {r['grad_err'][step]:>15.2e}"
+            line += (
+                f" | {r['loss_rel_err'][step]:>14.2e} {r['grad_err'][step]:>10.2e} "
+                f"({r['vs_one_process']['grad_err'][step]:.1e})"
+            )
         print(line)
-    print("(grad err: max over parameters of max|g - g_ref| / max(max|g_ref|, 1e-3 G), G the "
-          "largest |g_ref| of any parameter)")  # fmt: skip
+    print("(errors against the float64 run; grad err: max over parameters of max|g - g64| / "
+          "max(max|g64|, 1e-3 G), G the largest |g64| of any parameter)")  # fmt: skip
     print()
+    one_loss, one_grad = max(one["loss_rel_err"]), max(one["grad_err"])
+    print(f"1 process (fp32, batch {args.batch}): loss err {one_loss:.2e}, grad err {one_grad:.2e} "
+          f"(worst {one['grad_worst'][one['grad_err'].index(one_grad)]}), final params err "
+          f"{one['param_err']:.2e}")  # fmt: skip
     for m in modes:
         r = results[m]
-        loss_err, grad_err = max(r["loss_rel_err"]), max(r["grad_err"])
-        worst_step = r["grad_err"].index(grad_err)
-        print(f"{m}: loss rel.err {loss_err:.2e} (tol {args.loss_rtol:g}), grad err "
-              f"{grad_err:.2e} (tol {args.grad_rtol:g}, worst {r['grad_worst'][worst_step]} at "
-              f"step {worst_step}), final params err {r['param_err']:.2e} "
-              f"(tol {args.param_rtol:g}, worst {r['param_worst']})")  # fmt: skip
-        if not math.isfinite(loss_err) or loss_err > args.loss_rtol:
-            failures.append(f"{m}: loss rel.err {loss_err:.2e} > {args.loss_rtol:g}")
-        if not math.isfinite(grad_err) or grad_err > args.grad_rtol:
-            failures.append(f"{m}: grad err {grad_err:.2e} > {args.grad_rtol:g}")
-        if not math.isfinite(r["param_err"]) or r["param_err"] > args.param_rtol:
-            failures.append(f"{m}: param err {r['param_err']:.2e} > {args.param_rtol:g}")
+        checks = (
+            ("loss err", max(r["loss_rel_err"]), one_loss, args.loss_rtol),
+            ("grad err", max(r["grad_err"]), one_grad, args.grad_rtol),
+            ("param err", r["param_err"], one["param_err"], args.param_rtol),
+        )
+        parts = []
+        for what, err, base, floor in checks:
+            limit = max(args.factor * base, floor)
+            parts.append(f"{what} {err:.2e} (limit {limit:.2e})")
+            if not math.isfinite(err) or err > limit:
+                failures.append(f"{m}: {what} {err:.2e} > {limit:.2e}")
+        print(f"{m}: " + ", ".join(parts))
     for m, r in results.items():
         if "skipped" in r:
             print(f"{m}: SKIPPED ({r['skipped']})")
             if args.cuda:
                 failures.append(f"{m}: skipped on CUDA")
-    if not all(math.isfinite(v) for v in reference["losses"]):
-        failures.append("reference loss is not finite")
+    if not all(math.isfinite(v) for v in reference["exact"]["losses"]):
+        failures.append("the float64 run's loss is not finite (lower --lr)")
     if cache_report is not None:
         print(f"shared choice file: {cache_report}")
         if not cache_report["valid"]:
@@ -751,7 +801,8 @@ def report(args, reference, results, cache_report, cross) -> list[str]:
     if failures:
         print("RESULT: FAIL: " + "; ".join(failures))
     else:
-        print(f"RESULT: PASS ({', '.join(modes)} match one process on the combined batch)")
+        print(f"RESULT: PASS ({', '.join(modes)} as close to float64 as one process on the "
+              "combined batch)")  # fmt: skip
     return failures
 
 
