@@ -57,6 +57,7 @@ def main() -> None:
     parser.add_argument("--model", default=None, choices=("resnet50", "small"))
     parser.add_argument("--algos", default="auto,implicit_gemm,im2col_gemm")
     parser.add_argument("--norm", default="frozen_bn", choices=("frozen_bn", "groupnorm"))
+    parser.add_argument("--zero-residual", action="store_true", help="zero_init_residual")
     parser.add_argument("--batch", type=int, default=None)
     parser.add_argument("--size", type=int, default=None)
     args = parser.parse_args()
@@ -70,6 +71,8 @@ def main() -> None:
 
     torch.manual_seed(0)
     base, origin = dc.build_model(name, args.norm)
+    if args.zero_residual:
+        dc.zero_init_residual(base)
     base.to(device)
     if args.norm == "frozen_bn":
         g = torch.Generator().manual_seed(999)
