@@ -6,10 +6,7 @@
 # difference that torch 2.13 does not show (benchmarks/NOTES.md, session 14).
 #
 # Checked in session 14: with session 13's code it fails test_compile.py's one-graph tests at
-# trace time (InternalTorchDynamoError), as the GPU did. Known difference that is not ours:
-# test_compile.py's tests that run Inductor's compiled graph end in Triton 3.6's interpreter
-# with "only 0-dimensional arrays can be converted to Python scalars" (they pass on the GPU,
-# which compiles the kernels, and under Triton 3.9's interpreter).
+# trace time (InternalTorchDynamoError), as the GPU did.
 #
 #   scripts/venv_gpu_versions.sh                     # makes .venv-gpu (4.8 GB: a CUDA build)
 #   TRITON_INTERPRET=1 PYTHONPATH=src .venv-gpu/bin/python -m pytest -q tests/test_compile.py
@@ -18,6 +15,8 @@ cd "$(dirname "$0")/.."
 VENV=${VENV:-.venv-gpu}
 python3 -m venv "$VENV"
 "$VENV/bin/python" -m pip install -q --upgrade pip
-"$VENV/bin/python" -m pip install -q "torch==2.11.0" "triton==3.6.0" numpy "rich>=13" \
+# numpy < 2.4: Triton 3.6's interpreter takes int() of one-element arrays, which NumPy 2.4
+# refuses ("only 0-dimensional arrays can be converted to Python scalars": 676 tests failed)
+"$VENV/bin/python" -m pip install -q "torch==2.11.0" "triton==3.6.0" "numpy<2.4" "rich>=13" \
     "pytest>=8" "hypothesis>=6.100" expecttest matplotlib pytest-xdist
 "$VENV/bin/python" -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
