@@ -603,16 +603,16 @@ def main(argv=None) -> int:
     if args.residual_init == "zero":
         zero_init_residual(model)
     convs = sum(isinstance(m, nn.modules.conv._ConvNd) for m in model.modules())
+    model.to(device)
     if args.convs == "tritonconv":
         tritonconv.nn.convert(model, args.algo)
-    swapped = count_converted(model)
-    model.to(device)
-    # what algo="auto" runs for each convolution on a rank's batch (before the calibration,
-    # which resets the statistics this forward pass moves)
-    example = torch.zeros(args.batch // world, 3, args.size, args.size, device=device)
-    algos = Counter(layer.choice.algo for layer in tritonconv.explain_model(model, example))
-    if args.convs == "torch":
+        # what algo="auto" runs for each convolution on a rank's batch (before the
+        # calibration, which resets the statistics this forward pass moves)
+        example = torch.zeros(args.batch // world, 3, args.size, args.size, device=device)
+        algos = Counter(layer.choice.algo for layer in tritonconv.explain_model(model, example))
+    else:
         algos = Counter({"PyTorch's own (--convs torch: the harness's baseline)": convs})
+    swapped = count_converted(model)
     if args.norm == "frozen_bn":
         g = torch.Generator().manual_seed(999)
         calibrate(model, torch.randn(args.batch, 3, args.size, args.size, generator=g).to(device))

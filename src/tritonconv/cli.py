@@ -32,6 +32,7 @@ from rich.table import Table
 
 import tritonconv as tc
 
+from .geometry import FLOAT_DTYPES, INT_DTYPES, dtype_name
 from .ops.common import channels_last_format
 from .testing import DEVICE, assert_close, exact_fp32, random_tensor
 
@@ -294,17 +295,8 @@ def _positive(kind):
     return parse
 
 
-_DTYPE_NAMES = (
-    "float16",
-    "bfloat16",
-    "float32",
-    "float64",
-    "int8",
-    "uint8",
-    "int16",
-    "int32",
-    "int64",
-)
+# Every dtype the ops take, by name (``torch.<name>``).
+_DTYPE_NAMES = tuple(dtype_name(d) for d in (*FLOAT_DTYPES, *INT_DTYPES))
 
 
 def _dtype(text: str) -> str:
