@@ -203,15 +203,9 @@ def test_gpu_compile_modes(mode, device):
     assert x.grad is not None
 
 
-def test_modules_add_no_python_guards_per_pair(device):
-    """A compiled stack of converted modules is guarded like a stack of ``torch.nn`` ones: no
-    Python lambda guard comparing the types of every pair of modules (what calling the
-    function through ``type(self)`` cost: Dynamo evaluates lambda guards in Python on every
-    call). The guard log must show the modules' own type guards, so the test cannot pass by
-    logging nothing."""
+def _guard_log(compile_and_run) -> str:
+    """The guards Dynamo logs while ``compile_and_run()`` compiles (cleared before and after)."""
     import logging
-
-    import tritonconv.nn as tnn
 
     lines = []
 
@@ -224,17 +218,74 @@ def test_modules_add_no_python_guards_per_pair(device):
     torch._logging.set_logs(guards=True)
     logger.addHandler(handler)
     try:
-        model = torch.nn.Sequential(*(tnn.Conv2d(4, 4, 3, padding=1) for _ in range(3)))
-        model = model.to(device)
         torch._dynamo.reset()
-        compiled = torch.compile(model, backend="eager", fullgraph=True)
-        with torch.no_grad():
-            compiled(torch.randn(1, 4, 5, 5, device=device))
+        compile_and_run()
     finally:
         logger.removeHandler(handler)
         torch._logging.set_logs()
         torch._dynamo.reset()
-    text = "\n".join(lines)
+    return "\n".join(lines)
+
+
+def test_modules_add_no_python_guards_per_pair(device):
+    """A compiled stack of converted modules is guarded like a stack of ``torch.nn`` ones: no
+    Python lambda guard comparing the types of every pair of modules (what calling the
+    function through ``type(self)`` cost: Dynamo evaluates lambda guards in Python on every
+    call). The guard log must show the modules' own type guards, so the test cannot pass by
+    logging nothing."""
+    model = torch.nn.Sequential(*(tc.nn.Conv2d(4, 4, 3, padding=1) for _ in range(3)))
+    model = model.to(device)
+
+    def run():
+        with torch.no_grad():
+            torch.compile(model, backend="eager", fullgraph=True)(
+                torch.randn(1, 4, 5, 5, device=device)
+            )
+
+    text = _guard_log(run)
     assert "TYPE_MATCH" in text, "no guards logged: the check below would prove nothing"
     pairs = [line for line in text.splitlines() if "LAMBDA_GUARD: type(" in line]
     assert not pairs, pairs
+
+
+def test_compiled_convolution_guards_only_its_arguments(device):
+    """Dynamo does not trace tritonconv's validation, geometry or algorithm choice (one
+    ``nonstrict_trace`` call per convolution): the compiled code guards the modules' attributes
+    and the tensors, as for ``torch.nn.Conv2d``, and none of tritonconv's own modules, whose
+    guards (hundreds for a stack of convolutions) would run on every call."""
+    model = torch.nn.Sequential(
+        tc.nn.Conv2d(4, 4, 3, padding=1),
+        tc.nn.ConvTranspose2d(4, 4, 3),
+        torch.nn.Flatten(2),
+        tc.nn.Conv1d(4, 4, 1),
+    ).to(device)
+    x = torch.randn(1, 4, 5, 5, device=device)
+    counter = CompileCounterWithBackend(BACKEND)
+
+    def run():
+        compiled = torch.compile(model, backend=counter, fullgraph=True)
+        assert_close(compiled(x), model(x).detach().cpu())
+
+    text = _guard_log(run)
+    assert counter.frame_count == 1
+    assert "TENSOR_MATCH" in text, "no guards logged: the check below would prove nothing"
+    inner = ("tritonconv_dot_geometry", "tritonconv_dot_choice", "tritonconv_dot_plans")
+    found = [line for line in text.splitlines() if any(name in line for name in inner)]
+    assert not found, found[:5]
+    assert "___dataclass_fields(" not in text
+
+
+@pytest.mark.parametrize("strict", [True, False])
+def test_export_records_the_ops(strict, device):
+    """``torch.export`` (strict: Dynamo traces the call itself, since an exported graph takes
+    no ``nonstrict_trace`` call; non-strict) records tritonconv's ops and runs them."""
+    model = torch.nn.Sequential(
+        tc.nn.Conv2d(4, 4, 3, padding=1), torch.nn.ReLU(), tc.nn.ConvTranspose2d(4, 2, 2, 2)
+    ).to(device)
+    x = torch.randn(2, 4, 6, 6, device=device)
+    torch._dynamo.reset()
+    program = torch.export.export(model, (x,), strict=strict)
+    targets = [str(n.target) for n in program.graph.nodes if n.op == "call_function"]
+    assert any(t.startswith("tritonconv.") for t in targets), targets
+    with torch.no_grad():
+        assert_close(program.module()(x), model(x).cpu())

@@ -255,7 +255,7 @@ def conv2d(
     PyTorch's).
     """
     options = (stride, padding, dilation, groups, algo, workspace_limit)
-    return _convolution(_CONV_PLANS, 2, input, weight, bias, options)
+    return _convolution(2, input, weight, bias, options)
 
 
 def conv1d(
@@ -273,7 +273,7 @@ def conv1d(
     """1-D convolution, as ``torch.nn.functional.conv1d`` (``algo`` and ``workspace_limit`` as
     in :func:`conv2d`). Computed as a 2-D convolution over a height-1 plane by the same ops."""
     options = (stride, padding, dilation, groups, algo, workspace_limit)
-    return _convolution(_CONV1D_PLANS, 1, input, weight, bias, options)
+    return _convolution(1, input, weight, bias, options)
 
 
 def conv_transpose2d(
@@ -293,7 +293,7 @@ def conv_transpose2d(
     gradient of the convolution with the same weight (Caffe's deconvolution), computed by that
     convolution's gradient kernels (``algo`` as in :func:`conv2d`)."""
     options = (stride, padding, output_padding, groups, dilation, algo, workspace_limit)
-    return _convolution(_TRANSPOSED_PLANS, 2, input, weight, bias, options, transposed=True)
+    return _convolution(2, input, weight, bias, options, transposed=True)
 
 
 def conv_transpose1d(
@@ -312,7 +312,7 @@ def conv_transpose1d(
     """Transposed 1-D convolution, as ``torch.nn.functional.conv_transpose1d`` (see
     :func:`conv_transpose2d`; a height-1 plane)."""
     options = (stride, padding, output_padding, groups, dilation, algo, workspace_limit)
-    return _convolution(_TRANSPOSED1D_PLANS, 1, input, weight, bias, options, transposed=True)
+    return _convolution(1, input, weight, bias, options, transposed=True)
 
 
 def conv3d(
@@ -332,7 +332,7 @@ def conv3d(
     integers exact). The output is ``channels_last_3d`` when the input or the weight is (as
     PyTorch's)."""
     options = (stride, padding, dilation, groups, algo, workspace_limit)
-    return _convolution(_CONV3D_PLANS, 3, input, weight, bias, options)
+    return _convolution(3, input, weight, bias, options)
 
 
 def conv_transpose3d(
@@ -351,14 +351,41 @@ def conv_transpose3d(
     """Transposed 3-D convolution, as ``torch.nn.functional.conv_transpose3d``: the 3-D
     convolution's input gradient, by the same implicit-GEMM kernel (see :func:`conv3d`)."""
     options = (stride, padding, output_padding, groups, dilation, algo, workspace_limit)
-    return _convolution(_TRANSPOSED3D_PLANS, 3, input, weight, bias, options, transposed=True)
+    return _convolution(3, input, weight, bias, options, transposed=True)
 
 
-def _convolution(cache, ndim: int, input, weight, bias, options, *, transposed=False):
-    """Every convolution function: look the plan up, lift 1-D to a height-1 plane, run."""
+def _convolution(ndim: int, input, weight, bias, options, *, transposed=False):
+    """Every convolution function: under Dynamo, one call it does not trace into
+    (:func:`_untraced_convolution`; not while ``torch.export`` traces: its graphs take no
+    ``nonstrict_trace`` call); else look the plan up, lift 1-D to a height-1 plane, run."""
     input, weight, bias = _autocast(input, weight, bias)
-    plan = lookup(
-        cache,
+    if torch.compiler.is_dynamo_compiling() and not _exporting():
+        out = _untraced_convolution(ndim, input, weight, bias, options, transposed)
+        if out is not None:
+            return out
+    plan = _convolution_plan(ndim, input, weight, bias, options, transposed)
+    return _apply_convolution(plan, ndim, input, weight, bias)
+
+
+def _exporting() -> bool:
+    """Whether ``torch.export`` is tracing. (Its flag itself: torch 2.11's Dynamo answers
+    ``torch.compiler.is_exporting()`` with True under ``torch.compile`` too.)"""
+    return getattr(torch.compiler, "_is_exporting_flag", False)
+
+
+_PLAN_CACHES = {
+    (1, False): _CONV1D_PLANS,
+    (2, False): _CONV_PLANS,
+    (3, False): _CONV3D_PLANS,
+    (1, True): _TRANSPOSED1D_PLANS,
+    (2, True): _TRANSPOSED_PLANS,
+    (3, True): _TRANSPOSED3D_PLANS,
+}
+
+
+def _convolution_plan(ndim: int, input, weight, bias, options, transposed: bool) -> Plan:
+    return lookup(
+        _PLAN_CACHES[ndim, transposed],
         lambda: (
             tensor_key(input),
             tensor_key(weight),
@@ -368,6 +395,9 @@ def _convolution(cache, ndim: int, input, weight, bias, options, *, transposed=F
         ),
         lambda: _conv_plan(input, weight, bias, *options, ndim=ndim, transposed=transposed),
     )
+
+
+def _apply_convolution(plan: Plan, ndim: int, input, weight, bias):
     if plan.relayout:  # (the plan was made for the input this makes)
         input = _in_weights_layout(input, weight, ndim)
     x = input if plan.batched else input.unsqueeze(0)
@@ -382,6 +412,55 @@ def _convolution(cache, ndim: int, input, weight, bias, options, *, transposed=F
     if ndim == 1:  # as F.conv1d: a contiguous output whatever the input's strides
         out = out.squeeze(2).contiguous()
     return out if plan.batched else out.squeeze(0)
+
+
+def _untraced_convolution(ndim: int, input, weight, bias, options, transposed: bool):
+    """While Dynamo traces: the convolution as one ``nonstrict_trace`` call, or None where it
+    cannot be one (then Dynamo traces the call itself).
+
+    Dynamo guards every global and function it traces, and checks those guards on every call
+    of the compiled code: tracing validation, geometry and the algorithm choice cost a
+    compiled 8-convolution stack ~300 guards, 11 µs a call on the CPU (benchmarks/NOTES.md,
+    session 15). Here Dynamo puts one opaque call into its graph, guards only what the
+    caller passes (the module's attributes, as for ``nn.Conv2d``), and AOTAutograd traces the
+    body, so Inductor still sees the ops' Triton kernels. A call whose plan cannot be built
+    (bad arguments) returns None from the body, and Dynamo then traces the call, which raises
+    the same error as eager. Arguments the body cannot take (values other than ints, strings
+    and tuples or lists of them, e.g. NumPy integers or 0-dim tensors) take the traced path."""
+    nonstrict = getattr(torch._dynamo, "nonstrict_trace", None)  # (torch >= 2.7)
+    tensors = [input, weight] if bias is None else [input, weight, bias]
+    if nonstrict is None or not all(isinstance(t, torch.Tensor) for t in tensors):
+        return None
+    if not all(v is None or _plain_value(v) for v in options):
+        return None
+    call = {
+        "ndim": ndim,
+        "transposed": transposed,
+        "options": {i: v for i, v in enumerate(options) if v is not None},
+    }  # (None is no pytree leaf: left out, and put back in the body)
+    out = nonstrict(_convolution_body)(call, tensors)
+    return out if isinstance(out, torch.Tensor) else None
+
+
+def _plain_value(value) -> bool:
+    """An int, string or SymInt, or a tuple or list of them: what a ``nonstrict_trace`` call
+    takes as a constant."""
+    if isinstance(value, (tuple, list)):
+        return all(isinstance(v, (int, str, torch.SymInt)) for v in value)
+    return isinstance(value, (int, str, torch.SymInt))
+
+
+def _convolution_body(call: dict, tensors: list):
+    """:func:`_convolution` after autocast, run untraced by Dynamo (on fake tensors, then by
+    AOTAutograd's tracer): its plan, or ``[]`` where that raises (the caller then traces it)."""
+    ndim, transposed = call["ndim"], call["transposed"]
+    options = tuple(call["options"].get(i) for i in range(7 if transposed else 6))
+    input, weight, bias = (*tensors, None)[:3]
+    try:
+        plan = _convolution_plan(ndim, input, weight, bias, options, transposed)
+    except Exception:  # (any error: the traced call raises it again)
+        return []
+    return _apply_convolution(plan, ndim, input, weight, bias)
 
 
 # Device types whose autocast state a call may ask (others, such as meta, have none).
@@ -509,9 +588,10 @@ def _auto(input, weight, bias, args, params, name, ndim, transposed) -> choice.C
     w = weight
     if ndim == 1:
         x, w = x.unsqueeze(2), weight.unsqueeze(2)
-    if torch.compiler.is_compiling():
+    if torch.compiler.is_dynamo_compiling():
         # The rule: sizes may be symbolic (dynamic=True, or a recompile after a shape changed),
-        # which Dynamo can neither print into a record's key nor tell from constants.
+        # which Dynamo can neither print into a record's key nor tell from constants. (Traced
+        # by AOTAutograd instead, below: a record for these sizes, or the rule.)
         return rule
     key = repr(
         (name, tuple(x.shape), x.stride(), str(x.dtype), tuple(w.shape), w.stride(),

@@ -6,7 +6,9 @@ geometry, algorithm choice, the normalised arguments of the op. It depends only 
 other arguments, ``torch.backends.cudnn.allow_tf32`` and the benchmark switch. :func:`lookup` returns the cached
 plan of a signature or builds it; a build that raises (bad input) caches nothing, so every bad call gets the same clear error as the
 first. Under ``torch.compile`` nothing is cached: shapes may be symbolic, and Dynamo runs the
-build once while tracing anyway; nor inside a ``torch.func`` transform (its plans run ATen).
+build once while tracing anyway; nor inside a ``torch.func`` transform (its plans run ATen), nor
+under a dispatch mode (fake tensors: what AOTAutograd traces, where ``is_compiling`` is False
+on some torch versions).
 
 Each cache is a :class:`caches.BoundedCache` (bounded, thread-safe; ``clear_caches`` empties it).
 """
@@ -45,8 +47,8 @@ def lookup(cache: BoundedCache, make_key: Callable[[], tuple], build: Callable[[
     """The plan of the call whose signature ``make_key()`` returns, built by ``build()`` on a
     miss. Uncached while torch.compile traces, or when the arguments are not hashable or not
     what a key expects (``build`` then validates them and raises the real error)."""
-    if torch.compiler.is_compiling() or transformed():
-        return build()
+    if torch.compiler.is_compiling() or transformed() or torch._C._len_torch_dispatch_stack():
+        return build()  # (a dispatch mode: fake or functional tensors, whose plans are traced)
     try:
         # allow_tf32 picks the fp32 dot precision of the kernels a plan may end up replaying;
         # the benchmark switch decides how "auto" chooses
