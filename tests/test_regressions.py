@@ -11,6 +11,7 @@ import torch
 
 import tritonconv
 from tritonconv import fuzz
+from tritonconv.ops import implicit_gemm
 from tritonconv.testing import DEVICE, assert_close, random_tensor
 
 # (N, C, H, W), (K, R, S), stride, padding, dilation, groups: the five cases of issue 9.
@@ -157,4 +158,39 @@ def test_depthwise_grids_past_cudas_limit_fold(layout, stride, kernel, monkeypat
     finally:
         tritonconv.clear_caches()
     assert folded, "no launch folded"
+    assert not failures, "\n".join(f.line() for f in failures)
+
+
+# The implicit GEMM's input gradient (and transposed convolution) runs one program column per
+# stride phase on the grid's third axis: more than CUDA's 65535 phases (strides whose product
+# passes it, as the sanitizer's > 2**31-element workload has) are folded into the first axis
+# (``FOLD_PHASES``). The limit is lowered here so that a stride of 3 x 2 folds.
+@pytest.mark.parametrize("dtype", ["float32", "int32"])
+def test_implicit_gemm_phases_past_cudas_limit_fold(dtype, monkeypatch):
+    from tritonconv import launch
+
+    launched = []
+    real = launch.launch
+    monkeypatch.setattr(launch, "GRID_YZ_LIMIT", 4)
+    monkeypatch.setattr(
+        implicit_gemm,
+        "launch",
+        lambda k, grid, *a, **m: launched.append((grid, m)) or real(k, grid, *a, **m),
+    )
+    tritonconv.clear_caches()
+    case = fuzz.Case(
+        2, 5, 3, 9, 10, 3, 2, (3, 2), (1, 0), (1, 1), 1, False, dtype, "contiguous",
+        "contiguous", "contiguous", 11,
+    )  # fmt: skip
+    try:
+        failures = [r for r in fuzz.check_case(case, ["implicit_gemm"]) if r[1] is not None]
+        transposed = fuzz.Case(
+            2, 5, 3, 4, 5, 3, 2, (3, 2), (1, 0), (1, 1), 1, False, dtype, "contiguous",
+            "contiguous", "contiguous", 12, transposed=True,
+        )  # fmt: skip
+        failures += [r for r in fuzz.check_case(transposed, ["implicit_gemm"]) if r[1] is not None]
+    finally:
+        tritonconv.clear_caches()
+    folds = [grid for grid, meta in launched if meta.get("FOLD_PHASES")]
+    assert folds and all(grid[2] <= 4 for grid in folds), launched
     assert not failures, "\n".join(f.line() for f in failures)

@@ -176,6 +176,7 @@ def conv_igemm_kernel(
     ALIGN: tl.constexpr = 1,
     ALIGN_W_SS: tl.constexpr = False,
     SPLIT_K: tl.constexpr = False,
+    FOLD_PHASES: tl.constexpr = False,
 ):
     """dst[n, g*Dg + d, pos] = sum over taps, s of src[n, g*Sg + s, source(pos, tap)] * w(s, d, tap)
     (+ bias); ``M = N*QD*QH*QW`` rows per phase (forward: ``Q = D``, the output size).
@@ -197,7 +198,12 @@ def conv_igemm_kernel(
     the reduction steps (``splits`` = the grid's third size) and stores that partial sum, the
     bias in split 0's only, at ``dst + split * dst_split_stride`` (``dst``: the fp32 partials,
     each laid out as the output); ``sum_partials`` adds them in split order. For problems of
-    few output rows and a long reduction, which would leave most multiprocessors idle."""
+    few output rows and a long reduction, which would leave most multiprocessors idle.
+
+    ``FOLD_PHASES`` (an input gradient of more stride phases than CUDA's 65535 programs along
+    a grid's third axis): the phases are folded over the first and third axes, phase
+    ``(pid0 // tiles) * programs(2) + pid2`` (``tiles``: the row and column blocks of a
+    phase); a program past the last phase does nothing."""
     if ALIGN > 1:
         src_sn = _aligned(src_sn, ALIGN)
         src_sd = _aligned(src_sd, ALIGN)
@@ -223,6 +229,11 @@ def conv_igemm_kernel(
     # Grouped ordering: GROUP_M row blocks share each column block while it is in L2.
     m_blocks = tl.cdiv(M, BLOCK_M)
     n_blocks = tl.cdiv(dst_per_group, BLOCK_N)
+    if FOLD_PHASES:
+        phase += (pid // (m_blocks * n_blocks)) * tl.num_programs(2)
+        pid = pid % (m_blocks * n_blocks)
+        if phase >= stride_d * stride_h * stride_w:
+            return
     width = GROUP_M * n_blocks
     first_m = (pid // width) * GROUP_M
     rows_here = tl.minimum(m_blocks - first_m, GROUP_M)
