@@ -268,8 +268,9 @@ def test_depthwise_small_kernels(layout, multiplier, kernel, kw, device, window_
         ((2, 1), dict(stride=3)),  # phases no tap reaches: written as zeros
         ((3, 3), dict(stride=2, padding=2, dilation=2)),  # dilation sharing the stride
         ((7, 7), dict(stride=2, padding=3)),  # four-tap phases, the unrolled kernel's limit
+        ((3, 2), dict(stride=(7, 5), padding=(1, 1), dilation=(3, 2))),  # most phases tapless
     ],
-    ids=("3x3s2", "5x4s23d2", "2x1s3", "3x3s2d2", "7x7s2"),
+    ids=("3x3s2", "5x4s23d2", "2x1s3", "3x3s2d2", "7x7s2", "3x2s75d32"),
 )
 def test_depthwise_strided_input_gradient(layout, kernel, kw, device, monkeypatch, poisoned):
     """The input gradient of a strided depthwise convolution, one stride-1 convolution per
@@ -281,6 +282,27 @@ def test_depthwise_strided_input_gradient(layout, kernel, kw, device, monkeypatc
     x = _layout(random_tensor((2, 3, 17, 13), torch.float64, device), layout)
     w = random_tensor((6, 1, *kernel), torch.float64, device)
     _check(x, w, random_tensor((6,), torch.float64, device), algo="depthwise", groups=3, **kw)
+
+
+def test_depthwise_strided_phases_are_found_from_the_taps():
+    """A stride of 32765 x 16383 (the sanitizer's > 2**31-element case) has 536 million phases
+    and a 3x3 kernel reaches 9 of them: only those are worked out (visiting every phase in
+    Python never finished), each as the phase-by-phase search finds it."""
+    from tritonconv.geometry import make_geometry
+    from tritonconv.ops import depthwise as ops
+
+    w = torch.empty(2, 1, 3, 3)
+    small = make_geometry((17, 13), (3, 2), (7, 5), (1, 1), (1, 1), (3, 2))
+    phases = ops._phases(small, small.input, w[..., :2])
+    for rh in range(7):
+        for rw in range(5):
+            h = ops._phase_axis(rh, 1, 3, 7, 3)
+            c = ops._phase_axis(rw, 1, 2, 5, 2)
+            assert ((rh, rw) in phases) == (h is not None and c is not None), (rh, rw)
+    huge = make_geometry((32768, 32769), (3, 3), (32765, 16383), (0, 0), (0, 0), (1, 1))
+    phases = ops._phases(huge, huge.input, w)
+    assert sorted(phases) == [(r, c) for r in range(3) for c in range(3)]
+    assert ops._phases_without_taps(huge, huge.input, phases)
 
 
 def test_depthwise_strided_input_gradient_without_taps_replays_zeros(device, monkeypatch):

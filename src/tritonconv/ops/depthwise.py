@@ -477,12 +477,13 @@ def depthwise_grad_input(grad_out, weight, like, geometry: Geometry, shape=None)
         if phases is None:  # symbolic, or a phase's kernel wide enough for the band kernels
             return direct.conv2d_grad_input(grad_out, weight, like, geometry, C_in, shape)
         # positions no tap reaches are zeros: allocated so (a launch plan replays that)
-        grad_in = empty_like_format(shape, like, zero=None in phases.values())
+        zeros = _phases_without_taps(geometry, shape[2:], phases)
+        grad_in = empty_like_format(shape, like, zero=zeros)
         if grad_in.numel() == 0:
             return grad_in
         for (rh, rw), phase in phases.items():
             view = grad_in[:, :, rh :: geometry.stride[0], rw :: geometry.stride[1]]
-            if phase is not None and view.numel():
+            if view.numel():
                 _launch(grad_out, weight, None, view, phase[0], multiplier, 1, phase[1])
         return grad_in
     grad_in = empty_like_format(shape, like)
@@ -508,7 +509,7 @@ def _phase_axis(r: int, pad: int, dil: int, stride: int, K: int):
     tap does. (``kstep * dil`` is the least common multiple of stride and dilation, so
     ``step`` and ``base`` are exact.)"""
     kstep = stride // math.gcd(stride, dil)
-    k0 = next((k for k in range(kstep) if (r + pad - k * dil) % stride == 0), K)
+    k0 = next((k for k in range(min(kstep, K)) if (r + pad - k * dil) % stride == 0), K)
     if k0 >= K:
         return None
     taps = (K - k0 + kstep - 1) // kstep
@@ -518,26 +519,40 @@ def _phase_axis(r: int, pad: int, dil: int, stride: int, K: int):
 def _phases(geometry: Geometry, input_size, weight: torch.Tensor):
     """The input gradient of a strided depthwise convolution as one stride-1 convolution per
     *phase* ``(rh, rw)`` (the input positions ``(rh + sh*qh, rw + sw*qw)``): over ``dy``, with
-    the phase's taps only (no multiply by a zero), walked with a negative dilation. By phase:
-    ``(geometry, weight walk)`` for ``_launch``, or None for a phase no tap reaches. None
-    altogether when a phase's kernel would take the band kernels (they walk forwards only).
-    Worked out once per geometry, input size and weight strides (a call's launch plan replays
-    the phases' launches, re-making their views of dx)."""
+    the phase's taps only (no multiply by a zero), walked with a negative dilation. By phase
+    that some tap reaches (at most ``KH * KW`` of the ``sh * sw``; the others are zeros):
+    ``(geometry, weight walk)`` for ``_launch``. None altogether when a phase's kernel would
+    take the band kernels (they walk forwards only). Worked out once per geometry, input size
+    and weight strides (a call's launch plan replays the phases' launches, re-making their
+    views of dx)."""
     return _phases_of(geometry, tuple(input_size), weight.stride())
+
+
+def _reached(size: int, pad: int, dil: int, stride: int, K: int) -> dict:
+    """Along one axis: ``{r: _phase_axis(r, ...)}`` for the phases ``r < min(stride, size)``
+    that some tap reaches (tap ``k`` reaches ``(k*dil - pad) mod stride``): at most ``K``,
+    found without visiting the others (a stride of 32765 has as many)."""
+    residues = sorted({(k * dil - pad) % stride for k in range(K)})
+    return {r: _phase_axis(r, pad, dil, stride, K) for r in residues if r < size}
+
+
+def _phases_without_taps(geometry: Geometry, input_size, phases: dict) -> bool:
+    """Whether some of the strided input gradient's phases are reached by no tap (``phases``:
+    :func:`_phases`'s), so that dx has positions no launch writes."""
+    (sh, sw), (h, w) = geometry.stride, input_size
+    return len(phases) < min(sh, h) * min(sw, w)
 
 
 @functools.lru_cache(maxsize=1024)
 def _phases_of(geometry: Geometry, input_size: tuple, weight_strides: tuple):
     (sh, sw), (KH, KW) = geometry.stride, geometry.kernel
     s_c, _, s_kh, s_kw = weight_strides  # (channels, 1, KH, KW): dimension 1 has size 1
+    pad, dil = geometry.pad_before, geometry.dilation
+    rows = _reached(input_size[0], pad[0], dil[0], sh, KH)
+    cols = _reached(input_size[1], pad[1], dil[1], sw, KW)
     phases = {}
-    for rh in range(min(sh, input_size[0])):
-        for rw in range(min(sw, input_size[1])):
-            h = _phase_axis(rh, geometry.pad_before[0], geometry.dilation[0], sh, KH)
-            w = _phase_axis(rw, geometry.pad_before[1], geometry.dilation[1], sw, KW)
-            if h is None or w is None:
-                phases[rh, rw] = None
-                continue
+    for rh, h in rows.items():
+        for rw, w in cols.items():
             pads, steps = (-h[3], -w[3]), (-h[4], -w[4])
             phase = make_geometry(geometry.output, (h[2], w[2]), (1, 1), pads, pads, steps)
             if phase.kernel[1] >= BAND_MIN_KW:
