@@ -426,13 +426,21 @@ def _untraced_convolution(ndim: int, input, weight, bias, options, transposed: b
     body, so Inductor still sees the ops' Triton kernels. A call whose plan cannot be built
     (bad arguments) returns None from the body, and Dynamo then traces the call, which raises
     the same error as eager. Arguments the body cannot take (values other than ints, strings
-    and tuples or lists of them, e.g. NumPy integers or 0-dim tensors) take the traced path."""
+    and tuples or lists of them, e.g. NumPy integers or 0-dim tensors) take the traced path, as
+    do calls inside a higher-order op's body (:func:`_in_subgraph`)."""
     nonstrict = getattr(torch._dynamo, "nonstrict_trace", None)  # (torch >= 2.7)
     tensors = [input, weight] if bias is None else [input, weight, bias]
     if nonstrict is None or not all(isinstance(t, torch.Tensor) for t in tensors):
         return None
-    if not all(v is None or _plain_value(v) for v in options):
+    if not all(v is None or _plain_value(v) for v in options) or _in_subgraph():
         return None
+    # What the body reads besides its arguments, read here so that Dynamo guards it: the
+    # default workspace limit (``set_workspace_limit`` after compiling recompiles), and on
+    # CPU tensors whether the interpreter runs the kernels.
+    if options[-1] is None:
+        options = (*options[:-1], conv_gemm.get_workspace_limit())
+    if input.device.type == "cpu":
+        choice.cpu_kernels()
     call = {
         "ndim": ndim,
         "transposed": transposed,
@@ -440,6 +448,23 @@ def _untraced_convolution(ndim: int, input, weight, bias, options, transposed: b
     }  # (None is no pytree leaf: left out, and put back in the body)
     out = nonstrict(_convolution_body)(call, tensors)
     return out if isinstance(out, torch.Tensor) else None
+
+
+def _in_subgraph() -> bool:
+    """While Dynamo traces: whether it traces the body of a higher-order op (``torch.cond``,
+    ``torch.compiler.nested_compile_region``, checkpointing), where torch 2.11 cannot take a
+    ``nonstrict_trace`` call (an internal error). Run by Dynamo while it traces, its answer a
+    constant (the marker ``torch._dynamo.assume_constant_result`` sets); True when Dynamo's
+    internals are not as expected (the traced path is right everywhere)."""
+    try:
+        from torch._dynamo.symbolic_convert import InstructionTranslator
+
+        return InstructionTranslator.current_tx().output.current_tracer.parent is not None
+    except Exception:  # (another torch's internals)
+        return True
+
+
+_in_subgraph._dynamo_marked_constant = True  # (without importing torch._dynamo: 1 s)
 
 
 def _plain_value(value) -> bool:
