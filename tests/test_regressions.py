@@ -11,7 +11,6 @@ import torch
 
 import tritonconv
 from tritonconv import fuzz
-from tritonconv.ops import implicit_gemm
 from tritonconv.testing import DEVICE, assert_close, random_tensor
 
 # (N, C, H, W), (K, R, S), stride, padding, dilation, groups: the five cases of issue 9.
@@ -164,19 +163,16 @@ def test_depthwise_grids_past_cudas_limit_fold(layout, stride, kernel, monkeypat
 # The implicit GEMM's input gradient (and transposed convolution) runs one program column per
 # stride phase on the grid's third axis: more than CUDA's 65535 phases (strides whose product
 # passes it, as the sanitizer's > 2**31-element workload has) are folded into the first axis
-# (``FOLD_PHASES``). The limit is lowered here so that a stride of 3 x 2 folds.
+# (``launch._fold_y``, the kernel's ``FOLD_Z``). The limit is lowered here so that a stride of
+# 3 x 2 folds.
 @pytest.mark.parametrize("dtype", ["float32", "int32"])
 def test_implicit_gemm_phases_past_cudas_limit_fold(dtype, monkeypatch):
     from tritonconv import launch
 
     launched = []
-    real = launch.launch
+    real = launch._fold_y
     monkeypatch.setattr(launch, "GRID_YZ_LIMIT", 4)
-    monkeypatch.setattr(
-        implicit_gemm,
-        "launch",
-        lambda k, grid, *a, **m: launched.append((grid, m)) or real(k, grid, *a, **m),
-    )
+    monkeypatch.setattr(launch, "_fold_y", lambda *a: launched.append(folded := real(*a)) or folded)
     tritonconv.clear_caches()
     case = fuzz.Case(
         2, 5, 3, 9, 10, 3, 2, (3, 2), (1, 0), (1, 1), 1, False, dtype, "contiguous",
@@ -191,6 +187,6 @@ def test_implicit_gemm_phases_past_cudas_limit_fold(dtype, monkeypatch):
         failures += [r for r in fuzz.check_case(transposed, ["implicit_gemm"]) if r[1] is not None]
     finally:
         tritonconv.clear_caches()
-    folds = [grid for grid, meta in launched if meta.get("FOLD_PHASES")]
+    folds = [grid for grid, meta in launched if meta.get("FOLD_Z")]
     assert folds and all(grid[2] <= 4 for grid in folds), launched
     assert not failures, "\n".join(f.line() for f in failures)

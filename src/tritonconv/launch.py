@@ -166,13 +166,18 @@ GRID_YZ_LIMIT = 65535
 
 
 def _fold_y(kernel, grid, meta) -> tuple[tuple, dict]:
-    """A grid with more than CUDA's 65535 programs along its second axis, folded over the
-    second and third (``FOLD_Y``: the kernel reads its index so, ``kernels.depthwise.
-    program_y``), for a kernel that can take it; else a clear error for what CUDA would refuse
-    ("invalid argument"), under the interpreter too, so that both say the same."""
+    """A grid with more than CUDA's 65535 programs along an axis after the first, folded for a
+    kernel that can take it: a second axis over the second and third (``FOLD_Y``: the kernel
+    reads its index so, ``kernels.depthwise.program_y``), a third into the first (``FOLD_Z``:
+    ``kernels.implicit_gemm.conv_igemm_kernel``'s stride phases); else a clear error for what
+    CUDA would refuse ("invalid argument"), under the interpreter too, so that both say the
+    same."""
     if len(grid) == 2 and meta.get("FOLD_Y") is False:
         rows = -(-grid[1] // GRID_YZ_LIMIT)
         return (grid[0], -(-grid[1] // rows), rows), {**meta, "FOLD_Y": True}
+    if len(grid) == 3 and grid[1] <= GRID_YZ_LIMIT and meta.get("FOLD_Z") is False:
+        rows = -(-grid[2] // GRID_YZ_LIMIT)
+        return (grid[0] * rows, grid[1], -(-grid[2] // rows)), {**meta, "FOLD_Z": True}
     name = getattr(getattr(kernel, "fn", kernel), "__name__", str(kernel))
     raise TritonConvError(
         f"tritonconv cannot launch {name} on this input: its grid {tuple(grid)} has more than "

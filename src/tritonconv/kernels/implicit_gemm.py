@@ -176,7 +176,7 @@ def conv_igemm_kernel(
     ALIGN: tl.constexpr = 1,
     ALIGN_W_SS: tl.constexpr = False,
     SPLIT_K: tl.constexpr = False,
-    FOLD_PHASES: tl.constexpr = False,
+    FOLD_Z: tl.constexpr = False,
 ):
     """dst[n, g*Dg + d, pos] = sum over taps, s of src[n, g*Sg + s, source(pos, tap)] * w(s, d, tap)
     (+ bias); ``M = N*QD*QH*QW`` rows per phase (forward: ``Q = D``, the output size).
@@ -200,9 +200,9 @@ def conv_igemm_kernel(
     each laid out as the output); ``sum_partials`` adds them in split order. For problems of
     few output rows and a long reduction, which would leave most multiprocessors idle.
 
-    ``FOLD_PHASES`` (an input gradient of more stride phases than CUDA's 65535 programs along
-    a grid's third axis): the phases are folded over the first and third axes, phase
-    ``(pid0 // tiles) * programs(2) + pid2`` (``tiles``: the row and column blocks of a
+    ``FOLD_Z`` (an input gradient of more stride phases than CUDA's 65535 programs along a
+    grid's third axis, which ``launch`` folds): the phases run over the first and third axes,
+    phase ``(pid0 // tiles) * programs(2) + pid2`` (``tiles``: the row and column blocks of a
     phase); a program past the last phase does nothing."""
     if ALIGN > 1:
         src_sn = _aligned(src_sn, ALIGN)
@@ -229,7 +229,7 @@ def conv_igemm_kernel(
     # Grouped ordering: GROUP_M row blocks share each column block while it is in L2.
     m_blocks = tl.cdiv(M, BLOCK_M)
     n_blocks = tl.cdiv(dst_per_group, BLOCK_N)
-    if FOLD_PHASES:
+    if FOLD_Z:
         phase += (pid // (m_blocks * n_blocks)) * tl.num_programs(2)
         pid = pid % (m_blocks * n_blocks)
         if phase >= stride_d * stride_h * stride_w:

@@ -26,7 +26,6 @@ from typing import NamedTuple
 
 import torch
 
-from .. import launch as launching
 from .._runtime import INTERPRETER, check_kernel_device
 from ..geometry import FLOAT_DTYPES, INT_DTYPES, Geometry, make_geometry
 from ..kernels.implicit_gemm import conv_igemm_kernel, conv_igemm_wgrad_kernel
@@ -326,9 +325,6 @@ def _launch_conv(src, weight, bias, dst, geometry: Geometry, groups: int, transp
     src_g, dst_g = src_per_group, dst_per_group
     src_per_group, dst_per_group, groups = pack * src_g, pack * dst_g, groups // pack
     grid = (cdiv(rows, block_m) * cdiv(dst_per_group, block_n), groups, phases)
-    folded = cdiv(phases, launching.GRID_YZ_LIMIT)  # (rows of phases folded into axis 0)
-    if folded > 1:
-        grid = (grid[0] * folded, groups, cdiv(phases, folded))
     splits = 1
     if phases == 1 and src.dtype in DOT_DTYPES and _is_dense(dst):
         steps = math.prod(kernel) * cdiv(src_per_group, block_k)
@@ -392,7 +388,8 @@ def _launch_conv(src, weight, bias, dst, geometry: Geometry, groups: int, transp
         ALIGN=align,
         ALIGN_W_SS=w_ss != 1,
         SPLIT_K=splits > 1,
-        FOLD_PHASES=folded > 1,
+        # launch folds more phases than CUDA's 65535 into axis 0 (a split count never is)
+        FOLD_Z=None if splits > 1 else False,
         num_warps=num_warps,
         num_stages=num_stages,
     )
