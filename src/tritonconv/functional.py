@@ -444,6 +444,7 @@ def _untraced_convolution(ndim: int, input, weight, bias, options, transposed: b
     call = {
         "ndim": ndim,
         "transposed": transposed,
+        "count": len(options),
         "options": {i: v for i, v in enumerate(options) if v is not None},
     }  # (None is no pytree leaf: left out, and put back in the body)
     out = nonstrict(_convolution_body)(call, tensors)
@@ -479,7 +480,7 @@ def _convolution_body(call: dict, tensors: list):
     """:func:`_convolution` after autocast, run untraced by Dynamo (on fake tensors, then by
     AOTAutograd's tracer): its plan, or ``[]`` where that raises (the caller then traces it)."""
     ndim, transposed = call["ndim"], call["transposed"]
-    options = tuple(call["options"].get(i) for i in range(7 if transposed else 6))
+    options = tuple(call["options"].get(i) for i in range(call["count"]))
     input, weight, bias = (*tensors, None)[:3]
     try:
         plan = _convolution_plan(ndim, input, weight, bias, options, transposed)
