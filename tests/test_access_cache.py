@@ -97,6 +97,38 @@ def test_memoised_answers_are_pytorchs(tmp_path):
     assert "out2_ptr" in out
 
 
+def test_launches_with_options_are_memoised(tmp_path):
+    """A traced launch with options (``num_warps``...) reaches the analysis as a new one-config
+    ``Autotuner`` around the kernel each time, as PyTorch wraps it (every launch of ours): one
+    analysis for all of them, PyTorch's answer for each; a config's own arguments count."""
+    _run(
+        tmp_path,
+        """
+        access_cache.install()
+        original = access_cache.original
+        access_cache.original = lambda *a: calls.append(1) or original(*a)
+
+        def wrapped(warps, **config):  # (what PyTorch's call_triton_kernel makes)
+            return triton.autotune([triton.Config(config, num_warps=warps)], key=[])(
+                sum_partials_kernel
+            )
+
+        args = kwargs()
+        for warps in (4, 8, 4):
+            assert names(analyse(wrapped(warps), args, {})) == names(
+                uncached(wrapped(warps), args, {})
+            )
+        assert len(calls) == 1, calls
+        assert access_cache.access_key(wrapped(4), args, {}) == access_cache.access_key(
+            sum_partials_kernel, args, {}
+        )
+        del args["TWO_OUTPUTS"]
+        one = names(analyse(wrapped(4, TWO_OUTPUTS=False), args, {}))
+        assert len(calls) == 2 and one[1] == ["out_ptr"], (calls, one)
+        """,
+    )
+
+
 def test_other_kernels_real_tensors_and_descriptors_are_not_memoised(tmp_path):
     _run(
         tmp_path,

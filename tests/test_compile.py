@@ -249,8 +249,8 @@ def test_modules_add_no_python_guards_per_pair(device):
 
 
 def test_compiled_convolution_guards_only_its_arguments(device):
-    """Dynamo does not trace tritonconv's validation, geometry or algorithm choice (one
-    ``nonstrict_trace`` call per convolution): the compiled code guards the modules' attributes
+    """Dynamo does not trace tritonconv's validation, geometry or algorithm choice (one call
+    per convolution it does not trace into): the compiled code guards the modules' attributes
     and the tensors, as for ``torch.nn.Conv2d``, and none of tritonconv's own modules, whose
     guards (hundreds for a stack of convolutions) would run on every call."""
     model = torch.nn.Sequential(
@@ -275,6 +275,45 @@ def test_compiled_convolution_guards_only_its_arguments(device):
     found = [line for line in text.splitlines() if any(name in line for name in inner)]
     assert not found, found[:5]
     assert "___dataclass_fields(" not in text
+
+
+def test_compiled_convolution_is_one_call_in_dynamos_graph(device):
+    """Literal options: each convolution is one call of ``_convolution_in_graph`` in Dynamo's
+    graph, with the options as one constant (no ``nonstrict_trace`` call, whose arguments
+    Dynamo flattens by tracing PyTorch's pytree code: ~30 ms a convolution)."""
+    model = torch.nn.Sequential(tc.nn.Conv2d(4, 4, 3, padding=1), tc.nn.Conv2d(4, 4, 1))
+    model = model.to(device)
+    x = torch.randn(1, 4, 5, 5, device=device)
+    graphs = []
+
+    def backend(gm, example_inputs):
+        graphs.append(gm)
+        return gm
+
+    torch._dynamo.reset()
+    assert_close(torch.compile(model, backend=backend, fullgraph=True)(x), model(x).cpu())
+    calls = [n for n in graphs[0].graph.nodes if n.op == "call_function"]
+    names = [getattr(n.target, "__name__", str(n.target)) for n in calls]
+    assert names == ["_convolution_in_graph"] * 2, names
+    options = ((1, 1), (1, 1), (1, 1), 1, "auto", tc.get_workspace_limit())
+    assert calls[0].args[0] == (2, False, options), calls[0].args[0]
+
+
+def test_symbolic_options_compile_once(device):
+    """An option Dynamo holds as a symbolic int (a padding worked out from a dynamic shape)
+    takes the ``nonstrict_trace`` call: one compilation for several sizes, results as eager."""
+
+    def f(x, w):
+        return tc.conv2d(x, w, padding=x.shape[-1] // 4)
+
+    torch._dynamo.reset()
+    counter = CompileCounterWithBackend(BACKEND)
+    compiled = torch.compile(f, backend=counter, fullgraph=True, dynamic=True)
+    w = torch.randn(4, 3, 3, 3, device=device, dtype=torch.float64)
+    for size in (8, 12):
+        x = torch.randn(2, 3, size, size, device=device, dtype=torch.float64)
+        assert_close(compiled(x, w), F.conv2d(x, w, padding=size // 4).cpu())
+    assert counter.frame_count == 1
 
 
 @pytest.mark.parametrize("strict", [True, False])

@@ -16,7 +16,10 @@ symbolic integers become 2, and Triton itself tells integers apart only by wheth
 1, are multiples of 16 and fit 32 bits. The names it reports are the kernel's own parameter
 names, the same at every call site. So for our kernels (and only ours: nothing else is
 touched) the analysis is memoised on exactly that: the kernel, each argument's dtype or
-integer class or value, the launch options. Anything outside that (a real tensor, whose
+integer class or value. (A launch with options such as ``num_warps`` reaches the analysis as
+a fresh one-config ``Autotuner`` around the kernel each time; the key is the kernel inside,
+whose IR the options do not change. Until session 16 the key missed every such launch,
+which is all of ours.) Anything outside that (a real tensor, whose
 address alignment Triton would see; tensor-descriptor metadata; an unhashable value) goes
 straight to PyTorch's analysis, uncached.
 
@@ -86,8 +89,23 @@ def _arg_key(value):
     raise TypeError(f"no key for a {type(value).__name__}")  # (nor a reference kept to it)
 
 
+def _unwrapped(kernel, kwargs: dict) -> tuple:
+    """The kernel and arguments the analysis generates IR for. A launch with options
+    (``num_warps``, ``num_stages``...) reaches it as a one-config ``Autotuner``, made anew for
+    every traced launch, around the ``@triton.jit`` kernel: PyTorch's analysis then reads the
+    first config's arguments and the kernel inside (the options do not change the IR)."""
+    from triton.runtime.autotuner import Autotuner
+
+    if isinstance(kernel, Autotuner):
+        if kernel.configs:
+            kwargs = {**kwargs, **kernel.configs[0].kwargs}
+        kernel = kernel.fn
+    return kernel, kwargs
+
+
 def access_key(kernel, kwargs: dict, tma_descriptor_metadata) -> tuple | None:
     """The memo key of one analysis, or None when it is not to be memoised (module docstring)."""
+    kernel, kwargs = _unwrapped(kernel, kwargs)
     if tma_descriptor_metadata or not _ours(kernel):
         return None
     try:

@@ -415,24 +415,30 @@ def _apply_convolution(plan: Plan, ndim: int, input, weight, bias):
 
 
 def _untraced_convolution(ndim: int, input, weight, bias, options, transposed: bool):
-    """While Dynamo traces: the convolution as one ``nonstrict_trace`` call, or None where it
-    cannot be one (then Dynamo traces the call itself).
+    """While Dynamo traces: the convolution as one call Dynamo does not trace into, or None
+    where it cannot be one (then Dynamo traces the call itself).
 
     Dynamo guards every global and function it traces, and checks those guards on every call
     of the compiled code: tracing validation, geometry and the algorithm choice cost a
     compiled 8-convolution stack ~300 guards, 11 µs a call on the CPU (benchmarks/NOTES.md,
     session 15). Here Dynamo puts one opaque call into its graph, guards only what the
     caller passes (the module's attributes, as for ``nn.Conv2d``), and AOTAutograd traces the
-    body, so Inductor still sees the ops' Triton kernels. A call whose plan cannot be built
-    (bad arguments) returns None from the body, and Dynamo then traces the call, which raises
-    the same error as eager. Arguments the body cannot take (values other than ints, strings
-    and tuples or lists of them, e.g. NumPy integers or 0-dim tensors) take the traced path, as
-    do calls inside a higher-order op's body (:func:`_in_subgraph`)."""
-    nonstrict = getattr(torch._dynamo, "nonstrict_trace", None)  # (torch >= 2.7)
-    tensors = [input, weight] if bias is None else [input, weight, bias]
-    if nonstrict is None or not all(isinstance(t, torch.Tensor) for t in tensors):
+    body, so Inductor still sees the ops' Triton kernels. The call is
+    :func:`_convolution_in_graph`, which Dynamo writes into its graph as it is
+    (``allow_in_graph``) with the options as one constant, where they are literals (the usual
+    case); else a ``nonstrict_trace`` call, which takes symbolic values but costs Dynamo
+    ~30 ms more a call to trace (it flattens the arguments by running PyTorch's pytree code
+    as Python; session 16). A call whose plan cannot be built (bad arguments) returns ``[]``
+    from the body, and Dynamo then traces the call, which raises the same error as eager.
+    Arguments neither takes (values other than ints, strings and tuples or lists of them,
+    e.g. NumPy integers or 0-dim tensors) take the traced path, as do calls inside a
+    higher-order op's body (:func:`_in_graph_allowed`)."""
+    # (Dynamo runs this as Python, bytecode by bytecode, for every convolution it compiles:
+    # plain loops and tests here, no generator expressions, which cost it ~3 ms each)
+    tensor = torch.Tensor
+    if not (isinstance(input, tensor) and isinstance(weight, tensor)):
         return None
-    if not all(v is None or _plain_value(v) for v in options) or _in_subgraph():
+    if (bias is not None and not isinstance(bias, tensor)) or not _in_graph_allowed():
         return None
     # What the body reads besides its arguments, read here so that Dynamo guards it: the
     # default workspace limit (``set_workspace_limit`` after compiling recompiles), and on
@@ -441,31 +447,67 @@ def _untraced_convolution(ndim: int, input, weight, bias, options, transposed: b
         options = (*options[:-1], conv_gemm.get_workspace_limit())
     if input.device.type == "cpu":
         choice.cpu_kernels()
-    call = {
-        "ndim": ndim,
-        "transposed": transposed,
-        "count": len(options),
-        "options": {i: v for i, v in enumerate(options) if v is not None},
-    }  # (None is no pytree leaf: left out, and put back in the body)
-    out = nonstrict(_convolution_body)(call, tensors)
+    if _literals(options):
+        out = _convolution_in_graph((ndim, transposed, options), input, weight, bias)
+    elif _plain_values(options):  # symbolic values: leaves of a nonstrict_trace call
+        call = {
+            "ndim": ndim,
+            "transposed": transposed,
+            "count": len(options),
+            "options": {i: v for i, v in enumerate(options) if v is not None},
+        }  # (None is no pytree leaf: left out, and put back in the body)
+        tensors = [input, weight] if bias is None else [input, weight, bias]
+        out = torch._dynamo.nonstrict_trace(_convolution_body)(call, tensors)
+    else:
+        return None
     return out if isinstance(out, torch.Tensor) else None
 
 
-def _in_subgraph() -> bool:
-    """While Dynamo traces: whether it traces the body of a higher-order op (``torch.cond``,
-    ``torch.compiler.nested_compile_region``, checkpointing), where torch 2.11 cannot take a
-    ``nonstrict_trace`` call (an internal error). Run by Dynamo while it traces, its answer a
-    constant (the marker ``torch._dynamo.assume_constant_result`` sets); True when Dynamo's
-    internals are not as expected (the traced path is right everywhere)."""
+def _literals(options: tuple) -> bool:
+    """Whether every option is an int, string or None, or a tuple of those (no SymInt)."""
+    for value in options:
+        if type(value) is tuple:
+            for item in value:
+                if type(item) not in _LITERALS:
+                    return False
+        elif type(value) not in _LITERALS:
+            return False
+    return True
+
+
+_LITERALS = (int, str, bool, type(None))
+
+
+def _plain_values(options: tuple) -> bool:
+    """Whether each option is None or a value a ``nonstrict_trace`` call takes as a constant
+    (asked only where :func:`_literals` said no: symbolic values are rare)."""
+    return all(value is None or _plain_value(value) for value in options)
+
+
+def _in_graph_allowed() -> bool:
+    """While Dynamo traces: whether a convolution may be one call in its graph, which it may
+    not inside a higher-order op's body (``torch.cond``, ``torch.compiler.
+    nested_compile_region``, checkpointing), where torch 2.11 cannot take a ``nonstrict_trace``
+    call (an internal error). Run by Dynamo while it traces, its answer a constant (the marker
+    ``torch._dynamo.assume_constant_result`` sets), so it also registers
+    :func:`_convolution_in_graph` with Dynamo the first time, without tritonconv importing
+    ``torch._dynamo`` (1 s) where nothing is compiled. False when Dynamo's internals are not
+    as expected (the traced path is right everywhere)."""
     try:
         from torch._dynamo.symbolic_convert import InstructionTranslator
 
-        return InstructionTranslator.current_tx().output.current_tracer.parent is not None
+        if InstructionTranslator.current_tx().output.current_tracer.parent is not None:
+            return False
+        if not _registered:
+            torch._dynamo.allow_in_graph(_convolution_in_graph)
+            _registered.append(True)
+        return hasattr(torch._dynamo, "nonstrict_trace")  # (torch >= 2.7)
     except Exception:  # (another torch's internals)
-        return True
+        return False
 
 
-_in_subgraph._dynamo_marked_constant = True  # (without importing torch._dynamo: 1 s)
+_in_graph_allowed._dynamo_marked_constant = True  # (without importing torch._dynamo)
+_registered: list = []
 
 
 def _plain_value(value) -> bool:
@@ -474,6 +516,15 @@ def _plain_value(value) -> bool:
     if isinstance(value, (tuple, list)):
         return all(isinstance(v, (int, str, torch.SymInt)) for v in value)
     return isinstance(value, (int, str, torch.SymInt))
+
+
+def _convolution_in_graph(call: tuple, input, weight, bias):
+    """:func:`_convolution_body` of a call with literal options, ``(ndim, transposed,
+    options)``: what Dynamo writes into its graph as one call (:func:`_untraced_convolution`)."""
+    ndim, transposed, options = call
+    body = {"ndim": ndim, "transposed": transposed, "count": len(options)}
+    tensors = [input, weight] if bias is None else [input, weight, bias]
+    return _convolution_body({**body, "options": dict(enumerate(options))}, tensors)
 
 
 def _convolution_body(call: dict, tensors: list):

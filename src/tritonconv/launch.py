@@ -145,6 +145,7 @@ def launch(kernel, grid: tuple, *args, **meta) -> None:
         if INTERPRETER:
             return  # a fake tensor has nothing to interpret: the body is its own fake
         access_cache.install()  # Inductor analyses each traced launch: once per kind, for ours
+        kernel, meta = _traced(kernel, meta)
         torch.library.wrap_triton(kernel)[grid](*args, **meta)
         return
     if INTERPRETER:
@@ -159,6 +160,34 @@ def launch(kernel, grid: tuple, *args, **meta) -> None:
             _cache.put(key, entry)
         return
     _run_compiled(entry, grid, torch._C._cuda_getCurrentRawStream(device), args)
+
+
+# Launch options a traced launch carries in a one-config ``Autotuner`` (PyTorch's
+# ``SPECIAL_CONFIG_NAMES`` that our launches use).
+_TRACED_OPTIONS = ("num_warps", "num_stages", "num_ctas")
+_traced_kernels = BoundedCache("traced kernels", 1024)
+
+
+def _traced(kernel, meta: dict) -> tuple:
+    """The kernel and arguments a traced launch gives ``wrap_triton``: the launch options in
+    one ``triton.autotune`` of a single config per (kernel, options), made once.
+
+    PyTorch wraps a traced launch that passes options (``num_warps``...) in such an Autotuner
+    itself, but a new one each time, and each is a new entry in its kernel side table, which
+    grows for the life of the process: torch 2.11's Inductor writes every entry's source out
+    (the repro string it makes for each compiled graph), and the access analysis saw a new
+    kernel per launch. One object per kind keeps the table to the kinds of launches made."""
+    options = tuple((name, meta[name]) for name in _TRACED_OPTIONS if name in meta)
+    if not options:
+        return kernel, meta
+    key = (kernel, options)
+    wrapped = _traced_kernels.get(key)
+    if wrapped is None:
+        import triton
+
+        wrapped = triton.autotune([triton.Config({}, **dict(options))], key=[])(kernel)
+        _traced_kernels.put(key, wrapped)
+    return wrapped, {k: v for k, v in meta.items() if k not in _TRACED_OPTIONS}
 
 
 # CUDA's limit on a launch grid's second and third axes (the first takes 2**31 - 1).
