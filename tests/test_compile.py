@@ -296,7 +296,62 @@ def test_compiled_convolution_is_one_call_in_dynamos_graph(device):
     names = [getattr(n.target, "__name__", str(n.target)) for n in calls]
     assert names == ["_convolution_in_graph"] * 2, names
     options = ((1, 1), (1, 1), (1, 1), 1, "auto", tc.get_workspace_limit())
-    assert calls[0].args[0] == (2, False, options), calls[0].args[0]
+    tf32 = torch.backends.cudnn.allow_tf32
+    assert calls[0].args[0] == (2, False, options, tf32), calls[0].args[0]
+
+
+def test_compiled_graphs_are_cacheable(device, monkeypatch, tmp_path):
+    """AOTAutograd may cache a compiled graph of our convolutions (``tritonconv.aot_cache``):
+    every node of Dynamo's graph passes its check, keyed by a digest that changes with
+    tritonconv's cache directory; switched off, the check bypasses the cache."""
+    from torch._functorch._aot_autograd import autograd_cache
+
+    monkeypatch.setenv("TRITONCONV_CACHE_DIR", str(tmp_path))
+    model = tc.nn.Conv2d(4, 4, 3, padding=1).to(device)
+    x = torch.randn(1, 4, 5, 5, device=device)
+    graphs = []
+
+    def backend(gm, example_inputs):
+        graphs.append(gm)
+        return gm
+
+    def check():
+        torch._dynamo.reset()
+        graphs.clear()
+        torch.compile(model, backend=backend, fullgraph=True)(x)
+        for node in graphs[0].graph.nodes:
+            autograd_cache.check_node_safe(node)
+
+    check()
+    name = "tritonconv.functional._convolution_in_graph"
+    before = torch._inductor.config.unsafe_marked_cacheable_functions[name]
+    (tmp_path / "choices-x.json").write_text("{}")
+    check()
+    assert torch._inductor.config.unsafe_marked_cacheable_functions[name] != before
+    monkeypatch.setenv("TRITONCONV_AOT_CACHE", "0")
+    monkeypatch.setattr(torch._inductor.config, "unsafe_marked_cacheable_functions", {})
+    with pytest.raises(autograd_cache.BypassAOTAutogradCache):
+        check()
+
+
+def test_the_tf32_switch_recompiles(device):
+    """cuDNN's TF32 switch decides how fp32 inputs run; a compiled convolution follows it
+    (Dynamo guards it) as an eager one does."""
+    counter = CompileCounterWithBackend(BACKEND)
+    torch._dynamo.reset()
+    compiled = torch.compile(
+        lambda x, w: tc.conv2d(x, w, padding=1), backend=counter, fullgraph=True
+    )
+    x = torch.randn(1, 4, 5, 5, device=device)
+    w = torch.randn(4, 4, 3, 3, device=device)
+    old = torch.backends.cudnn.allow_tf32
+    try:
+        for flag in (True, False, True):
+            torch.backends.cudnn.allow_tf32 = flag
+            assert_close(compiled(x, w), tc.conv2d(x, w, padding=1).cpu())
+    finally:
+        torch.backends.cudnn.allow_tf32 = old
+    assert counter.frame_count == 2
 
 
 def test_symbolic_options_compile_once(device):

@@ -12,7 +12,7 @@ import dataclasses
 
 import torch
 
-from . import aten, autograd, choice, library
+from . import aot_cache, aten, autograd, choice, library
 from ._runtime import INTERPRETER, check_kernel_device
 from .geometry import (
     FLOAT_DTYPES,
@@ -441,14 +441,15 @@ def _untraced_convolution(ndim: int, input, weight, bias, options, transposed: b
     if (bias is not None and not isinstance(bias, tensor)) or not _in_graph_allowed():
         return None
     # What the body reads besides its arguments, read here so that Dynamo guards it: the
-    # default workspace limit (``set_workspace_limit`` after compiling recompiles), and on
-    # CPU tensors whether the interpreter runs the kernels.
+    # default workspace limit (``set_workspace_limit`` after compiling recompiles), on CPU
+    # tensors whether the interpreter runs the kernels, and cuDNN's TF32 switch.
     if options[-1] is None:
         options = (*options[:-1], conv_gemm.get_workspace_limit())
     if input.device.type == "cpu":
         choice.cpu_kernels()
+    tf32 = torch.backends.cudnn.allow_tf32
     if _literals(options):
-        out = _convolution_in_graph((ndim, transposed, options), input, weight, bias)
+        out = _convolution_in_graph((ndim, transposed, options, tf32), input, weight, bias)
     elif _plain_values(options):  # symbolic values: leaves of a nonstrict_trace call
         call = {
             "ndim": ndim,
@@ -501,6 +502,7 @@ def _in_graph_allowed() -> bool:
         if not _registered:
             torch._dynamo.allow_in_graph(_convolution_in_graph)
             _registered.append(True)
+        aot_cache.mark(_convolution_in_graph)  # (anew: what it keys on may have changed)
         return hasattr(torch._dynamo, "nonstrict_trace")  # (torch >= 2.7)
     except Exception:  # (another torch's internals)
         return False
@@ -519,9 +521,10 @@ def _plain_value(value) -> bool:
 
 
 def _convolution_in_graph(call: tuple, input, weight, bias):
-    """:func:`_convolution_body` of a call with literal options, ``(ndim, transposed,
-    options)``: what Dynamo writes into its graph as one call (:func:`_untraced_convolution`)."""
-    ndim, transposed, options = call
+    """:func:`_convolution_body` of a call with literal options, ``(ndim, transposed, options,
+    allow_tf32)``: what Dynamo writes into its graph as one call (:func:`_untraced_convolution`;
+    ``allow_tf32`` is there for the keys of AOTAutograd's cache, ``aot_cache``)."""
+    ndim, transposed, options, _ = call
     body = {"ndim": ndim, "transposed": transposed, "count": len(options)}
     tensors = [input, weight] if bias is None else [input, weight, bias]
     return _convolution_body({**body, "options": dict(enumerate(options))}, tensors)
