@@ -92,9 +92,12 @@ def one(args) -> None:
         profile.enable()
     start = time.perf_counter()
     with torch.no_grad():
-        compiled(x)
+        out = compiled(x)
         torch.cuda.synchronize()
     seconds = time.perf_counter() - start
+    with torch.no_grad():  # (the compiled model computes what the eager one does)
+        want = model(x).float()
+    error = ((out.float() - want).abs().max() / want.abs().max()).item()
     if profile is not None:
         import pstats
 
@@ -109,14 +112,33 @@ def one(args) -> None:
             print(f"counters[{group}]: {dict(counts)}", file=sys.stderr)
     added = _entries(cache) - before
     print(f"Triton cache entries added: {_kernel_names(cache, added)}", file=sys.stderr)
-    record = {"seconds": seconds, "triton_entries_added": len(added)}
+    record = {"seconds": seconds, "triton_entries_added": len(added), "error": error}
+    if args.time:  # per-call time, eager and compiled, in alternation (median of rounds)
+        import statistics
+
+        def per_call_ms(fn, calls=10):
+            torch.cuda.synchronize()
+            start = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            torch.cuda.synchronize()
+            return (time.perf_counter() - start) / calls * 1e3
+
+        with torch.no_grad():
+            for fn in (lambda: model(x), lambda: compiled(x)):
+                per_call_ms(fn, 3)
+            rounds = [(per_call_ms(lambda: model(x)), per_call_ms(lambda: compiled(x)))]
+            for _ in range(6):
+                rounds.append((per_call_ms(lambda: model(x)), per_call_ms(lambda: compiled(x))))
+        record["eager_ms"] = statistics.median(r[0] for r in rounds)
+        record["compiled_ms"] = statistics.median(r[1] for r in rounds)
     print("RESULT " + json.dumps(record))
 
 
-def _run(model, conv, mode, dirs, *, eager_first=False, profile=False) -> dict:
+def _run(model, conv, mode, dirs, *, eager_first=False, profile=False, timed=False) -> dict:
     env = dict(os.environ, TRITON_CACHE_DIR=dirs[0], TORCHINDUCTOR_CACHE_DIR=dirs[1])
     cmd = [sys.executable, __file__, "--one", model, conv, mode]
-    cmd += ["--eager-first"] * eager_first + ["--profile"] * profile
+    cmd += ["--eager-first"] * eager_first + ["--profile"] * profile + ["--time"] * timed
     start = time.perf_counter()
     done = subprocess.run(cmd, env=env, capture_output=True, text=True)
     wall = time.perf_counter() - start
@@ -143,6 +165,9 @@ def main() -> None:
         help="which: torch, ours, ours-eager (ours, run eagerly before compiling)",
     )
     parser.add_argument("--verbose", action="store_true", help="every run's phase table")
+    parser.add_argument(
+        "--time", action="store_true", help="also time eager and compiled calls (warm runs)"
+    )
     args = parser.parse_args()
     if args.one:
         args.model, args.conv, args.mode = args.one
@@ -158,7 +183,8 @@ def main() -> None:
                 tag = f"{model}-{mode}-{conv}-{int(eager_first)}"
                 dirs = (str(root / tag / "triton"), str(root / tag / "inductor"))
                 for state in ("cold", "warm") if not eager_first else ("cold",):
-                    r = _run(model, conv, mode, dirs, eager_first=eager_first)
+                    timed = args.time and state == "warm"
+                    r = _run(model, conv, mode, dirs, eager_first=eager_first, timed=timed)
                     label = f"{model:12} {mode:16} {conv:6}{' eager first' * eager_first:12}"
                     if "error" in r:
                         print(f"{label} {state}: FAILED")
@@ -166,7 +192,15 @@ def main() -> None:
                     print(
                         f"{label} {state}: {r['seconds']:6.2f} s compile "
                         f"({r['process_s']:5.1f} s process), "
-                        f"{r['triton_entries_added']} Triton cache entries added",
+                        f"{r['triton_entries_added']} Triton cache entries added, "
+                        f"error {r['error']:.1e}"
+                        + (
+                            f"; per call {r['eager_ms']:.2f} ms eager, "
+                            f"{r['compiled_ms']:.2f} ms compiled "
+                            f"({r['compiled_ms'] / r['eager_ms']:.2f}x)"
+                            if "eager_ms" in r
+                            else ""
+                        ),
                         flush=True,
                     )
                     if args.verbose or (conv == "ours" and state == "cold" and not eager_first):
@@ -196,6 +230,20 @@ def main() -> None:
                     print(
                         f"{model:12} {mode:16} {state}: ours {pick['ours']:6.2f} s, "
                         f"torch {pick['torch']:6.2f} s, ratio {pick['ours'] / pick['torch']:.2f}"
+                    )
+                timed = {
+                    r["conv"]: r
+                    for r in rows
+                    if (r["model"], r["mode"], r["state"]) == (model, mode, state)
+                    and "compiled_ms" in r
+                }
+                if len(timed) == 2:
+                    ours, ref = timed["ours"], timed["torch"]
+                    print(
+                        f"{model:12} {mode:16} per call: compiled ours / compiled torch "
+                        f"{ours['compiled_ms'] / ref['compiled_ms']:.2f}, eager ours / eager "
+                        f"torch {ours['eager_ms'] / ref['eager_ms']:.2f}, ours compiled / ours "
+                        f"eager {ours['compiled_ms'] / ours['eager_ms']:.2f}"
                     )
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))

@@ -203,6 +203,53 @@ def test_gpu_compile_modes(mode, device):
     assert x.grad is not None
 
 
+_CACHED_RUN = """
+import json, torch, tritonconv as tc
+from torch._dynamo.utils import counters
+torch.manual_seed(0)
+model = torch.nn.Sequential(
+    tc.nn.Conv2d(16, 16, 3, padding=1), torch.nn.ReLU(), tc.nn.Conv2d(16, 8, 1)
+).to("cuda")
+x = torch.randn(2, 16, 10, 10, device="cuda", requires_grad=True)
+y = torch.compile(model, fullgraph=True)(x)
+y.square().sum().backward()
+got = [y.detach(), x.grad] + [p.grad for p in model.parameters()]
+x.grad = None
+model.zero_grad()
+y = model(x)
+y.square().sum().backward()
+want = [y.detach(), x.grad] + [p.grad for p in model.parameters()]
+error = max(((g - w).abs().max() / w.abs().max()).item() for g, w in zip(got, want))
+print(json.dumps({"aot": dict(counters["aot_autograd"]), "error": error}))
+"""
+
+
+@GPU_ONLY
+def test_a_second_process_compiles_from_the_caches(tmp_path):
+    """A second process compiling the same model (training: forward and backward graphs) hits
+    AOTAutograd's cache (``tritonconv.aot_cache``) and computes what eager does."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    script = tmp_path / "run.py"
+    script.write_text(_CACHED_RUN)
+    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"))
+    env["TRITON_CACHE_DIR"] = str(tmp_path / "triton")
+    runs = []
+    for _ in range(2):
+        done = subprocess.run(
+            [sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    assert runs[0]["aot"].get("autograd_cache_saved"), runs[0]
+    assert runs[1]["aot"].get("autograd_cache_hit"), runs[1]
+    for run in runs:
+        assert run["error"] < 1e-2, run  # (TF32 and another summation order: not bitwise)
+
+
 def _guard_log(compile_and_run) -> str:
     """The guards Dynamo logs while ``compile_and_run()`` compiles (cleared before and after)."""
     import logging
