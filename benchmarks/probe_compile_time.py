@@ -145,7 +145,7 @@ def _run(model, conv, mode, dirs, *, eager_first=False, profile=False, timed=Fal
     lines = [s for s in done.stdout.splitlines() if s.startswith("RESULT ")]
     if done.returncode != 0 or not lines:
         print(done.stderr[-3000:])
-        return {"error": done.returncode}
+        return {"failed": done.returncode}
     record = json.loads(lines[-1][len("RESULT ") :]) | {"process_s": wall}
     record["log"] = done.stderr
     return record
@@ -186,7 +186,7 @@ def main() -> None:
                     timed = args.time and state == "warm"
                     r = _run(model, conv, mode, dirs, eager_first=eager_first, timed=timed)
                     label = f"{model:12} {mode:16} {conv:6}{' eager first' * eager_first:12}"
-                    if "error" in r:
+                    if "failed" in r:
                         print(f"{label} {state}: FAILED")
                         continue
                     print(

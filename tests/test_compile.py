@@ -203,6 +203,33 @@ def test_gpu_compile_modes(mode, device):
     assert x.grad is not None
 
 
+@GPU_ONLY
+@pytest.mark.parametrize(
+    "shape, out, kernel, stride",
+    [((8, 512, 7, 7), 512, 3, 1), ((8, 2048, 7, 7), 512, 1, 1), ((8, 256, 28, 28), 256, 3, 2)],
+    ids=["3x3_7", "1x1_7", "3x3_s2"],
+)
+def test_compiled_split_reductions_match_eager(shape, out, kernel, stride, device):
+    """ResNet-50's late layers, whose forward and input gradient split their reduction (fp32
+    partials, then a sum): compiled by Inductor, forward and gradients as eager. (Given split
+    0's view of the partials, the traced kernel wrote past it: NaN; session 16.)"""
+    torch.manual_seed(0)
+    conv = tc.nn.Conv2d(shape[1], out, kernel, stride, padding=kernel // 2, bias=False)
+    conv = conv.to(device, torch.bfloat16).to(memory_format=torch.channels_last)
+    x = torch.randn(shape, device=device, dtype=torch.bfloat16)
+    x = x.to(memory_format=torch.channels_last).requires_grad_()
+    torch._dynamo.reset()
+    results = []
+    for fn in (conv, torch.compile(conv, fullgraph=True)):
+        y = fn(x)
+        y.float().square().sum().backward()
+        results.append([y.detach(), x.grad, conv.weight.grad])
+        x.grad = conv.weight.grad = None
+    for got, want in zip(results[1], results[0], strict=True):
+        error = ((got.float() - want.float()).abs().max() / want.float().abs().max()).item()
+        assert error < 2e-2, error
+
+
 _CACHED_RUN = """
 import json, torch, tritonconv as tc
 from torch._dynamo.utils import counters

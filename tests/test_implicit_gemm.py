@@ -517,6 +517,35 @@ def test_split_k_matches_float64(case, dtype, device, monkeypatch):
         assert_close(g, r, reduction=max(taps, y.numel() // y.shape[1]), name=name)
 
 
+def test_split_k_kernel_is_given_all_partials(device, monkeypatch):
+    """The split forward and input gradient write every split's partial sums: the kernel is
+    given the whole partials buffer, not split 0's view of it. A traced launch (torch.compile)
+    bounds a kernel's writes by the tensors it is given: given the view, compiled ResNet-50's
+    split layers read uninitialised memory (NaN) and wrote out of bounds (session 16)."""
+    monkeypatch.setattr(implicit_gemm, "INTERPRETER_MULTIPROCESSORS", 64)
+    monkeypatch.setattr(implicit_gemm, "multiprocessor_count", lambda device: 1 << 20)
+    monkeypatch.setattr(implicit_gemm, "SPLIT_K_MIN_REDUCTION", 1)
+    monkeypatch.setattr(implicit_gemm, "SPLIT_K_MIN_STEPS", 1)
+    given = []
+    real = implicit_gemm.launch
+
+    def spy(kernel, grid, *args, **meta):
+        if meta.get("SPLIT_K"):
+            given.append((grid, args[3]))
+        return real(kernel, grid, *args, **meta)
+
+    monkeypatch.setattr(implicit_gemm, "launch", spy)
+    tritonconv.clear_caches()
+    x = random_tensor((2, 40, 5, 4), torch.float32, device).requires_grad_()
+    w = random_tensor((24, 40, 3, 3), torch.float32, device)
+    y = tritonconv.conv2d(x, w, padding=1, algo="implicit_gemm")
+    y.backward(torch.ones_like(y))
+    assert len(given) == 2, "the forward and the input gradient did not both split"
+    for grid, partials in given:
+        assert partials.shape[0] == grid[2] > 1
+        assert partials.untyped_storage().nbytes() == partials.numel() * 4
+
+
 def test_explicit_config(device):
     """A launcher takes any tile configuration (what tuning sweeps)."""
     x = random_tensor((2, 20, 7, 7), torch.float32, device)

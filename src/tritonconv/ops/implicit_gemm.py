@@ -329,12 +329,17 @@ def _launch_conv(src, weight, bias, dst, geometry: Geometry, groups: int, transp
     if phases == 1 and src.dtype in DOT_DTYPES and _is_dense(dst):
         steps = math.prod(kernel) * cdiv(src_per_group, block_k)
         splits = split_k(grid[0] * groups, steps, block_k, dst.numel(), src.device)
-    out = dst
+    out = written = dst
     if splits > 1:  # fp32 partials, each laid out as the output, summed below in split order
         partial = allocate(
             (splits, *dst.shape), partial_dtype(src.dtype), src.device, (dst.numel(), *dst.stride())
         )
-        dst, grid = partial[0], (grid[0], groups, splits)
+        # The kernel is given all the partials, which it writes, and reads the layout of one
+        # (split 0's, at the same address). Given ``partial[0]`` it wrote past that view,
+        # which a traced launch cannot say: functionalisation then kept split 0 alone and
+        # Inductor sized the kernel's buffer as one split (NaN and out-of-bounds writes in
+        # compiled ResNet-50's late layers; session 16).
+        dst, written, grid = partial[0], partial, (grid[0], groups, splits)
     if pack > 1 or 1 not in (w_ss, w_sd) or src.stride(1) != 1 or dst.stride(1) != 1:
         align = 1  # (packed groups' and strided channels' tiles are not contiguous runs)
     else:  # every stride and offset the kernel's tile rows start at (taps of size-1 axes: none)
@@ -349,7 +354,7 @@ def _launch_conv(src, weight, bias, dst, geometry: Geometry, groups: int, transp
         src,
         w,
         bias if bias is not None else w,
-        dst,
+        written,
         rows,
         *grid_q,
         *_spatial3(src.shape[2:], 1),
