@@ -209,25 +209,15 @@ def test_gpu_compile_modes(mode, device):
     [
         ((8, 512, 7, 7), 512, 3, 1),
         ((8, 2048, 7, 7), 512, 1, 1),
-        pytest.param(
-            (8, 256, 28, 28),
-            256,
-            3,
-            2,
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="open bug (session 16, benchmarks/NOTES.md): Inductor's compile of the "
-                "stride-2 input gradient's conv_igemm_kernel fails (CompilationError in the "
-                "TRANSPOSED block, at the _first_tap calls); seen once, message cut off",
-            ),
-        ),
+        ((8, 256, 28, 28), 256, 3, 2),  # (stride 2: the input gradient's phases)
     ],
     ids=["3x3_7", "1x1_7", "3x3_s2"],
 )
 def test_compiled_split_reductions_match_eager(shape, out, kernel, stride, device):
-    """ResNet-50's late layers, whose forward and input gradient split their reduction (fp32
-    partials, then a sum): compiled by Inductor, forward and gradients as eager. (Given split
-    0's view of the partials, the traced kernel wrote past it: NaN; session 16.)"""
+    """ResNet-50 layers compiled by Inductor, forward and gradients as eager: late ones, whose
+    forward and input gradient split their reduction (fp32 partials, then a sum; given split
+    0's view of the partials, the traced kernel wrote past it: NaN), and a stride-2 one, whose
+    input gradient Inductor failed to compile (``test_inductor_signature``; session 16)."""
     torch.manual_seed(0)
     conv = tc.nn.Conv2d(shape[1], out, kernel, stride, padding=kernel // 2, bias=False)
     conv = conv.to(device, torch.bfloat16).to(memory_format=torch.channels_last)

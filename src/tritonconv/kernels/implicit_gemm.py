@@ -76,7 +76,7 @@ import triton.language as tl
 def _first_tap(r, pad, dil, stride, kstep, K):
     """The first tap ``k`` in ``[0, kstep)`` with ``(r + pad - k*dil) % stride == 0``, or ``K``
     (no tap) when there is none."""
-    k0 = K
+    k0 = K + 0 * kstep  # (the wider of the two types: the loop's index has kstep's)
     for j in range(0, kstep):
         k0 = tl.where(((r + pad - j * dil) % stride == 0) & (k0 == K), j, k0)
     return k0
@@ -132,9 +132,12 @@ def conv_igemm_kernel(
     dil_d,
     dil_h,
     dil_w,
-    kstep_d,
-    kstep_h,
-    kstep_w,
+    # (taps between two that reach the same phase: ``kstep`` above. No parameter name starts
+    # with "ks": Inductor types such arguments as int64, its name for dynamic sizes, which
+    # made _first_tap's loop change k0's type and the compile fail; session 16)
+    tap_step_d,
+    tap_step_h,
+    tap_step_w,
     # strides
     src_sn,
     src_sc,
@@ -259,18 +262,18 @@ def conv_igemm_kernel(
         dh = rh + qh * stride_h
         dw = rw + qw * stride_w
         row_ok = row_ok & (dd < DD) & (dh < DH) & (dw < DW)
-        k0_d = _first_tap(rd, pad_d, dil_d, stride_d, kstep_d, KD)
-        k0_h = _first_tap(rh, pad_h, dil_h, stride_h, kstep_h, KH)
-        k0_w = _first_tap(rw, pad_w, dil_w, stride_w, kstep_w, KW)
-        nk_d = (KD - k0_d + kstep_d - 1) // kstep_d
-        nk_h = (KH - k0_h + kstep_h - 1) // kstep_h
-        nk_w = (KW - k0_w + kstep_w - 1) // kstep_w
+        k0_d = _first_tap(rd, pad_d, dil_d, stride_d, tap_step_d, KD)
+        k0_h = _first_tap(rh, pad_h, dil_h, stride_h, tap_step_h, KH)
+        k0_w = _first_tap(rw, pad_w, dil_w, stride_w, tap_step_w, KW)
+        nk_d = (KD - k0_d + tap_step_d - 1) // tap_step_d
+        nk_h = (KH - k0_h + tap_step_h - 1) // tap_step_h
+        nk_w = (KW - k0_w + tap_step_w - 1) // tap_step_w
         base_d = (dd + pad_d - k0_d * dil_d) // stride_d
         base_h = (dh + pad_h - k0_h * dil_h) // stride_h
         base_w = (dw + pad_w - k0_w * dil_w) // stride_w
-        step_d = -((kstep_d * dil_d) // stride_d)
-        step_h = -((kstep_h * dil_h) // stride_h)
-        step_w = -((kstep_w * dil_w) // stride_w)
+        step_d = -((tap_step_d * dil_d) // stride_d)
+        step_h = -((tap_step_h * dil_h) // stride_h)
+        step_w = -((tap_step_w * dil_w) // stride_w)
     else:
         dd, dh, dw = qd, qh, qw
         k0_d, k0_h, k0_w = 0, 0, 0
@@ -318,7 +321,9 @@ def conv_igemm_kernel(
             sh = base_h + jh * step_h
             sw = base_w + jw * step_w
             src_tap = (jh * step_h) * src_sh + (jw * step_w) * src_sw
-            w_tap = (jd * kstep_d) * w_skd + (jh * kstep_h) * w_skh + (jw * kstep_w) * w_skw
+            w_tap = (
+                (jd * tap_step_d) * w_skd + (jh * tap_step_h) * w_skh + (jw * tap_step_w) * w_skw
+            )
         else:  # one tap: the steps are its channel blocks, the bounds the same at every step
             c = it * BLOCK_K + k
             sh = base_h

@@ -1,0 +1,73 @@
+"""Our kernels as Inductor compiles them under torch.compile: it types their integer arguments
+its own way, and the kernels must compile with its types too.
+
+Inductor recompiles a traced kernel from its source with a signature of its own: integers that
+equal 1 become constants, and an argument whose name starts with ``ks`` is typed int64 (its
+name for a dynamic size). ``conv_igemm_kernel``'s ``kstep_h`` and ``kstep_w`` were such
+names: the loop in ``_first_tap`` then changed a variable's type from int32 to int64 and the
+compile failed, for every compiled stride-2 input gradient (session 16). These compile the
+kernels' code for sm_90 with Triton (no GPU needed) in a subprocess with the interpreter off.
+"""
+
+import inspect
+import os
+import subprocess
+import sys
+import textwrap
+
+from tritonconv import kernels
+from tritonconv.kernels import causal, crop, depthwise, direct, im2col, implicit_gemm, reduce
+
+
+def _kernels():
+    for module in (causal, crop, depthwise, direct, im2col, implicit_gemm, reduce):
+        for name, value in vars(module).items():
+            fn = getattr(value, "fn", None)
+            if callable(fn) and fn.__module__ == module.__name__ and not name.startswith("_"):
+                yield name, fn
+
+
+def test_no_kernel_parameter_is_named_like_an_inductor_size():
+    found = list(_kernels())
+    assert len(found) > 10, [n for n, _ in found]
+    assert kernels.implicit_gemm is implicit_gemm
+    for name, fn in found:
+        named = [p for p in inspect.signature(fn).parameters if p.startswith("ks")]
+        assert not named, f"{name}: {named} (Inductor would type them int64)"
+
+
+SCRIPT = """
+import triton
+import triton.language as tl
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+from tritonconv.kernels.implicit_gemm import _first_tap
+
+
+@triton.jit
+def first_tap_kernel(out_ptr, r, pad, dil, stride, kstep, K):
+    tl.store(out_ptr, _first_tap(r, pad, dil, stride, kstep, K))
+
+
+for kstep, K in (("i64", "i32"), ("i32", "i64"), ("i32", "i32")):
+    signature = dict(out_ptr="*i64", r="i32", pad="i32", dil="i32", stride="i32", kstep=kstep, K=K)
+    triton.compile(ASTSource(first_tap_kernel, signature, {}), target=GPUTarget("cuda", 90, 128))
+signature = dict(out_ptr="*i64", r="i32", pad="constexpr", dil="constexpr", stride="i32",
+                 kstep="i64", K="i32")
+triton.compile(ASTSource(first_tap_kernel, signature, {"pad": 1, "dil": 1}),
+               target=GPUTarget("cuda", 90, 128))
+print("compiled")
+"""
+
+
+def test_first_tap_compiles_with_mixed_integer_widths(tmp_path):
+    """``_first_tap`` with the tap step and the kernel size of different widths, and with the
+    constants Inductor makes of ones: it compiles (its loop-carried value keeps one type)."""
+    script = tmp_path / "first_tap.py"  # (a file: Triton reads a kernel's source from it)
+    script.write_text(textwrap.dedent(SCRIPT))
+    env = dict(os.environ, TRITON_INTERPRET="0")
+    done = subprocess.run(
+        [sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0 and "compiled" in done.stdout, done.stderr[-3000:]
