@@ -339,7 +339,7 @@ def _launch_conv(src, weight, bias, dst, geometry: Geometry, groups: int, transp
         # which a traced launch cannot say: functionalisation then kept split 0 alone and
         # Inductor sized the kernel's buffer as one split (NaN and out-of-bounds writes in
         # compiled ResNet-50's late layers; session 16).
-        dst, written, grid = partial[0], partial, (grid[0], groups, splits)
+        dst, written, grid = partial.select(0, 0), partial, (grid[0], groups, splits)
     if pack > 1 or 1 not in (w_ss, w_sd) or src.stride(1) != 1 or dst.stride(1) != 1:
         align = 1  # (packed groups' and strided channels' tiles are not contiguous runs)
     else:  # every stride and offset the kernel's tile rows start at (taps of size-1 axes: none)
@@ -570,7 +570,7 @@ def _launch_grad_weight(
         *_strides3(grad_out),
         *_strides3(x),
         partial.stride(0),
-        *_strides3(partial[0]),
+        *_strides3(partial.select(0, 0)),
         *(1.0 / size for size in reversed(out_sizes)),
         SMALL_DIVIDE=max(out_sizes) + block_k + 1 < SMALL_QUOTIENT_LIMIT,
         FLAT_DY=_positions_flat(grad_out),
@@ -724,7 +724,7 @@ def conv_grad_weight(
     grad_weight = allocate(weight_shape, x.dtype, x.device, layout)
     target = _folded(grad_weight, fold_width, 1) if fold_width else grad_weight  # the kernel's dW
     if splits == 1:  # the one split is the sum: written straight into dW, cast on store
-        _launch_grad_weight(grad_out, x, target[None], geometry, groups, config, tap_group)
+        _launch_grad_weight(grad_out, x, target.unsqueeze(0), geometry, groups, config, tap_group)
         return grad_weight
     partial = allocate(
         (splits, *weight_shape), partial_dtype(x.dtype), x.device, (weight_numel, *layout)
