@@ -15,6 +15,10 @@ All of that is PyTorch-internal and written against torch 2.11 (the GPU machine'
 with ``.venv-gpu``): expect to adapt it to another torch. A case passes when Inductor
 compiled its graph, every Triton compile in it included. Checked against session 16's bug:
 with the kernel before the fix, the four strided input-gradient cases fail, as on the GPU.
+Not covered: the strided depthwise input gradient (its kernels write strided views of dx;
+Inductor's re-inplacing pass copies into such a view with a real ``copy_``, which needs the
+driver: the graph fails here, not a kernel compile; ``test_strided_depthwise_one_graph``
+compiles it on the GPU).
 
     PYTHONPATH=src .venv-gpu/bin/python scripts/inductor_compile_check.py [-k NAME]
 """
@@ -101,10 +105,39 @@ def _fake_cuda() -> None:
     if hasattr(heuristics, "set_driver_to_gpu"):
         heuristics.set_driver_to_gpu = helpers.set_driver_to_gpu
 
+    torch.Tensor.__getitem__ = _basic_getitem
+
     def no_launchers(self, *args, **kwargs):  # (what would load a kernel onto the device)
         self.launchers = []
 
     heuristics.CachingAutotuner._make_launchers = no_launchers
+
+
+_getitem = torch.Tensor.__getitem__
+
+
+def _basic_getitem(tensor, index):
+    """Indexing by ints, slices, None and ``...`` as views (select, slice, unsqueeze): PyTorch's
+    own indexing of a CUDA tensor asks the CUDA runtime for a device guard, even a fake one."""
+    items = index if isinstance(index, tuple) else (index,)
+    if not all(i is None or i is Ellipsis or isinstance(i, (int, slice)) for i in items):
+        return _getitem(tensor, index)
+    out, dim = tensor, 0
+    for position, item in enumerate(items):
+        if item is None:
+            out, dim = out.unsqueeze(dim), dim + 1
+        elif item is Ellipsis:
+            rest = sum(1 for i in items[position + 1 :] if i is not None and i is not Ellipsis)
+            dim = out.dim() - rest
+        elif isinstance(item, int):
+            out = out.select(dim, item)
+        elif item == slice(None):
+            dim += 1
+        else:  # (as PyTorch's indexing: an open end stays open)
+            step = 1 if item.step is None else item.step
+            out = torch.ops.aten.slice(out, dim, item.start or 0, item.stop, step)
+            dim += 1
+    return out
 
 
 def _cases():
@@ -116,9 +149,9 @@ def _cases():
     def forward(conv, **kwargs):
         return lambda x, w: (conv(x, w, **kwargs),)
 
-    def backward(stride, pad, dilation=1):
-        """The implicit GEMM's input and weight gradients (its backward op, called as its
-        registered autograd calls it: the autograd engine needs a real device)."""
+    def backward(stride, pad, dilation=1, groups=1, op="implicit_gemm", depthwise=False):
+        """A convolution's input and weight gradients by its backward op, called as its
+        registered autograd calls it (the autograd engine itself needs a real device)."""
 
         def f(x, w):
             dims = x.dim() - 2
@@ -128,22 +161,33 @@ def _cases():
             ]
             dy = x.new_empty((x.shape[0], w.shape[0], *out))
             dy = dy.to(memory_format=torch.channels_last if dims == 2 else torch.channels_last_3d)
-            return tuple(
-                torch.ops.tritonconv.conv_implicit_gemm_backward(
-                    dy,
-                    x,
-                    w,
-                    [stride] * dims,
-                    [pad] * dims,
-                    [pad] * dims,
-                    [dilation] * dims,
-                    1,
-                    [],
-                    [True, True, False],
-                )[:2]
-            )
+            geometry = ([stride] * dims, [pad] * dims, [pad] * dims, [dilation] * dims, groups)
+            if op == "implicit_gemm":
+                grads = torch.ops.tritonconv.conv_implicit_gemm_backward(
+                    dy, x, w, *geometry, [], [True, True, False]
+                )
+            else:
+                grads = torch.ops.tritonconv.conv2d_direct_backward(
+                    dy, x, w, *geometry, depthwise, [True, True, True]
+                )
+            return tuple(grads[:2])
 
         return f
+
+    def causal(x, w):
+        y = tc.causal_conv1d(x, w, activation="silu")
+        return (
+            y,
+            *torch.ops.tritonconv.causal_conv1d_backward(y, x, w, None, 3, True, [True] * 3)[:2],
+        )
+
+    def unfold_fold(x, w):
+        cols = tc.unfold(x, 3, padding=1, stride=2)
+        return cols, tc.fold(cols, x.shape[2:], 3, padding=1, stride=2)
+
+    def crop(x, w):
+        y = tc.crop(x, (1, 2, 5, 5), axis=2, offset=1)
+        return (y,)
 
     conv2d, transposed = tc.conv2d, tc.conv_transpose2d
     igemm = {"algo": "implicit_gemm"}
@@ -162,8 +206,20 @@ def _cases():
         ("transposed 3x3 s3", forward(transposed, stride=3, **igemm), [(2, 64, 9, 9), (64, 32, 3, 3)], bf16),
         ("depthwise 3x3 s2", forward(conv2d, stride=2, padding=1, groups=96), [(8, 96, 56, 56), (96, 1, 3, 3)], bf16),
         ("direct 3x3", forward(conv2d, padding=1, algo="direct"), [(2, 8, 12, 12), (8, 8, 3, 3)], f32),
+        ("direct bwd 3x3 s2", backward(2, 1, op="direct"), [(2, 8, 12, 12), (8, 8, 3, 3)], f32),
+        ("depthwise bwd 7x7", backward(1, 3, groups=96, op="direct", depthwise=True), [(8, 96, 28, 28), (96, 1, 7, 7)], bf16),
+        ("causal conv1d", causal, [(4, 64, 128), (64, 4)], bf16),
+        ("unfold fold", unfold_fold, [(2, 8, 12, 12), (1,)], f32),
+        ("crop", crop, [(2, 3, 8, 8), (1,)], f32),
+        ("grouped 3x3 g4", forward(conv2d, padding=1, groups=4), [(8, 64, 28, 28), (64, 16, 3, 3)], bf16),
+        ("int64 direct", forward(conv2d, padding=1), [(1, 3, 16, 16), (4, 3, 3, 3)], torch.int64),
         ("conv3d fwd s2", forward(tc.conv3d, stride=2, padding=1, **igemm), [(2, 32, 8, 12, 12), (32, 32, 3, 3, 3)], bf16),
     ]  # fmt: skip
+
+
+def _layout(dims: int) -> torch.memory_format:
+    """Channels-last where a tensor has a channels-last layout (what the models run in)."""
+    return {4: torch.channels_last, 5: torch.channels_last_3d}.get(dims, torch.contiguous_format)
 
 
 def _compile(fn, shapes, dtype) -> str | None:
@@ -174,13 +230,14 @@ def _compile(fn, shapes, dtype) -> str | None:
     mode = FakeTensorMode()
     with mode:
         inputs = [
-            torch.empty(s, device="cuda", dtype=dtype).to(
-                memory_format=torch.channels_last if len(s) == 4 else torch.channels_last_3d
-            )
+            torch.empty(s, device="cuda", dtype=dtype).to(memory_format=_layout(len(s)))
             for s in shapes
         ]
-    with mode:  # (how many outputs: the graph returns them one by one)
-        count = len(fn(*inputs))
+    try:
+        with mode:  # (how many outputs: the graph returns them one by one)
+            count = len(fn(*inputs))
+    except Exception as e:
+        return f"(calling it on fake tensors) {type(e).__name__}: {str(e).strip()[-600:]}"
     graph = torch.fx.Graph()
     nodes = [graph.placeholder(f"x{i}") for i in range(len(inputs))]
     call = graph.call_function(fn, tuple(nodes))
