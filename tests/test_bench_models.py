@@ -86,6 +86,18 @@ def test_models_suite_compiled_only(tiny_unet):
     assert [r.op for r in rows] == ["infer compiled", "train compiled"]
     assert not [r for r in rows if r.extra.get("error")]
     assert all(r.extra["ours_compile_s"] > 0 and r.extra["ours_graph_breaks"] == 0 for r in rows)
+    for row in rows:  # each compiled side checked against itself eager
+        assert row.extra["ours_compiled_error"] < 1e-4, row.extra
+        assert row.extra["ref_compiled_error"] < 1e-4, row.extra
+        assert "DIFFERS" not in row.note
+
+
+def test_a_compiled_model_unlike_its_eager_self_is_flagged(tiny_unet, monkeypatch):
+    """The compiled rows say so when ours compiled differs from ours eager (session 16's NaN)."""
+    monkeypatch.setattr(bm, "_compiled_error", lambda model, c, mode, x: float("nan"))
+    opts = bm.ModelOptions(quick=True, compile="only", speed_dtypes=("float32",))
+    rows = list(bm.models_suite(opts))
+    assert rows and all("COMPILED DIFFERS FROM EAGER" in r.note for r in rows)
 
 
 def test_without_torchvision_the_suite_says_how_to_get_it(monkeypatch, capsys, tmp_path):

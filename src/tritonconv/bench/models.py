@@ -507,8 +507,34 @@ def _eager_rows(pair, xs, info, dname, opts) -> list[Row]:
     return rows
 
 
+def _compiled_error(model: nn.Module, compiled: nn.Module, mode: str, x) -> float:
+    """How far the compiled model is from itself eager on ``x``: relative max difference of
+    the output ("infer") or of every parameter gradient of the training step ("train")."""
+
+    def relative(got, want) -> float:
+        got, want = got.float(), want.float()
+        return ((got - want).abs().max() / want.abs().max().clamp_min(1e-30)).item()
+
+    model.train(mode == "train")
+    if mode == "infer":
+        with torch.no_grad():
+            return relative(compiled(x), model(x))
+    params = [p for p in model.parameters() if p.requires_grad]
+    grads = []
+    for m in (model, compiled):
+        for p in params:
+            p.grad = None
+        m(x).float().square().mean().backward()
+        grads.append([p.grad.clone() for p in params])
+    for p in params:
+        p.grad = None
+    return max(relative(g, w) for g, w in zip(grads[1], grads[0], strict=True))
+
+
 def _compiled_rows(pair, xs, info, dname, opts) -> list[Row]:
-    """Each side compiled once; its first call in each mode (the compile) timed alone."""
+    """Each side compiled once; its first call in each mode (the compile) timed alone; each
+    compiled side checked against itself eager (``*_compiled_error``: compiled ResNet-50 gave
+    NaN where eager was exact until session 16, and nothing here looked)."""
     torch._dynamo.reset()
     compiled = {side: _compile(m) for side, m in pair.items()}
     rows = []
@@ -522,10 +548,16 @@ def _compiled_rows(pair, xs, info, dname, opts) -> list[Row]:
                 _sync()
                 first[f"{side}_compile_s"] = time.perf_counter() - begin
                 first[f"{side}_graph_breaks"] = _graph_breaks() - breaks
+            for side, m in compiled.items():
+                first[f"{side}_compiled_error"] = _compiled_error(pair[side], m, mode, xs[0])
             times, peaks = _measure(compiled, mode, xs, opts)
-            rows.append(
-                _speed_row(info, mode, "compiled", dname, xs[0].shape, times, peaks, **first)
-            )
+            row = _speed_row(info, mode, "compiled", dname, xs[0].shape, times, peaks, **first)
+            ours, ref = first["ours_compiled_error"], first["ref_compiled_error"]
+            if not math.isfinite(ours) or ours > 10 * ref + 1e-2:
+                row.note = (
+                    f"COMPILED DIFFERS FROM EAGER: {ours:.1e} (torch: {ref:.1e}); " + row.note
+                )
+            rows.append(row)
     finally:
         torch._dynamo.reset()
     return rows
