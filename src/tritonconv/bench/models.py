@@ -531,6 +531,14 @@ def _compiled_error(model: nn.Module, compiled: nn.Module, mode: str, x) -> floa
     return max(relative(g, w) for g, w in zip(grads[1], grads[0], strict=True))
 
 
+def compiled_mismatch(ours: float, ref: float) -> str:
+    """The note a compiled row carries when ours compiled is far from ours eager (non-finite,
+    or more than 10x PyTorch's own compiled-vs-eager difference plus 1e-2); else ""."""
+    if math.isfinite(ours) and ours <= 10 * ref + 1e-2:
+        return ""
+    return f"COMPILED DIFFERS FROM EAGER: {ours:.1e} (torch: {ref:.1e})"
+
+
 def _compiled_rows(pair, xs, info, dname, opts) -> list[Row]:
     """Each side compiled once; its first call in each mode (the compile) timed alone; each
     compiled side checked against itself eager (``*_compiled_error``: compiled ResNet-50 gave
@@ -552,11 +560,8 @@ def _compiled_rows(pair, xs, info, dname, opts) -> list[Row]:
                 first[f"{side}_compiled_error"] = _compiled_error(pair[side], m, mode, xs[0])
             times, peaks = _measure(compiled, mode, xs, opts)
             row = _speed_row(info, mode, "compiled", dname, xs[0].shape, times, peaks, **first)
-            ours, ref = first["ours_compiled_error"], first["ref_compiled_error"]
-            if not math.isfinite(ours) or ours > 10 * ref + 1e-2:
-                row.note = (
-                    f"COMPILED DIFFERS FROM EAGER: {ours:.1e} (torch: {ref:.1e}); " + row.note
-                )
+            flag = compiled_mismatch(first["ours_compiled_error"], first["ref_compiled_error"])
+            row.note = flag + ("; " if flag and row.note else "") + row.note
             rows.append(row)
     finally:
         torch._dynamo.reset()
