@@ -149,7 +149,7 @@ def test_depthwise_grids_past_cudas_limit_fold(layout, stride, kernel, monkeypat
     tritonconv.clear_caches()
     c = 4
     case = fuzz.Case(
-        1, c, c, 70, 131, kernel, kernel, (stride, stride), (kernel // 2, kernel // 2), (1, 1),
+        1, c, c, 40, 131, kernel, kernel, (stride, stride), (kernel // 2, kernel // 2), (1, 1),
         c, True, "float32", layout, layout, "contiguous", 7,
     )  # fmt: skip
     try:
