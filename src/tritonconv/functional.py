@@ -521,21 +521,23 @@ def _plain_value(value) -> bool:
 
 
 def _convolution_in_graph(call: tuple, input, weight, bias):
-    """:func:`_convolution_body` of a call with literal options, ``(ndim, transposed, options,
+    """:func:`_planned_convolution` of a call with literal options, ``(ndim, transposed, options,
     allow_tf32)``: what Dynamo writes into its graph as one call (:func:`_untraced_convolution`;
     ``allow_tf32`` is there for the keys of AOTAutograd's cache, ``aot_cache``)."""
     ndim, transposed, options, _ = call
-    body = {"ndim": ndim, "transposed": transposed, "count": len(options)}
-    tensors = [input, weight] if bias is None else [input, weight, bias]
-    return _convolution_body({**body, "options": dict(enumerate(options))}, tensors)
+    return _planned_convolution(ndim, transposed, options, input, weight, bias)
 
 
 def _convolution_body(call: dict, tensors: list):
+    """:func:`_planned_convolution` of a ``nonstrict_trace`` call, whose options come as a
+    dict without its None entries (:func:`_untraced_convolution`)."""
+    options = tuple(call["options"].get(i) for i in range(call["count"]))
+    return _planned_convolution(call["ndim"], call["transposed"], options, *tensors)
+
+
+def _planned_convolution(ndim: int, transposed: bool, options, input, weight, bias=None):
     """:func:`_convolution` after autocast, run untraced by Dynamo (on fake tensors, then by
     AOTAutograd's tracer): its plan, or ``[]`` where that raises (the caller then traces it)."""
-    ndim, transposed = call["ndim"], call["transposed"]
-    options = tuple(call["options"].get(i) for i in range(call["count"]))
-    input, weight, bias = (*tensors, None)[:3]
     try:
         plan = _convolution_plan(ndim, input, weight, bias, options, transposed)
     except Exception:  # (any error: the traced call raises it again)

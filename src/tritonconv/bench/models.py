@@ -522,9 +522,7 @@ def _compiled_error(model: nn.Module, compiled: nn.Module, mode: str, x) -> floa
     params = [p for p in model.parameters() if p.requires_grad]
     grads = []
     for m in (model, compiled):
-        for p in params:
-            p.grad = None
-        m(x).float().square().mean().backward()
+        STEPS["train"](m, [x])(0)
         grads.append([p.grad.clone() for p in params])
     for p in params:
         p.grad = None
