@@ -15,10 +15,9 @@ All of that is PyTorch-internal and written against torch 2.11 (the GPU machine'
 with ``.venv-gpu``): expect to adapt it to another torch. A case passes when Inductor
 compiled its graph, every Triton compile in it included. Checked against session 16's bug:
 with the kernel before the fix, the four strided input-gradient cases fail, as on the GPU.
-Not covered: the strided depthwise input gradient (its kernels write strided views of dx;
-Inductor's re-inplacing pass copies into such a view with a real ``copy_``, which needs the
-driver: the graph fails here, not a kernel compile; ``test_strided_depthwise_one_graph``
-compiles it on the GPU).
+Every graph is also checked for a kernel that writes a strided or offset view
+(``tritonconv.testing.check_no_view_written``). Not covered: im2col + GEMM (its ``torch.matmul(out=...)`` asks the
+CUDA driver for a handle even on fake tensors).
 
     PYTHONPATH=src .venv-gpu/bin/python scripts/inductor_compile_check.py [-k NAME]
 """
@@ -42,6 +41,8 @@ os.environ.update(
 import torch  # (after the environment it reads)
 import triton
 from triton.backends.compiler import GPUTarget
+
+from tritonconv.testing import check_no_view_written
 
 PROPERTIES = types.SimpleNamespace(
     name="NVIDIA H100 80GB HBM3",
@@ -208,6 +209,8 @@ def _cases():
         ("direct 3x3", forward(conv2d, padding=1, algo="direct"), [(2, 8, 12, 12), (8, 8, 3, 3)], f32),
         ("direct bwd 3x3 s2", backward(2, 1, op="direct"), [(2, 8, 12, 12), (8, 8, 3, 3)], f32),
         ("depthwise bwd 7x7", backward(1, 3, groups=96, op="direct", depthwise=True), [(8, 96, 28, 28), (96, 1, 7, 7)], bf16),
+        ("depthwise bwd 5x5 s2", backward(2, 2, groups=672, op="direct", depthwise=True), [(32, 672, 14, 14), (672, 1, 5, 5)], bf16),
+        ("depthwise bwd 3x3 s2", backward(2, 1, groups=96, op="direct", depthwise=True), [(8, 96, 28, 28), (96, 1, 3, 3)], bf16),
         ("causal conv1d", causal, [(4, 64, 128), (64, 4)], bf16),
         ("unfold fold", unfold_fold, [(2, 8, 12, 12), (1,)], f32),
         ("crop", crop, [(2, 3, 8, 8), (1,)], f32),
@@ -252,6 +255,9 @@ def _compile(fn, shapes, dtype) -> str | None:
 
 def main() -> int:
     _fake_cuda()
+    from torch._inductor import config
+
+    config.post_grad_custom_pre_pass = check_no_view_written
     wanted = sys.argv[sys.argv.index("-k") + 1] if "-k" in sys.argv else ""
     failed = 0
     for name, fn, shapes, dtype in _cases():

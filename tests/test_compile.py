@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from torch._dynamo.testing import CompileCounterWithBackend
 
 import tritonconv as tc
-from tritonconv.testing import assert_close
+from tritonconv.testing import assert_close, check_no_view_written
 
 BACKEND = "aot_eager" if tc.INTERPRETER else "inductor"
 GPU_ONLY = pytest.mark.skipif(tc.INTERPRETER, reason="Inductor's GPU modes need CUDA")
@@ -205,29 +205,39 @@ def test_gpu_compile_modes(mode, device):
 
 @GPU_ONLY
 @pytest.mark.parametrize(
-    "shape, out, kernel, stride",
+    "shape, out, kernel, stride, groups",
     [
-        ((8, 512, 7, 7), 512, 3, 1),
-        ((8, 2048, 7, 7), 512, 1, 1),
-        ((8, 256, 28, 28), 256, 3, 2),  # (stride 2: the input gradient's phases)
+        ((8, 512, 7, 7), 512, 3, 1, 1),
+        ((8, 2048, 7, 7), 512, 1, 1, 1),
+        ((8, 256, 28, 28), 256, 3, 2, 1),  # (stride 2: the input gradient's phases)
+        ((32, 672, 14, 14), 672, 5, 2, 672),  # (depthwise stride 2: a launch per phase)
     ],
-    ids=["3x3_7", "1x1_7", "3x3_s2"],
+    ids=["3x3_7", "1x1_7", "3x3_s2", "depthwise_5x5_s2"],
 )
-def test_compiled_split_reductions_match_eager(shape, out, kernel, stride, device):
-    """ResNet-50 layers compiled by Inductor, forward and gradients as eager: late ones, whose
-    forward and input gradient split their reduction (fp32 partials, then a sum; given split
-    0's view of the partials, the traced kernel wrote past it: NaN), and a stride-2 one, whose
-    input gradient Inductor failed to compile (``test_inductor_signature``; session 16)."""
+def test_compiled_split_reductions_match_eager(shape, out, kernel, stride, groups, device):
+    """Layers of ResNet-50 and MobileNetV3 compiled by Inductor, forward and gradients as
+    eager, no traced kernel writing a strided or offset view: late ResNet layers, whose forward
+    and input gradient split their reduction (fp32 partials, then a sum; given split 0's view
+    of the partials, the traced kernel wrote past it: NaN), a stride-2 one, whose input
+    gradient Inductor failed to compile (``test_inductor_signature``; session 16), and
+    MobileNetV3's strided depthwise layer, whose input gradient's phases wrote strided views
+    of dx and faulted in a compiled training step (session 17)."""
+    from torch._inductor import config
+
     torch.manual_seed(0)
-    conv = tc.nn.Conv2d(shape[1], out, kernel, stride, padding=kernel // 2, bias=False)
+    conv = tc.nn.Conv2d(
+        shape[1], out, kernel, stride, padding=kernel // 2, groups=groups, bias=False
+    )
     conv = conv.to(device, torch.bfloat16).to(memory_format=torch.channels_last)
     x = torch.randn(shape, device=device, dtype=torch.bfloat16)
     x = x.to(memory_format=torch.channels_last).requires_grad_()
     torch._dynamo.reset()
     results = []
-    for fn in (conv, torch.compile(conv, fullgraph=True)):
-        y = fn(x)
-        y.float().square().sum().backward()
+    compiled = torch.compile(conv, fullgraph=True)
+    for fn in (conv, compiled):
+        with config.patch(post_grad_custom_pre_pass=check_no_view_written):
+            y = fn(x)
+            y.float().square().sum().backward()
         results.append([y.detach(), x.grad, conv.weight.grad])
         x.grad = conv.weight.grad = None
     errors = {}

@@ -114,3 +114,31 @@ def poison_(tensor: torch.Tensor) -> torch.Tensor:
     if tensor.dtype == torch.bool:
         return tensor.fill_(True)
     return tensor.fill_(torch.iinfo(tensor.dtype).min)
+
+
+def check_no_view_written(graph: torch.fx.Graph) -> None:
+    """Raise where a kernel traced into ``graph`` writes a view with a storage offset or gaps
+    (a leading part of a buffer is fine: our kernels write inside their arguments). For
+    ``torch._inductor.config.post_grad_custom_pre_pass``: it runs before re-inplacing, while
+    each kernel call still names the tensors it writes.
+
+    Inductor clones such a view into a buffer sized to the view, and torch 2.11 then reads and
+    writes past that buffer: compiled MobileNetV3's training step faulted this way on the GPU
+    (the strided depthwise input gradient's phases each wrote a strided view of dx; session 17).
+    """
+    from torch._higher_order_ops.triton_kernel_wrap import kernel_side_table
+
+    wrapper = torch.ops.higher_order.triton_kernel_wrapper_functional
+    for node in graph.nodes:
+        if node.target is not wrapper:
+            continue
+        for name in node.kwargs["tensors_to_clone"]:
+            val = node.kwargs["kwargs"][name].meta["val"]
+            span = 1 + sum((n - 1) * abs(s) for n, s in zip(val.shape, val.stride(), strict=True))
+            if val.numel() and (val.storage_offset() != 0 or span != val.numel()):
+                kernel = kernel_side_table.get_kernel(node.kwargs["kernel_idx"])
+                kernel = getattr(kernel, "fn", kernel)  # (an Autotuner wraps the JITFunction)
+                raise AssertionError(
+                    f"{kernel.__name__} writes {name} through a strided or offset view (size "
+                    f"{tuple(val.shape)}, strides {val.stride()}, offset {val.storage_offset()})"
+                )

@@ -8,7 +8,11 @@ The forward has ``R = 1, DIV = multiplier``; the input gradient has ``R = multip
 and the weight walked backwards (``w_base`` points at the last tap, the tap strides are
 negative) with padding ``dil*(K-1) - pad``. Every tensor is read through element strides, so
 NCHW and channels-last are the same code; the launcher picks the tile shape that is contiguous
-in memory (wide rows for NCHW, a block of channels for channels-last).
+in memory (wide rows for NCHW, a block of channels for channels-last). ``dst_offset`` places
+``dst`` inside the buffer ``dst_ptr`` points at: a strided input gradient's phases write into
+the whole dx rather than a view of it (under torch.compile a kernel writing a strided view
+with a storage offset is cloned into a buffer sized to the view, and torch 2.11 then reads
+and writes past that buffer).
 
 Two ways to do the multiply-adds, chosen by the launcher:
 
@@ -85,6 +89,7 @@ def depthwise_kernel(
     dst_sc,
     dst_sh,
     dst_sw,
+    dst_offset,
     w_base,
     w_sc,
     w_skh,
@@ -132,7 +137,7 @@ def depthwise_kernel(
     if HAS_BIAS:
         bias = tl.load(bias_ptr + c, mask=c_ok, other=0)
         acc += bias.to(ACC_DTYPE)[:, None, None]
-    dst = dst_ptr + n * dst_sn + (c * dst_sc)[:, None, None]
+    dst = dst_ptr + dst_offset + n * dst_sn + (c * dst_sc)[:, None, None]
     dst += (h * dst_sh)[None, :, None] + (w * dst_sw)[None, None, :]
     tl.store(dst, acc.to(dst_ptr.dtype.element_ty), mask=out_ok)
 
@@ -170,6 +175,7 @@ def depthwise_band_kernel(
     dst_sc,
     dst_sh,
     dst_sw,
+    dst_offset,
     w_base,
     w_sc,
     w_skh,
@@ -228,7 +234,8 @@ def depthwise_band_kernel(
 
     if HAS_BIAS:
         acc += tl.load(bias_ptr + c).to(tl.float32)
-    dst = dst_ptr + n * dst_sn + c * dst_sc + (h * dst_sh)[:, None] + (w * dst_sw)[None, :]
+    dst = dst_ptr + dst_offset + n * dst_sn + c * dst_sc
+    dst += (h * dst_sh)[:, None] + (w * dst_sw)[None, :]
     tl.store(dst, acc.to(dst_ptr.dtype.element_ty), mask=(h < DH)[:, None] & (w < DW)[None, :])
 
 
@@ -356,6 +363,7 @@ def depthwise_small_kernel(
     dst_sc,
     dst_sh,
     dst_sw,
+    dst_offset,
     w_base,
     w_sc,
     w_skh,
@@ -415,7 +423,7 @@ def depthwise_small_kernel(
     if HAS_BIAS:
         bias = tl.load(bias_ptr + c, mask=c_ok, other=0)
         acc += bias.to(ACC_DTYPE)[:, None, None]
-    dst = dst_ptr + n * dst_sn + (c * dst_sc)[:, None, None]
+    dst = dst_ptr + dst_offset + n * dst_sn + (c * dst_sc)[:, None, None]
     dst += (h * dst_sh)[None, :, None] + (w * dst_sw)[None, None, :]
     tl.store(dst, acc.to(dst_ptr.dtype.element_ty), mask=out_ok)
 

@@ -188,15 +188,18 @@ def _weight_walk(weight: torch.Tensor, flip: bool):
 
 
 @launch_plan
-def _launch(src, weight, bias, dst, geometry: Geometry, R: int, DIV: int, walk: tuple):
+def _launch(src, weight, bias, dst, geometry: Geometry, R: int, DIV: int, walk: tuple, base=None):
     """dst[n, c] = sum over r < R of conv(src[n, (c*R + r) // DIV], w[c*R + r]) (+ bias[c]),
-    the weight's taps walked as ``walk`` says (:func:`_weight_walk`, :func:`_phases`)."""
+    the weight's taps walked as ``walk`` says (:func:`_weight_walk`, :func:`_phases`).
+    ``base``: the tensor ``dst`` views, which the kernel is given instead (with ``dst``'s
+    offset in it, sizes and strides), so that a traced launch writes no view."""
     N, C_dst, DH, DW = dst.shape
+    target = dst if base is None else base
     common = (
         src,
         weight,
         bias if bias is not None else weight,
-        dst,
+        target,
         C_dst,
         *src.shape[2:],
         DH,
@@ -209,11 +212,13 @@ def _launch(src, weight, bias, dst, geometry: Geometry, R: int, DIV: int, walk: 
         *geometry.dilation,
         *src.stride(),
         *dst.stride(),
+        dst.storage_offset() - target.storage_offset(),
         *walk,
     )
-    index_64 = needs_int64(src, dst, weight)
+    index_64 = needs_int64(src, target, weight)
     axes = _window_axes(geometry, dst, "fwd")
     if axes is not None:
+        assert base is None, "the window kernel writes dst itself"
         _launch_window(src, weight, bias, dst, geometry, R, DIV, walk, axes, index_64)
         return
     if uses_band(geometry, src, dst):
@@ -468,9 +473,9 @@ def depthwise_grad_input(grad_out, weight, like, geometry: Geometry, shape=None)
     C_in = shape[1]
     multiplier = weight.shape[0] // C_in
     if any(s != 1 for s in geometry.stride):
-        # Traced (torch.compile), the phases' launches write into strided views of dx, which
-        # functionalization turns into writes to dx. Symbolic sizes (dynamic=True) keep the
-        # gather kernel: the phases are worked out once per concrete geometry.
+        # Each phase's launch is given the whole dx and the phase's place in it, never a
+        # strided view (kernels/depthwise.py says why). Symbolic sizes (dynamic=True) keep
+        # the gather kernel: the phases are worked out once per concrete geometry.
         phases = None
         if _concrete(geometry, shape):
             phases = _phases(geometry, shape[2:], weight)
@@ -484,7 +489,7 @@ def depthwise_grad_input(grad_out, weight, like, geometry: Geometry, shape=None)
         for (rh, rw), phase in phases.items():
             view = grad_in[:, :, rh :: geometry.stride[0], rw :: geometry.stride[1]]
             if view.numel():
-                _launch(grad_out, weight, None, view, phase[0], multiplier, 1, phase[1])
+                _launch(grad_out, weight, None, view, phase[0], multiplier, 1, phase[1], grad_in)
         return grad_in
     grad_in = empty_like_format(shape, like)
     if grad_in.numel() == 0:
@@ -523,8 +528,7 @@ def _phases(geometry: Geometry, input_size, weight: torch.Tensor):
     that some tap reaches (at most ``KH * KW`` of the ``sh * sw``; the others are zeros):
     ``(geometry, weight walk)`` for ``_launch``. None altogether when a phase's kernel would
     take the band kernels (they walk forwards only). Worked out once per geometry, input size
-    and weight strides (a call's launch plan replays the phases' launches, re-making their
-    views of dx)."""
+    and weight strides."""
     return _phases_of(geometry, tuple(input_size), weight.stride())
 
 
