@@ -579,3 +579,67 @@ def test_launch_signature_tells_bool_and_float_from_int():
     1); equal as Python keys, they must not share a compiled kernel."""
     keys = {launch._signature((v,), {}) for v in (True, 1, 1.0)}
     assert len(keys) == 3
+
+
+def _strided_depthwise(x, w):
+    return tc.conv2d(x, w, stride=2, padding=1, groups=x.shape[1], algo="depthwise")
+
+
+_OWN_BUFFER_CASES = {
+    "depthwise_s2": (_strided_depthwise, (2, 3, 9, 8), (6, 1, 3, 3)),
+    "depthwise_s2_nhwc": (_strided_depthwise, (2, 3, 9, 8), (3, 1, 3, 3)),
+    "implicit_gemm_s2": (
+        lambda x, w: tc.conv2d(x, w, stride=2, padding=1, algo="implicit_gemm"),
+        (2, 4, 7, 6),
+        (5, 4, 3, 3),
+    ),
+    "direct_s2": (
+        lambda x, w: tc.conv2d(x, w, stride=2, padding=1, algo="direct"),
+        (2, 4, 7, 6),
+        (5, 4, 3, 3),
+    ),
+    "transposed_s2": (
+        lambda x, w: tc.conv_transpose2d(x, w, stride=2, padding=1, output_padding=1),
+        (2, 4, 5, 4),
+        (4, 3, 3, 3),
+    ),
+    "conv3d_s2": (lambda x, w: tc.conv3d(x, w, stride=2, padding=1), (1, 2, 5, 4, 4), (3, 2, 3, 3, 3)),
+    "causal": (lambda x, w: tc.causal_conv1d(x, w, activation="silu"), (2, 5, 9), (5, 4)),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", sorted(_OWN_BUFFER_CASES))
+def test_kernels_write_no_offset_or_strided_view_of_our_buffers(case, device, monkeypatch):
+    """Every tensor a kernel is launched on that tritonconv allocated (not the caller's data)
+    is a whole buffer or a leading part of one: no storage offset, no gaps. Under
+    torch.compile a kernel writing such a view is cloned into a buffer sized to the view, and
+    torch 2.11 then reads past it (compiled MobileNetV3 training faulted on the GPU this way,
+    session 17; ``testing.check_no_view_written`` checks Inductor's graphs)."""
+    if not tc.INTERPRETER:
+        pytest.skip("records launches under the interpreter (the GPU's replay passes addresses)")
+    fn, x_shape, w_shape = _OWN_BUFFER_CASES[case]
+    x = torch.randn(x_shape, device=device, dtype=torch.float64)
+    if case.endswith("nhwc"):
+        x = x.to(memory_format=torch.channels_last)
+    x.requires_grad_()
+    w = torch.randn(w_shape, device=device, dtype=torch.float64, requires_grad=True)
+    launched, callers, real = [], set(), launch._interpret
+
+    def record(kernel, grid, args, meta):
+        launched.append(args)
+        real(kernel, grid, args, meta)
+
+    monkeypatch.setattr(launch, "_interpret", record)
+    for _ in range(2):  # (the first call records its launch plans, the second replays them)
+        y = fn(x, w)
+        grad = torch.randn_like(y)
+        callers |= {t.untyped_storage().data_ptr() for t in (x, w, grad)}
+        torch.autograd.grad(y, (x, w), grad)
+    tensors = [a for args in launched for a in args if isinstance(a, torch.Tensor)]
+    assert tensors, "no launch recorded"
+    for t in tensors:
+        if t.untyped_storage().data_ptr() in callers or t.numel() == 0:
+            continue
+        span = 1 + sum((n - 1) * abs(s) for n, s in zip(t.shape, t.stride(), strict=True))
+        view = (tuple(t.shape), t.stride(), t.storage_offset())
+        assert t.storage_offset() == 0 and span == t.numel(), view
