@@ -42,8 +42,6 @@ import torch  # (after the environment it reads)
 import triton
 from triton.backends.compiler import GPUTarget
 
-from tritonconv.testing import check_no_view_written
-
 PROPERTIES = types.SimpleNamespace(
     name="NVIDIA H100 80GB HBM3",
     multi_processor_count=132,
@@ -156,13 +154,14 @@ def _cases():
 
         def f(x, w):
             dims = x.dim() - 2
+            strides, pads = (list(v) if isinstance(v, tuple) else [v] * dims for v in (stride, pad))
             out = [
-                (size + 2 * pad - dilation * (k - 1) - 1) // stride + 1
-                for size, k in zip(x.shape[2:], w.shape[2:], strict=True)
+                (size + 2 * p - dilation * (k - 1) - 1) // s + 1
+                for size, k, s, p in zip(x.shape[2:], w.shape[2:], strides, pads, strict=True)
             ]
             dy = x.new_empty((x.shape[0], w.shape[0], *out))
             dy = dy.to(memory_format=torch.channels_last if dims == 2 else torch.channels_last_3d)
-            geometry = ([stride] * dims, [pad] * dims, [pad] * dims, [dilation] * dims, groups)
+            geometry = (strides, pads, pads, [dilation] * dims, groups)
             if op == "implicit_gemm":
                 grads = torch.ops.tritonconv.conv_implicit_gemm_backward(
                     dy, x, w, *geometry, [], [True, True, False]
@@ -217,6 +216,10 @@ def _cases():
         ("grouped 3x3 g4", forward(conv2d, padding=1, groups=4), [(8, 64, 28, 28), (64, 16, 3, 3)], bf16),
         ("int64 direct", forward(conv2d, padding=1), [(1, 3, 16, 16), (4, 3, 3, 3)], torch.int64),
         ("conv3d fwd s2", forward(tc.conv3d, stride=2, padding=1, **igemm), [(2, 32, 8, 12, 12), (32, 32, 3, 3, 3)], bf16),
+        ("r2plus1d 1x3x3 s2 fwd", forward(tc.conv3d, stride=(1, 2, 2), padding=(0, 1, 1)), [(2, 64, 8, 28, 28), (144, 64, 1, 3, 3)], bf16),
+        ("r2plus1d 1x3x3 s2 bwd", backward((1, 2, 2), (0, 1, 1)), [(2, 64, 8, 28, 28), (144, 64, 1, 3, 3)], bf16),
+        ("r2plus1d 3x1x1 921 bwd", backward((2, 1, 1), (1, 0, 0)), [(2, 921, 4, 7, 7), (512, 921, 3, 1, 1)], bf16),
+        ("r2plus1d stem 1x7x7", forward(tc.conv3d, stride=(1, 2, 2), padding=(0, 3, 3)), [(2, 3, 8, 56, 56), (45, 3, 1, 7, 7)], bf16),
     ]  # fmt: skip
 
 
@@ -256,6 +259,8 @@ def _compile(fn, shapes, dtype) -> str | None:
 def main() -> int:
     _fake_cuda()
     from torch._inductor import config
+
+    from tritonconv.testing import check_no_view_written  # (after the fakes: it loads torch's)
 
     config.post_grad_custom_pre_pass = check_no_view_written
     wanted = sys.argv[sys.argv.index("-k") + 1] if "-k" in sys.argv else ""
