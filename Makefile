@@ -15,8 +15,9 @@ lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
+# one worker per core (CI has two); worksteal: an idle worker takes queued tests from a busy one
 test: lint
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n auto --dist worksteal
 
 format: setup
 	$(BIN)/ruff format .
