@@ -605,6 +605,21 @@ _OWN_BUFFER_CASES = {
     ),
     "conv3d_s2": (lambda x, w: tc.conv3d(x, w, stride=2, padding=1), (1, 2, 5, 4, 4), (3, 2, 3, 3, 3)),
     "causal": (lambda x, w: tc.causal_conv1d(x, w, activation="silu"), (2, 5, 9), (5, 4)),
+    "depthwise_transposed_s2": (
+        lambda x, w: tc.conv_transpose2d(x, w, stride=2, padding=1, groups=x.shape[1]),
+        (2, 3, 5, 4),
+        (3, 2, 3, 3),
+    ),
+    "im2col_gemm_chunked": (
+        lambda x, w: tc.conv2d(x, w, padding=1, algo="im2col_gemm"),
+        (5, 4, 6, 5),
+        (3, 4, 3, 3),
+    ),
+    "unfold_fold_crop": (
+        lambda x, w: tc.crop(tc.fold(tc.unfold(x, 3, padding=1, stride=2) * w.sum(), x.shape[2:], 3, padding=1, stride=2), x[:, :, 1:4, 1:4], offset=1),
+        (2, 3, 7, 6),
+        (1,),
+    ),
 }  # fmt: skip
 
 
@@ -630,6 +645,8 @@ def test_kernels_write_no_offset_or_strided_view_of_our_buffers(case, device, mo
         real(kernel, grid, args, meta)
 
     monkeypatch.setattr(launch, "_interpret", record)
+    # (chunked: the column buffer holds 2 of the 5 samples, the last chunk one)
+    monkeypatch.setattr(tc.ops.conv_gemm, "_workspace_limit", 2 * 4 * 9 * 30 * 8)
     for _ in range(2):  # (the first call records its launch plans, the second replays them)
         y = fn(x, w)
         grad = torch.randn_like(y)
