@@ -216,6 +216,8 @@ def _cases():
         ("grouped 3x3 g4", forward(conv2d, padding=1, groups=4), [(8, 64, 28, 28), (64, 16, 3, 3)], bf16),
         ("int64 direct", forward(conv2d, padding=1), [(1, 3, 16, 16), (4, 3, 3, 3)], torch.int64),
         ("conv3d fwd s2", forward(tc.conv3d, stride=2, padding=1, **igemm), [(2, 32, 8, 12, 12), (32, 32, 3, 3, 3)], bf16),
+        ("unet up 2x2 s2", forward(transposed, stride=2), [(8, 128, 64, 64), (128, 64, 2, 2)], bf16),
+        ("dcgan 4x4 s2 p1", forward(transposed, stride=2, padding=1), [(8, 256, 16, 16), (256, 128, 4, 4)], bf16),
         ("r2plus1d 1x3x3 s2 fwd", forward(tc.conv3d, stride=(1, 2, 2), padding=(0, 1, 1)), [(2, 64, 8, 28, 28), (144, 64, 1, 3, 3)], bf16),
         ("r2plus1d 1x3x3 s2 bwd", backward((1, 2, 2), (0, 1, 1)), [(2, 64, 8, 28, 28), (144, 64, 1, 3, 3)], bf16),
         ("r2plus1d 3x1x1 921 bwd", backward((2, 1, 1), (1, 0, 0)), [(2, 921, 4, 7, 7), (512, 921, 3, 1, 1)], bf16),
