@@ -626,7 +626,8 @@ _OWN_BUFFER_CASES = {
 @pytest.mark.parametrize("case", sorted(_OWN_BUFFER_CASES))
 def test_kernels_write_no_offset_or_strided_view_of_our_buffers(case, device, monkeypatch):
     """Every tensor a kernel is launched on that tritonconv allocated (not the caller's data)
-    is a whole buffer or a leading part of one: no storage offset, no gaps. Under
+    is a whole buffer or a leading part of one, no storage offset, no gaps, and the kernel
+    writes nothing past its end. Under
     torch.compile a kernel writing such a view is cloned into a buffer sized to the view, and
     torch 2.11 then reads past it (compiled MobileNetV3 training faulted on the GPU this way,
     session 17; ``testing.check_no_view_written`` checks Inductor's graphs)."""
@@ -641,8 +642,20 @@ def test_kernels_write_no_offset_or_strided_view_of_our_buffers(case, device, mo
     launched, callers, real = [], set(), launch._interpret
 
     def record(kernel, grid, args, meta):
+        """Also: no kernel writes past the end of a leading part of a buffer it is given
+        (session 16's split-K bug: given split 0's view of the partials, it wrote the rest)."""
         launched.append(args)
+        tails = []
+        for t in args:
+            if isinstance(t, torch.Tensor) and t.numel():
+                flat = torch.empty(0, dtype=t.dtype).set_(t.untyped_storage())
+                end = t.storage_offset() + 1 + sum((n - 1) * s for n, s in zip(t.shape, t.stride()))
+                if end < flat.numel():  # (bytes: an unwritten tail may hold NaN)
+                    tails.append((flat, end, flat[end:].view(torch.uint8).clone()))
         real(kernel, grid, args, meta)
+        for flat, end, before in tails:
+            after = flat[end:].view(torch.uint8)
+            assert torch.equal(after, before), f"{kernel} wrote past an argument's end"
 
     monkeypatch.setattr(launch, "_interpret", record)
     # (chunked: the column buffer holds 2 of the 5 samples, the last chunk one)
