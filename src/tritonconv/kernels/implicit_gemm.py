@@ -180,6 +180,8 @@ def conv_igemm_kernel(
     ALIGN_W_SS: tl.constexpr = False,
     SPLIT_K: tl.constexpr = False,
     FOLD_Z: tl.constexpr = False,
+    SRC_CACHE: tl.constexpr = "",
+    W_CACHE: tl.constexpr = "",
 ):
     """dst[n, g*Dg + d, pos] = sum over taps, s of src[n, g*Sg + s, source(pos, tap)] * w(s, d, tap)
     (+ bias); ``M = N*QD*QH*QW`` rows per phase (forward: ``Q = D``, the output size).
@@ -344,15 +346,15 @@ def conv_igemm_kernel(
         else:
             b_ptrs = w_cols[None, :] + (w_tap + c * w_ss)[:, None]
         if EVEN_K:
-            a = tl.load(a_ptrs, mask=ok[:, None], other=0)
+            a = tl.load(a_ptrs, mask=ok[:, None], other=0, cache_modifier=SRC_CACHE)
             b_mask = d_ok[None, :]
         else:
             c_ok = c < src_per_group
-            a = tl.load(a_ptrs, mask=ok[:, None] & c_ok[None, :], other=0)
+            a = tl.load(a_ptrs, mask=ok[:, None] & c_ok[None, :], other=0, cache_modifier=SRC_CACHE)
             b_mask = c_ok[:, None] & d_ok[None, :]
         if PACK > 1:
             b_mask = b_mask & diagonal
-        b = tl.load(b_ptrs, mask=b_mask, other=0)
+        b = tl.load(b_ptrs, mask=b_mask, other=0, cache_modifier=W_CACHE)
         if USE_DOT:
             acc = tl.dot(a.to(DOT_DTYPE), b.to(DOT_DTYPE), acc, input_precision=DOT_PRECISION)
         else:  # BLOCK_K == 1: an outer product, exact in ACC_DTYPE (no cross-lane reduction)
@@ -391,6 +393,7 @@ def _wgrad_tap(
     acc, dy, x_rows, inside, i_w, j, kw0, KW, IW, dil_w, x_sw, ci_ok,
     WINDOW: tl.constexpr, EVEN_C: tl.constexpr, USE_DOT: tl.constexpr,
     DOT_PRECISION: tl.constexpr, DOT_DTYPE: tl.constexpr, ACC_DTYPE: tl.constexpr,
+    X_CACHE: tl.constexpr,
 ):  # fmt: skip
     """``acc + dy @ x`` for width tap ``kw0 + j`` (``x_rows``/``i_w``: tap ``kw0``'s addresses
     and columns); a tap past the kernel's width (the last group's tail) loads nothing.
@@ -401,9 +404,12 @@ def _wgrad_tap(
         # (a vector comparison: the interpreter takes no scalar in a mask)
         ok = ok & (col >= 0) & (col < IW) & (tl.zeros_like(col) + kw0 + j < KW)
     if EVEN_C:  # one predicate per position row: no channel mask to combine per vector
-        xs = tl.load(x_rows + j * dil_w * x_sw, mask=ok[:, None], other=0)
+        xs = tl.load(x_rows + j * dil_w * x_sw, mask=ok[:, None], other=0, cache_modifier=X_CACHE)
     else:
-        xs = tl.load(x_rows + j * dil_w * x_sw, mask=ok[:, None] & ci_ok[None, :], other=0)
+        xs = tl.load(
+            x_rows + j * dil_w * x_sw, mask=ok[:, None] & ci_ok[None, :], other=0,
+            cache_modifier=X_CACHE,
+        )  # fmt: skip
     if USE_DOT:
         return tl.dot(dy.to(DOT_DTYPE), xs.to(DOT_DTYPE), acc, input_precision=DOT_PRECISION)
     # [M, K, N] products summed over K (at least 16 positions wide: see the module doc)
@@ -476,6 +482,7 @@ def conv_igemm_wgrad_kernel(
     BLOCK_K: tl.constexpr,
     INDEX_64: tl.constexpr,
     ALIGN: tl.constexpr = 1,
+    X_CACHE: tl.constexpr = "",
 ):
     """partial[split, g*Cout_g + co, ci, tap] = sum over the split's positions p of
     dy[p, g*Cout_g + co] * x[p shifted by tap, g*Cin_g + ci]; ``partial`` is
@@ -590,15 +597,15 @@ def conv_igemm_wgrad_kernel(
         # the dy tile and the coordinates above serve TAP_GROUP taps along the width
         acc0 = _wgrad_tap(acc0, dy, x_rows, inside, i_w, 0, kw0, KW, IW, dil_w, x_sw, ci_ok,
                           not POINTWISE, EVEN_C, USE_DOT, DOT_PRECISION, DOT_DTYPE,
-                          ACC_DTYPE)  # fmt: skip
+                          ACC_DTYPE, X_CACHE)  # fmt: skip
         if TAP_GROUP > 1:
             acc1 = _wgrad_tap(acc1, dy, x_rows, inside, i_w, 1, kw0, KW, IW, dil_w, x_sw, ci_ok,
                               not POINTWISE, EVEN_C, USE_DOT, DOT_PRECISION, DOT_DTYPE,
-                              ACC_DTYPE)  # fmt: skip
+                              ACC_DTYPE, X_CACHE)  # fmt: skip
         if TAP_GROUP > 2:
             acc2 = _wgrad_tap(acc2, dy, x_rows, inside, i_w, 2, kw0, KW, IW, dil_w, x_sw, ci_ok,
                               not POINTWISE, EVEN_C, USE_DOT, DOT_PRECISION, DOT_DTYPE,
-                              ACC_DTYPE)  # fmt: skip
+                              ACC_DTYPE, X_CACHE)  # fmt: skip
 
     tap0 = kd * p_skd + kh * p_skh + kw0 * p_skw
     dst = partial_ptr + split * partial_split_stride + tap0

@@ -395,11 +395,21 @@ def _launch_conv(src, weight, bias, dst, geometry: Geometry, groups: int, transp
         SPLIT_K=splits > 1,
         # launch folds more phases than CUDA's 65535 into axis 0 (a split count never is)
         FOLD_Z=None if splits > 1 else False,
+        SRC_CACHE=L1_CACHE["src"],
+        W_CACHE=L1_CACHE["w"],
         num_warps=num_warps,
         num_stages=num_stages,
     )
     if splits > 1:
         sum_partials(partial, out)
+
+
+# Cache modifiers of the loads whose lines neighbouring taps share: the forward's and input
+# gradient's source tiles (``src``: tap after tap over overlapping rows), their weight tiles
+# (``w``), and the weight gradient's x tiles (``x``: a program's width taps read the same rows
+# one column apart). ``""`` lets Triton choose (16-byte ``cp.async`` bypassing L1), ``".ca"``
+# keeps the lines in L1 for the next tap.
+L1_CACHE = {"src": "", "w": "", "x": ""}
 
 
 def split_k(programs: int, steps: int, block_k: int, numel: int, device) -> int:
@@ -590,6 +600,7 @@ def _launch_grad_weight(
         BLOCK_K=block_k,
         INDEX_64=needs_int64(grad_out, x, partial),
         ALIGN=align,
+        X_CACHE=L1_CACHE["x"],
         num_warps=num_warps,
         num_stages=num_stages,
     )
