@@ -29,7 +29,7 @@ from tritonconv.geometry import make_geometry
 from tritonconv.ops import implicit_gemm as ig
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from probe_small_wave import graph_us  # noqa: E402
+from probe_small_wave import graph_us
 
 GPU = torch.cuda.is_available()
 DEVICE = "cuda" if GPU else "cpu"  # the CPU (interpreter): toy sizes, a check of the script
@@ -41,7 +41,12 @@ def _time(fn) -> float:
     fn()
     return 1.0
 
-FORWARD_VARIANTS = {"default": {}, "src .ca": {"src": ".ca"}, "src+w .ca": {"src": ".ca", "w": ".ca"}}
+
+FORWARD_VARIANTS = {
+    "default": {},
+    "src .ca": {"src": ".ca"},
+    "src+w .ca": {"src": ".ca", "w": ".ca"},
+}
 WGRAD_VARIANTS = {"default": {}, "x .ca": {"x": ".ca"}}
 
 

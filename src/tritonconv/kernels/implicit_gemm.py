@@ -182,6 +182,7 @@ def conv_igemm_kernel(
     FOLD_Z: tl.constexpr = False,
     SRC_CACHE: tl.constexpr = "",
     W_CACHE: tl.constexpr = "",
+    SWAP: tl.constexpr = False,
 ):
     """dst[n, g*Dg + d, pos] = sum over taps, s of src[n, g*Sg + s, source(pos, tap)] * w(s, d, tap)
     (+ bias); ``M = N*QD*QH*QW`` rows per phase (forward: ``Q = D``, the output size).
@@ -304,7 +305,10 @@ def conv_igemm_kernel(
         per_split = tl.cdiv(iterations, tl.num_programs(2))
         first = tl.program_id(2) * per_split
         iterations = tl.minimum(iterations, first + per_split)
-    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=ACC_DTYPE)
+    if SWAP:  # the transposed product: destination channels as the MMA's rows
+        acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=ACC_DTYPE)
+    else:
+        acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=ACC_DTYPE)
     if WINDOW:  # the step's channel block and taps, counted from step to step (no division)
         cb = tl.program_id(0) * 0
         if INDEX_64:
@@ -355,7 +359,9 @@ def conv_igemm_kernel(
         if PACK > 1:
             b_mask = b_mask & diagonal
         b = tl.load(b_ptrs, mask=b_mask, other=0, cache_modifier=W_CACHE)
-        if USE_DOT:
+        if SWAP:
+            acc = tl.dot(b.to(DOT_DTYPE).T, a.to(DOT_DTYPE).T, acc, input_precision=DOT_PRECISION)
+        elif USE_DOT:
             acc = tl.dot(a.to(DOT_DTYPE), b.to(DOT_DTYPE), acc, input_precision=DOT_PRECISION)
         else:  # BLOCK_K == 1: an outer product, exact in ACC_DTYPE (no cross-lane reduction)
             acc += a.to(ACC_DTYPE) * b.to(ACC_DTYPE)
@@ -371,6 +377,8 @@ def conv_igemm_kernel(
             jh = tl.where(wrap, 0, jh)
             jd += wrap.to(jd.dtype)
 
+    if SWAP:
+        acc = acc.T
     if HAS_BIAS:
         bias = tl.load(bias_ptr + g * dst_per_group + d, mask=d_ok, other=0).to(ACC_DTYPE)
         if SPLIT_K:  # added once, by the first split

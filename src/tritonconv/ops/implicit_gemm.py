@@ -397,6 +397,7 @@ def _launch_conv(src, weight, bias, dst, geometry: Geometry, groups: int, transp
         FOLD_Z=None if splits > 1 else False,
         SRC_CACHE=L1_CACHE["src"],
         W_CACHE=L1_CACHE["w"],
+        SWAP=swap_rule(src.dtype, config) and src.dtype in DOT_DTYPES,
         num_warps=num_warps,
         num_stages=num_stages,
     )
@@ -410,6 +411,11 @@ def _launch_conv(src, weight, bias, dst, geometry: Geometry, groups: int, transp
 # one column apart). ``""`` lets Triton choose (16-byte ``cp.async`` bypassing L1), ``".ca"``
 # keeps the lines in L1 for the next tap.
 L1_CACHE = {"src": "", "w": "", "x": ""}
+
+
+def swap_rule(dtype, config) -> bool:
+    """Whether the forward/input-gradient kernel computes the transposed product (probe)."""
+    return False
 
 
 def split_k(programs: int, steps: int, block_k: int, numel: int, device) -> int:
