@@ -471,6 +471,78 @@ def test_tiles_for_channel_counts_off_the_tile_grid(monkeypatch):
     assert tiles(64, 921) == Config(256, 128, 64, 8, 3)  # 1024 against 960: close enough
 
 
+def test_tiles_for_short_reductions_and_64_columns(monkeypatch):
+    """16-bit layers of 64 output columns run 64-channel steps in 3 stages (three programs an
+    SM), reductions of one or two 64-channel steps 128x128 tiles in 2 stages (session 18's
+    H100 probe); fp32 and 32-channel steps keep theirs."""
+    monkeypatch.setattr(implicit_gemm, "INTERPRETER", False)
+    monkeypatch.setattr(implicit_gemm, "multiprocessor_count", lambda device: 132)
+    Config, bf16 = implicit_gemm.Config, torch.bfloat16
+
+    def tiles(dtype, channels, out, size, kernel, transposed=False, batch=32):
+        return implicit_gemm.launch_config(
+            dtype, batch, channels, out, (size, size), (1, 1), (kernel, kernel), 1, transposed,
+            "cuda",
+        )  # fmt: skip
+
+    assert tiles(bf16, 64, 64, 56, 3) == Config(128, 64, 64, 4, 3)
+    assert tiles(bf16, 64, 64, 256, 3, transposed=True, batch=8) == Config(128, 64, 64, 4, 3)
+    assert tiles(bf16, 96, 64, 56, 3) == Config(128, 64, 32, 4, 4)  # 32-channel steps
+    assert tiles(torch.float32, 64, 64, 56, 3) == Config(128, 64, 32, 4, 4)
+    assert tiles(bf16, 64, 256, 56, 1) == Config(128, 128, 64, 8, 2)  # one step
+    assert tiles(bf16, 128, 512, 28, 1) == Config(128, 128, 64, 8, 2)  # two
+    assert tiles(bf16, 256, 1024, 28, 1) == Config(256, 128, 64, 8, 3)  # four
+    assert tiles(torch.float32, 64, 256, 56, 1) == Config(128, 128, 32, 8, 3)
+
+
+def test_swap_rule():
+    """The transposed product for 16-bit 256-row tiles only (session 18's H100 probe)."""
+    Config, swap = implicit_gemm.Config, implicit_gemm.swap_rule
+    assert swap(torch.bfloat16, Config(256, 128, 64, 8, 3))
+    assert swap(torch.float16, Config(256, 64, 64, 8, 3))
+    assert not swap(torch.bfloat16, Config(128, 128, 64, 8, 3))
+    assert not swap(torch.float32, Config(256, 128, 32, 8, 3))
+
+
+SWAP_CONFIGS = [implicit_gemm.Config(64, 32, 16, 4, 2), implicit_gemm.Config(256, 128, 64, 8, 3)]
+
+
+@pytest.mark.parametrize("config", SWAP_CONFIGS, ids=str)
+@pytest.mark.parametrize("geometry", [GEOMETRIES[i] for i in (0, 2, 4, 5)], ids=str)
+def test_transposed_product_matches_float64(geometry, config, device, monkeypatch):
+    """``SWAP`` (acc^T = W^T X^T) on any configuration, forced: the forward with bias, the
+    input gradient of strided, dilated, grouped layers (phases), the split reduction (forced
+    onto the small shapes), each against float64 with and without it."""
+    N, C, H, W, K, kernel, stride, padding, dilation, groups = geometry
+    geo = tritonconv.geometry.make_geometry(
+        (H, W), kernel, *((v, v) if isinstance(v, int) else v for v in (stride, padding)),
+        *((v, v) if isinstance(v, int) else v for v in (padding, dilation)),
+    )  # fmt: skip
+    cl = torch.channels_last
+    x = random_tensor((N, C, H, W), torch.float32, device).to(memory_format=cl)
+    w = random_tensor((K, C // groups, *kernel), torch.float32, device).to(memory_format=cl)
+    b = random_tensor((K,), torch.float32, device)
+    dy = random_tensor((N, K, *geo.output), torch.float32, device).to(memory_format=cl)
+    reduction = C // groups * kernel[0] * kernel[1]
+    want_y = F.conv2d(x.double(), w.double(), b.double(), stride, padding, dilation, groups)
+    want_dx = torch.ops.aten.convolution_backward(
+        dy.double(), x.double(), w.double(), None, geo.stride, geo.pad_before, geo.dilation,
+        False, (0, 0), groups, (True, False, False),
+    )[0]  # fmt: skip
+    monkeypatch.setattr(implicit_gemm, "INTERPRETER_MULTIPROCESSORS", 64)
+    monkeypatch.setattr(implicit_gemm, "multiprocessor_count", lambda device: 1 << 20)
+    monkeypatch.setattr(implicit_gemm, "SPLIT_K_MIN_REDUCTION", 1)
+    with exact_fp32():
+        for swapped in (False, True):
+            monkeypatch.setattr(implicit_gemm, "swap_rule", lambda dtype, cfg, s=swapped: s)
+            tritonconv.clear_caches()
+            y = implicit_gemm.conv_forward(x, w, b, geo, groups, config)
+            dx = implicit_gemm.conv_grad_input(dy, w, x, geo, groups, config=config)
+            assert_close(y, want_y, reduction=reduction, name="output")
+            assert_close(dx, want_dx, reduction=K // groups * kernel[0] * kernel[1], name="dx")
+    tritonconv.clear_caches()
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize(
     "case",

@@ -180,8 +180,6 @@ def conv_igemm_kernel(
     ALIGN_W_SS: tl.constexpr = False,
     SPLIT_K: tl.constexpr = False,
     FOLD_Z: tl.constexpr = False,
-    SRC_CACHE: tl.constexpr = "",
-    W_CACHE: tl.constexpr = "",
     SWAP: tl.constexpr = False,
 ):
     """dst[n, g*Dg + d, pos] = sum over taps, s of src[n, g*Sg + s, source(pos, tap)] * w(s, d, tap)
@@ -205,6 +203,11 @@ def conv_igemm_kernel(
     bias in split 0's only, at ``dst + split * dst_split_stride`` (``dst``: the fp32 partials,
     each laid out as the output); ``sum_partials`` adds them in split order. For problems of
     few output rows and a long reduction, which would leave most multiprocessors idle.
+
+    ``SWAP`` (tensor-core dtypes): the loop accumulates the transposed tile ``W^T X^T``
+    (destination channels as the MMA's rows, positions as its columns), transposed back
+    before the epilogue: the same sums, fewer shared-memory reads per product on tiles of
+    256 rows (``ops.implicit_gemm.swap_rule``).
 
     ``FOLD_Z`` (an input gradient of more stride phases than CUDA's 65535 programs along a
     grid's third axis, which ``launch`` folds): the phases run over the first and third axes,
@@ -350,15 +353,15 @@ def conv_igemm_kernel(
         else:
             b_ptrs = w_cols[None, :] + (w_tap + c * w_ss)[:, None]
         if EVEN_K:
-            a = tl.load(a_ptrs, mask=ok[:, None], other=0, cache_modifier=SRC_CACHE)
+            a = tl.load(a_ptrs, mask=ok[:, None], other=0)
             b_mask = d_ok[None, :]
         else:
             c_ok = c < src_per_group
-            a = tl.load(a_ptrs, mask=ok[:, None] & c_ok[None, :], other=0, cache_modifier=SRC_CACHE)
+            a = tl.load(a_ptrs, mask=ok[:, None] & c_ok[None, :], other=0)
             b_mask = c_ok[:, None] & d_ok[None, :]
         if PACK > 1:
             b_mask = b_mask & diagonal
-        b = tl.load(b_ptrs, mask=b_mask, other=0, cache_modifier=W_CACHE)
+        b = tl.load(b_ptrs, mask=b_mask, other=0)
         if SWAP:
             acc = tl.dot(b.to(DOT_DTYPE).T, a.to(DOT_DTYPE).T, acc, input_precision=DOT_PRECISION)
         elif USE_DOT:
@@ -401,7 +404,6 @@ def _wgrad_tap(
     acc, dy, x_rows, inside, i_w, j, kw0, KW, IW, dil_w, x_sw, ci_ok,
     WINDOW: tl.constexpr, EVEN_C: tl.constexpr, USE_DOT: tl.constexpr,
     DOT_PRECISION: tl.constexpr, DOT_DTYPE: tl.constexpr, ACC_DTYPE: tl.constexpr,
-    X_CACHE: tl.constexpr,
 ):  # fmt: skip
     """``acc + dy @ x`` for width tap ``kw0 + j`` (``x_rows``/``i_w``: tap ``kw0``'s addresses
     and columns); a tap past the kernel's width (the last group's tail) loads nothing.
@@ -412,12 +414,9 @@ def _wgrad_tap(
         # (a vector comparison: the interpreter takes no scalar in a mask)
         ok = ok & (col >= 0) & (col < IW) & (tl.zeros_like(col) + kw0 + j < KW)
     if EVEN_C:  # one predicate per position row: no channel mask to combine per vector
-        xs = tl.load(x_rows + j * dil_w * x_sw, mask=ok[:, None], other=0, cache_modifier=X_CACHE)
+        xs = tl.load(x_rows + j * dil_w * x_sw, mask=ok[:, None], other=0)
     else:
-        xs = tl.load(
-            x_rows + j * dil_w * x_sw, mask=ok[:, None] & ci_ok[None, :], other=0,
-            cache_modifier=X_CACHE,
-        )  # fmt: skip
+        xs = tl.load(x_rows + j * dil_w * x_sw, mask=ok[:, None] & ci_ok[None, :], other=0)
     if USE_DOT:
         return tl.dot(dy.to(DOT_DTYPE), xs.to(DOT_DTYPE), acc, input_precision=DOT_PRECISION)
     # [M, K, N] products summed over K (at least 16 positions wide: see the module doc)
@@ -490,7 +489,6 @@ def conv_igemm_wgrad_kernel(
     BLOCK_K: tl.constexpr,
     INDEX_64: tl.constexpr,
     ALIGN: tl.constexpr = 1,
-    X_CACHE: tl.constexpr = "",
 ):
     """partial[split, g*Cout_g + co, ci, tap] = sum over the split's positions p of
     dy[p, g*Cout_g + co] * x[p shifted by tap, g*Cin_g + ci]; ``partial`` is
@@ -605,15 +603,15 @@ def conv_igemm_wgrad_kernel(
         # the dy tile and the coordinates above serve TAP_GROUP taps along the width
         acc0 = _wgrad_tap(acc0, dy, x_rows, inside, i_w, 0, kw0, KW, IW, dil_w, x_sw, ci_ok,
                           not POINTWISE, EVEN_C, USE_DOT, DOT_PRECISION, DOT_DTYPE,
-                          ACC_DTYPE, X_CACHE)  # fmt: skip
+                          ACC_DTYPE)  # fmt: skip
         if TAP_GROUP > 1:
             acc1 = _wgrad_tap(acc1, dy, x_rows, inside, i_w, 1, kw0, KW, IW, dil_w, x_sw, ci_ok,
                               not POINTWISE, EVEN_C, USE_DOT, DOT_PRECISION, DOT_DTYPE,
-                              ACC_DTYPE, X_CACHE)  # fmt: skip
+                              ACC_DTYPE)  # fmt: skip
         if TAP_GROUP > 2:
             acc2 = _wgrad_tap(acc2, dy, x_rows, inside, i_w, 2, kw0, KW, IW, dil_w, x_sw, ci_ok,
                               not POINTWISE, EVEN_C, USE_DOT, DOT_PRECISION, DOT_DTYPE,
-                              ACC_DTYPE, X_CACHE)  # fmt: skip
+                              ACC_DTYPE)  # fmt: skip
 
     tap0 = kd * p_skd + kh * p_skh + kw0 * p_skw
     dst = partial_ptr + split * partial_split_stride + tap0

@@ -125,7 +125,19 @@ def forward_config(dtype, rows, src_per_group, dst_per_group, groups, device, ta
             return Config(64, 64, 64, 4, 4)
         return Config(64, min(block_n, 64), block_k, 4, 4)
     if block_n < 128:
-        return Config(128, block_n, block_k, 4, 4)
+        # 16-bit 64-channel steps in 3 stages (72 KB: three programs an SM) rather than 4
+        # (96 KB: two). Session 18's probe (probe_swap_tiles.py, H100, bf16 channels-last):
+        # UNet's 3x3 64 -> 64 at 256x256 133.9 -> 118.9 µs forward, 136.2 -> 120.2 input
+        # gradient; ResNet-50's 3x3 64 -> 64 at 56x56 27.0 -> 24.9 / 27.0 -> 25.5.
+        stages = 3 if not fp32 and block_k == 64 else 4
+        return Config(128, block_n, block_k, 4, stages)
+    if not fp32 and block_k == 64 and taps * cdiv(src_per_group, block_k) <= 2:
+        # A reduction of one or two steps (1x1 convolutions of 64-128 channels): nothing to
+        # pipeline, so the 256-row tiles' 3 stages (147 KB, one program an SM) only keep
+        # programs apart; 128x128 in 2 stages (64 KB) lets three share an SM and overlap one's
+        # stores with another's loads. Session 18: ResNet-50's 1x1 64 -> 256 at 56x56
+        # 39.2 -> 34.7 µs.
+        return Config(128, 128, 64, 8, 2)
     if cdiv(dst_per_group, 128) * 128 * 8 > cdiv(dst_per_group, 64) * 64 * 9:
         # 128-wide tiles would pad the columns by far more than 64-wide ones (144 channels:
         # 256 against 192); measured (probe_small_wave.py --odd, r2plus1d's 144-channel
@@ -395,9 +407,7 @@ def _launch_conv(src, weight, bias, dst, geometry: Geometry, groups: int, transp
         SPLIT_K=splits > 1,
         # launch folds more phases than CUDA's 65535 into axis 0 (a split count never is)
         FOLD_Z=None if splits > 1 else False,
-        SRC_CACHE=L1_CACHE["src"],
-        W_CACHE=L1_CACHE["w"],
-        SWAP=swap_rule(src.dtype, config) and src.dtype in DOT_DTYPES,
+        SWAP=swap_rule(src.dtype, Config(*config)),
         num_warps=num_warps,
         num_stages=num_stages,
     )
@@ -405,17 +415,15 @@ def _launch_conv(src, weight, bias, dst, geometry: Geometry, groups: int, transp
         sum_partials(partial, out)
 
 
-# Cache modifiers of the loads whose lines neighbouring taps share: the forward's and input
-# gradient's source tiles (``src``: tap after tap over overlapping rows), their weight tiles
-# (``w``), and the weight gradient's x tiles (``x``: a program's width taps read the same rows
-# one column apart). ``""`` lets Triton choose (16-byte ``cp.async`` bypassing L1), ``".ca"``
-# keeps the lines in L1 for the next tap.
-L1_CACHE = {"src": "", "w": "", "x": ""}
-
-
 def swap_rule(dtype, config) -> bool:
-    """Whether the forward/input-gradient kernel computes the transposed product (probe)."""
-    return False
+    """Whether the forward/input-gradient kernel computes the transposed product
+    ``acc^T = W^T X^T`` (``SWAP``: destination channels as the tensor-core instruction's 64
+    rows). With 256-row tiles on two warpgroups each then runs ``m64n256k16`` over 128
+    channels, instead of two ``m64n128k16`` that each read their 128 channels' weight tile
+    again: 20 instead of 24 KB of shared memory per 16-deep step. Session 18
+    (probe_swap_tiles.py, H100, bf16): dilated 3x3 256 at 64x64 152.1 -> 141.8 µs, ResNet-50's
+    3x3 128 at 28x28 22.6 -> 21.3; on 128-row tiles it moved nothing beyond noise (±3 %)."""
+    return dtype in (torch.float16, torch.bfloat16) and config.block_m == 256
 
 
 def split_k(programs: int, steps: int, block_k: int, numel: int, device) -> int:
@@ -606,7 +614,6 @@ def _launch_grad_weight(
         BLOCK_K=block_k,
         INDEX_64=needs_int64(grad_out, x, partial),
         ALIGN=align,
-        X_CACHE=L1_CACHE["x"],
         num_warps=num_warps,
         num_stages=num_stages,
     )
