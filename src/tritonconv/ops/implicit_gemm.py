@@ -271,6 +271,7 @@ TUNING_CONFIGS = {
         Config(256, 128, 64, 8, 3),
         Config(64, 64, 128, 4, 3),
         Config(128, 64, 16, 4, 4),
+        Config(128, 128, 64, 8, 2),  # (session 18: short reductions)
     ),
     "fp32": (
         Config(64, 64, 64, 4, 3),
