@@ -91,6 +91,9 @@ def test_models_suite_compiled_only(tiny_unet):
             assert row.extra[f"ours_{key}"] < 1e-4, row.extra
             assert row.extra[f"ref_{key}"] < 1e-4, row.extra
         assert "DIFFERS" not in row.note
+        name, ours_l2, ref_l2 = row.extra["compiled_l2_worst_vs_torch"]
+        assert ours_l2 < 1e-4 and ref_l2 < 1e-4, row.extra
+        assert name == "output" if row.op == "infer compiled" else name.endswith(("weight", "bias"))
 
 
 def test_a_compiled_model_unlike_its_eager_self_is_flagged():
@@ -99,6 +102,12 @@ def test_a_compiled_model_unlike_its_eager_self_is_flagged():
     assert bm.compiled_mismatch(2e-2, 1.3e-2) == ""  # (bf16: both sides alike)
     assert "COMPILED DIFFERS FROM EAGER" in bm.compiled_mismatch(float("nan"), 1e-2)
     assert "COMPILED DIFFERS FROM EAGER" in bm.compiled_mismatch(0.5, 1e-3)
+    # one parameter's gradient wrong while the worst relative max says nothing (bf16 training)
+    ours, torch_l2 = {"a.weight": 1.4, "b.weight": 0.9}, {"a.weight": 1.5, "b.weight": 0.02}
+    flag = bm.compiled_mismatch(2.0, 1.9, ours, torch_l2)
+    assert "b.weight at L2 9.0e-01" in flag
+    assert bm.compiled_mismatch(2.0, 1.9, ours, dict(torch_l2, **{"b.weight": 0.5})) == ""
+    assert "DIFFERS" in bm.compiled_mismatch(1e-3, 1e-3, {"output": float("nan")}, {})
 
 
 def test_without_torchvision_the_suite_says_how_to_get_it(monkeypatch, capsys, tmp_path):
