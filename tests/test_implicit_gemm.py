@@ -502,6 +502,9 @@ def test_swap_rule():
     assert swap(torch.float16, Config(256, 64, 64, 8, 3))
     assert not swap(torch.bfloat16, Config(128, 128, 64, 8, 3))
     assert not swap(torch.float32, Config(256, 128, 32, 8, 3))
+    describe = implicit_gemm.describe
+    assert describe(torch.bfloat16, (256, 128, 64, 8, 3)) == "256x128x64 w8 s3 transposed product"
+    assert describe(torch.bfloat16, (128, 128, 64, 8, 2)) == "128x128x64 w8 s2"
 
 
 SWAP_CONFIGS = [implicit_gemm.Config(64, 32, 16, 4, 2), implicit_gemm.Config(256, 128, 64, 8, 3)]

@@ -741,16 +741,18 @@ def explain(
         return found
     g = args.geometry
     if found.config:
-        tiles = f"{implicit_gemm.Config(*found.config)} (measured)"
+        tiles = f"{implicit_gemm.describe(input.dtype, found.config)} (measured)"
     elif not transposed and implicit_gemm.foldable(input.dtype, args.in_per_group, g, args.groups):
         folded, fg = g.kernel[-1] * args.in_per_group, implicit_gemm.folded_geometry(g)
         tiles = implicit_gemm.launch_config(
             input.dtype, args.batch, folded, args.out_per_group, fg.output, fg.stride, fg.kernel,
             1, False, input.device,
         )  # fmt: skip
+        tiles = implicit_gemm.describe(input.dtype, tiles)
         tiles = f"{tiles} (width taps folded into {folded} channels)"
     else:
         tiles = implicit_gemm.launch_config(input.dtype, *_launch_args(args, transposed, input))
+        tiles = implicit_gemm.describe(input.dtype, tiles)
     return dataclasses.replace(found, reason=f"{found.reason}; forward tiles {tiles}")
 
 

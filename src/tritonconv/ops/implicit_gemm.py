@@ -427,6 +427,13 @@ def swap_rule(dtype, config) -> bool:
     return dtype in (torch.float16, torch.bfloat16) and config.block_m == 256
 
 
+def describe(dtype, config) -> str:
+    """A tile configuration as ``tritonconv.explain`` reports it, with the transposed product
+    named where :func:`swap_rule` takes it."""
+    config = Config(*config)
+    return f"{config}{' transposed product' if swap_rule(dtype, config) else ''}"
+
+
 def split_k(programs: int, steps: int, block_k: int, numel: int, device) -> int:
     """Into how many parts the forward/input-gradient kernel splits its ``steps`` reduction
     steps of ``block_k`` (``programs``: its tiles; ``numel``: the output's size): 1 unless the
