@@ -70,6 +70,23 @@ def graph_us(fn, launches: int = 20) -> float:
     return sorted(times)[3]
 
 
+def time_or_run(fn) -> float:
+    """:func:`graph_us` on a GPU; on the CPU (the interpreter: a check of a probe's script, at
+    toy sizes) one call and 1.0."""
+    if torch.cuda.is_available():
+        return graph_us(fn)
+    fn()
+    return 1.0
+
+
+def ranked(timed: list, reference_us: float, shown: int) -> tuple[dict, str]:
+    """``(µs, label)`` pairs as ``{label: µs}`` fastest first, and the fastest ``shown`` as
+    ``label µs (reference / µs x)`` cells for a printed line."""
+    timed = sorted(timed)
+    cells = "  ".join(f"{label} {us:.1f} ({reference_us / us:.2f}x)" for us, label in timed[:shown])
+    return {label: us for us, label in timed}, cells
+
+
 def layer(name: str, n, c, spatial, k, kernel, stride, pad, extra=()) -> None:
     """Every 16-bit tuning configuration (and ``extra``) on one layer's forward and input
     gradient."""

@@ -28,7 +28,7 @@ from tritonconv.geometry import make_geometry
 from tritonconv.ops import implicit_gemm as ig
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from probe_small_wave import graph_us
+from probe_small_wave import ranked, time_or_run
 
 GPU = torch.cuda.is_available()
 DEVICE = "cuda" if GPU else "cpu"
@@ -44,13 +44,6 @@ LAYERS = {
 CONFIGS = [C(128, 128, 64, 8, 3), C(256, 128, 64, 8, 3), C(128, 256, 64, 8, 3),
            C(128, 128, 64, 4, 4), C(64, 128, 64, 4, 4)]  # fmt: skip
 SPLITS = (1, 2, 3, 4, 6)
-
-
-def _time(fn) -> float:
-    if GPU:
-        return graph_us(fn)
-    fn()
-    return 1.0
 
 
 def _splits(count):
@@ -86,15 +79,17 @@ def layer(name, n, c, size, k, kernel, pad) -> dict:
         )
         reference = run(heuristic).float()
         scale = reference.abs().max().item()
-        timed = [(_time(cudnn), "cuDNN")]
-        timed.append((_time(functools.partial(run, heuristic)), f"{heuristic}* (rule's split)"))
+        timed = [(time_or_run(cudnn), "cuDNN")]
+        timed.append(
+            (time_or_run(functools.partial(run, heuristic)), f"{heuristic}* (rule's split)")
+        )
         for cfg in CONFIGS:
             for count in SPLITS:
                 real = _splits(count)
                 try:
                     err = (run(cfg).float() - reference).abs().max().item() / scale
                     assert err < 2e-2, f"{name} {pass_name} {cfg} split {count}: error {err}"
-                    timed.append((_time(functools.partial(run, cfg)), f"{cfg} split {count}"))
+                    timed.append((time_or_run(functools.partial(run, cfg)), f"{cfg} split {count}"))
                 except AssertionError:
                     raise
                 except Exception as error:
@@ -102,10 +97,7 @@ def layer(name, n, c, size, k, kernel, pad) -> dict:
                 finally:
                     ig.split_k = real
                     clear_caches()
-        cudnn_us = timed[0][0]
-        timed.sort()
-        row[pass_name] = {label: us for us, label in timed}
-        cells = "  ".join(f"{label} {us:.1f} ({cudnn_us / us:.2f}x)" for us, label in timed[:7])
+        row[pass_name], cells = ranked(timed, timed[0][0], 7)  # (timed[0]: cuDNN's)
         print(f"{name} {pass_name}: {cells}", flush=True)
     return row
 

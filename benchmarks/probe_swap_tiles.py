@@ -37,7 +37,7 @@ from tritonconv.geometry import make_geometry
 from tritonconv.ops import implicit_gemm as ig
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from probe_small_wave import graph_us
+from probe_small_wave import ranked, time_or_run
 
 GPU = torch.cuda.is_available()
 DEVICE = "cuda" if GPU else "cpu"  # the CPU (interpreter): toy sizes, a check of the script
@@ -61,13 +61,6 @@ PLAN = {
 }
 
 
-def _time(fn) -> float:
-    if GPU:
-        return graph_us(fn)
-    fn()
-    return 1.0
-
-
 def _swap(flag: bool) -> None:
     ig.swap_rule = lambda dtype, config: flag
     clear_caches()  # the launch plans recorded the previous setting
@@ -88,9 +81,9 @@ def layer(name: str) -> dict:
     out_spatial = case.output()[2:]
     row = {"case": name, "shape": case.shape()}
     kw = dict(stride=st, padding=p, dilation=d)
-    row["cudnn fwd"] = _time(lambda: F.conv2d(x, w, **kw))
+    row["cudnn fwd"] = time_or_run(lambda: F.conv2d(x, w, **kw))
     if "dX" in passes:
-        row["cudnn dX"] = _time(
+        row["cudnn dX"] = time_or_run(
             lambda: torch.ops.aten.convolution_backward(
                 dy, x, w, None, (st, st), (p, p), (d, d), False, (0, 0), 1, (True, False, False)
             )
@@ -112,7 +105,7 @@ def layer(name: str) -> dict:
                 _swap(flag)
                 try:
                     result = run(cfg).float()
-                    us = _time(lambda cfg=cfg, run=run: run(cfg))
+                    us = time_or_run(lambda cfg=cfg, run=run: run(cfg))
                 except Exception as error:  # a configuration that does not fit
                     print(f"  {name} {pass_name} {cfg} swap={flag}: {type(error).__name__}")
                     continue
@@ -122,10 +115,8 @@ def layer(name: str) -> dict:
                 label = f"{cfg}{' swap' if flag else ''}{'*' if cfg == heuristic else ''}"
                 timed.append((us, label))
         _swap(False)
-        timed.sort()
         ref = row[f"cudnn {pass_name}"]
-        row[pass_name] = {label: us for us, label in timed}
-        cells = "  ".join(f"{label} {us:.1f} ({ref / us:.2f}x)" for us, label in timed[:6])
+        row[pass_name], cells = ranked(timed, ref, 6)
         print(f"{name} {pass_name}: cuDNN {ref:.1f} µs | {cells}", flush=True)
     return row
 

@@ -119,8 +119,10 @@ def poison_(tensor: torch.Tensor) -> torch.Tensor:
 def is_leading_part(t: torch.Tensor) -> bool:
     """Whether ``t`` (not empty) covers a leading run of its buffer: no storage offset, no gaps
     (the whole buffer, or its first ``t.numel()`` elements in some order)."""
-    span = 1 + sum((n - 1) * abs(s) for n, s in zip(t.shape, t.stride(), strict=True))
-    return t.storage_offset() == 0 and span == t.numel()
+    from .launch import _extent
+
+    start, last = _extent(t)
+    return start == 0 and last + 1 == t.numel()
 
 
 def check_no_view_written(graph: torch.fx.Graph) -> None:
