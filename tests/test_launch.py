@@ -555,6 +555,106 @@ def test_an_unplannable_signature_is_recorded_once(device, plan_recordings):
     assert len(_axpy.plans.entries) == 1
 
 
+@launch.launch_plan
+def _gemm_plus(a, b, bias):
+    """PyTorch operations through ``launch.call``: a GEMM into an allocation, an in-place add
+    on a view of an argument, a new tensor a call returns and a launch on it."""
+    out = launch.allocate((a.shape[0], b.shape[1]), a.dtype, a.device)
+    launch.call(torch.mm, a, b, out=out)
+    launch.call(torch.Tensor.add_, out, bias.view(1, -1))
+    doubled = launch.call(torch.mul, out, 2)  # a new tensor: later steps may use it
+    n = doubled.numel()
+    launch.launch(_axpy_kernel, (triton.cdiv(n, 64),), doubled, out, doubled, n, 1, BLOCK=64)
+    return doubled
+
+
+def test_pytorch_calls_replay_on_the_new_tensors(device, plan_recordings, monkeypatch):
+    """``launch.call`` records a PyTorch operation like a launch: the replay calls it again on
+    the call's own tensors (out= and in-place targets included), and a tensor a call returned
+    is one the later steps and the result may use. Recorded once; the body never runs again."""
+    _gemm_plus.plans.clear()
+    for trial in range(3):
+        a, b = torch.randn(5, 7, device=device), torch.randn(7, 3, device=device)
+        bias = torch.randn(3, device=device)
+        got = _gemm_plus(a, b, bias)
+        assert_close(got, (3 * (a @ b + bias)).cpu())
+        if trial == 0:  # from now on, a replay: the body's Python must not run
+            monkeypatch.setattr(launch, "allocate", None)
+    assert len(plan_recordings) == 1
+
+
+@launch.launch_plan
+def _call_on_a_list(a, b):
+    out = launch.allocate((2 * a.shape[0],), a.dtype, a.device)
+    launch.call(torch.cat, [a, b], out=out)
+    return out
+
+
+def test_a_call_on_a_list_of_tensors_is_not_planned(device):
+    """Tensors inside a call's list arguments are not taken apart into slots: such a call
+    signature is unplannable (run every time), never replayed on the first call's tensors."""
+    _call_on_a_list.plans.clear()
+    for _ in range(2):
+        a, b = torch.randn(4, device=device), torch.randn(4, device=device)
+        assert_close(_call_on_a_list(a, b), torch.cat([a, b]).cpu())
+    assert list(_call_on_a_list.plans.entries.values()) == [launch.UNPLANNABLE]
+
+
+_GEMM_CASES = {  # (input shape, weight shape, conv2d keywords, channels-last, bias, transposed)
+    "1x1 channels-last": ((3, 8, 5, 4), (6, 8, 1, 1), {}, True, True, False),
+    "1x1 NCHW": ((2, 8, 3, 5), (6, 8, 1, 1), {}, False, True, False),
+    "1x1 grouped channels-last": ((2, 8, 3, 5), (6, 4, 1, 1), {"groups": 2}, True, True, False),
+    "3x3 in chunks": ((3, 4, 6, 5), (6, 4, 3, 3), {"padding": 1, "stride": 2}, False, True, False),
+    "3x3 grouped channels-last": ((2, 4, 6, 5), (6, 2, 3, 3), {"groups": 2}, True, False, False),
+    "transposed": ((2, 6, 4, 3), (6, 4, 3, 3), {"stride": 2, "padding": 1}, True, True, True),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_GEMM_CASES))
+def test_im2col_gemm_ops_replay(case, device):
+    """im2col + GEMM's ops (cuBLAS GEMMs, bias adds and copies through ``launch.call``) replay
+    from launch plans, forward and backward: a plan per op and signature, right against
+    float64 on every call with fresh data (workspace small enough for several chunks)."""
+    from tritonconv import library
+
+    shape, wshape, kwargs, channels_last, with_bias, transposed = _GEMM_CASES[case]
+    fn, ref_fn = (tc.conv_transpose2d, F.conv_transpose2d) if transposed else (tc.conv2d, F.conv2d)
+    forward = library.conv_transpose2d_gemm if transposed else library.conv2d_gemm
+    tc.clear_caches()
+    for _ in range(3):
+        x = torch.randn(shape, dtype=torch.float64, device=device)
+        if channels_last:
+            x = x.to(memory_format=torch.channels_last)
+        w = torch.randn(wshape, dtype=torch.float64, device=device)
+        b = (
+            torch.randn(
+                wshape[1 if transposed else 0] * kwargs.get("groups", 1)
+                if transposed
+                else wshape[0],
+                dtype=torch.float64,
+                device=device,
+            )
+            if with_bias
+            else None
+        )
+        leaves = [t.requires_grad_() for t in (x, w, b) if t is not None]
+        out = fn(x, w, b, **kwargs, algo="im2col_gemm", workspace_limit=4 * 8 * 36)
+        dy = torch.randn_like(out)
+        got = torch.autograd.grad(out, leaves, dy)
+        refs = [t.detach().cpu().requires_grad_() for t in leaves]
+        ref = ref_fn(refs[0], refs[1], refs[2] if with_bias else None, **kwargs)
+        assert_close(out, ref)
+        for g, e in zip(got, torch.autograd.grad(ref, refs, dy.cpu()), strict=True):
+            assert_close(g, e)
+    assert [p for p in forward.impl.plans.entries.values() if p is launch.UNPLANNABLE] == []
+    (plan,) = (
+        functional._TRANSPOSED_PLANS.entries.values()
+        if transposed
+        else (functional._CONV_PLANS.entries.values())
+    )
+    assert plan.replay is not None and (transposed or len(plan.backward) == 1)
+
+
 def test_a_grid_cuda_would_refuse_is_a_clear_error(device, monkeypatch):
     """CUDA takes at most 65535 programs along a grid's second and third axes; a launch past
     that (a depthwise convolution on a 4K image, say) failed as Triton's "invalid argument".

@@ -202,7 +202,8 @@ def _choose_algo(algo: str, input: torch.Tensor, args, op: str = "conv2d") -> st
     if algo not in CONV_ALGOS:
         raise TritonConvError(f"algo must be one of {list(CONV_ALGOS)}, got {algo!r}")
     if algo == "auto":
-        return choice.heuristic(input.dtype, args, _candidates(input, args)).algo
+        layout = _batched_channels_last(input, args)
+        return choice.heuristic(input.dtype, args, _candidates(input, args), layout).algo
     if algo == "aten":
         if input.device.type != "cpu":
             raise TritonConvError(
@@ -227,6 +228,11 @@ def _choose_algo(algo: str, input: torch.Tensor, args, op: str = "conv2d") -> st
             f"(it computes in {', '.join(dtype_name(d) for d in supported[algo])})"
         )
     return algo
+
+
+def _batched_channels_last(input: torch.Tensor, args) -> bool:
+    """Whether the input, with its batch dimension, is channels-last."""
+    return is_channels_last(input if args.batched else input.unsqueeze(0))
 
 
 def _workspace(workspace_limit) -> int:
@@ -663,7 +669,7 @@ def _auto(input, weight, bias, args, params, name, ndim, transposed) -> choice.C
     disk cache ``tune`` and benchmark mode fill) if there is one; else measured now when asked
     for; else the heuristic. While torch.compile traces: the heuristic."""
     candidates = _candidates(input, args)
-    rule = choice.heuristic(input.dtype, args, candidates)
+    rule = choice.heuristic(input.dtype, args, candidates, _batched_channels_last(input, args))
     if len(candidates) == 1 and candidates != ["implicit_gemm"]:
         return rule  # nothing to choose (a 3-D call still has the implicit GEMM's tiles)
     x = input if args.batched else input.unsqueeze(0)

@@ -33,7 +33,9 @@ view the function made of one of its tensors is replayed on the same view of the
 tensor. A signature whose record cannot be replayed (a launch on a tensor some other op made)
 is remembered as such: its later calls run the function unrecorded, and the planned functions
 it calls replay their own plans, instead of recording (and discarding) the whole call every
-time.
+time. A PyTorch operation the function runs (a cuBLAS GEMM, an in-place add) goes through
+:func:`call`, which records it the same way: a replay makes the same call on the new tensors,
+and a tensor it returns joins the ones later steps may use.
 """
 
 from __future__ import annotations
@@ -359,6 +361,53 @@ def placeholder(dtype: torch.dtype, device) -> torch.Tensor:
     return t
 
 
+def call(fn, *args, **kwargs):
+    """``fn(*args, **kwargs)``: a PyTorch operation (``torch.mm(a, b, out=c)``,
+    ``torch.Tensor.add_``...) in a planned function, recorded so that a replay makes the same
+    call on the replay's tensors (module docstring). Its tensor arguments, positional or by
+    keyword, are the function's arguments, its allocations, earlier calls' results or views of
+    those; a tensor it returns that is none of these is one from then on. Every other argument
+    is frozen into the plan, as a launch's are: it must follow from the call's signature."""
+    result = fn(*args, **kwargs)
+    recording = getattr(_recorder, "events", None)
+    if recording is not None:
+        recording.append(_CallEvent(fn, args, kwargs, result))
+    return result
+
+
+class _CallEvent:
+    """A :func:`call` as recorded (its tensors kept only until the plan is built)."""
+
+    __slots__ = ("args", "fn", "kwargs", "result")
+
+    def __init__(self, fn, args, kwargs, result):
+        self.fn, self.args, self.kwargs, self.result = fn, args, kwargs, result
+
+
+class _Call:
+    """A recorded :func:`call`: its arguments with the tensors left as slots (positions, or
+    keywords, with indices into the replay's table); ``appends`` when what it returns is a new
+    tensor of the table."""
+
+    __slots__ = ("appends", "args", "fn", "kwargs", "slots")
+
+    def __init__(self, fn, args, kwargs, slots, appends: bool):
+        self.fn, self.slots, self.appends = fn, slots, appends
+        self.args = [None if isinstance(a, torch.Tensor) else a for a in args]
+        self.kwargs = {k: None if isinstance(a, torch.Tensor) else a for k, a in kwargs.items()}
+
+    def run(self, table: list, where) -> None:
+        args, kwargs = self.args.copy(), self.kwargs.copy()
+        for where_, index in self.slots:
+            if type(where_) is int:
+                args[where_] = table[index]
+            else:
+                kwargs[where_] = table[index]
+        result = self.fn(*args, **kwargs)
+        if self.appends:
+            table.append(result)
+
+
 class _Alloc:
     """A recorded allocation (the tensor itself kept only until the plan is built)."""
 
@@ -525,16 +574,32 @@ UNPLANNABLE = object()
 
 def _build_plan(events, tensors: list, result) -> _Plan | None:
     """The recorded events as a plan over ``tensors`` (the function's tensor arguments, then
-    what it allocated, then the views of those its launches read: :func:`_view_step`);
-    ``UNPLANNABLE`` if a launch read, or the function returned, a tensor that is none of
-    these (made by some other op: the function cannot be replayed); None if one tensor came
-    as two arguments (this call only: a later call may pass two distinct ones)."""
+    what it allocated or a :func:`call` returned, and the views of those its launches and
+    calls read: :func:`_view_step`); ``UNPLANNABLE`` if a launch or call read, or the function
+    returned, a tensor that is none of these (made by some other op: the function cannot be
+    replayed); None if one tensor came as two arguments (this call only: a later call may pass
+    two distinct ones)."""
     table = list(tensors)
     if len({id(t) for t in table}) != len(table):
         return None
-    roots = list(range(len(table)))  # arguments and allocations: what views are made of
+    roots = list(range(len(table)))  # arguments, allocations, new results: what views are of
     steps = []
     allocated = {}  # table index: its allocation step
+
+    def slot(arg: torch.Tensor) -> int | None:
+        """The table index of a tensor a launch or call reads (a view step added for a view)."""
+        index = _index(table, arg)
+        if index is not None and isinstance(allocated.get(index), _Placeholder):
+            raise AssertionError("a placeholder is never launched on")
+        if index is None:
+            view = _view_step(table, roots, arg)
+            if view is None:
+                return None
+            steps.append(view)
+            table.append(arg)
+            index = len(table) - 1
+        return index
+
     for event in events:
         if isinstance(event, _Alloc):
             allocated[len(table)] = event
@@ -543,20 +608,35 @@ def _build_plan(events, tensors: list, result) -> _Plan | None:
             event.tensor = None
             steps.append(event)
             continue
+        if isinstance(event, _CallEvent):
+            named = [*enumerate(event.args), *event.kwargs.items()]
+            if any(_holds_tensor(a) for _, a in named if not isinstance(a, torch.Tensor)):
+                return UNPLANNABLE  # tensors inside a list: not taken apart
+            slots = []
+            for where, arg in named:
+                if isinstance(arg, torch.Tensor):
+                    index = slot(arg)
+                    if index is None:
+                        return UNPLANNABLE
+                    slots.append((where, index))
+            out = event.result
+            if out is not None and not isinstance(out, torch.Tensor):
+                return UNPLANNABLE
+            appends = out is not None and _index(table, out) is None
+            steps.append(_Call(event.fn, event.args, event.kwargs, slots, appends))
+            if appends:
+                if _view_step(table, roots, out) is None:  # its own storage: a new root
+                    roots.append(len(table))
+                table.append(out)
+            event.result = None
+            continue
         kernel, grid, args, meta = event
         slots = []
         for position, arg in enumerate(args):
             if isinstance(arg, torch.Tensor):
-                index = _index(table, arg)
-                if index is not None and isinstance(allocated.get(index), _Placeholder):
-                    raise AssertionError("a placeholder is never launched on")
+                index = slot(arg)
                 if index is None:
-                    view = _view_step(table, roots, arg)
-                    if view is None:
-                        return UNPLANNABLE
-                    steps.append(view)
-                    table.append(arg)
-                    index = len(table) - 1
+                    return UNPLANNABLE
                 slots.append((position, index))
         steps.append(_Launch(kernel, grid, args, meta, slots))
     if result is None:
@@ -570,6 +650,12 @@ def _build_plan(events, tensors: list, result) -> _Plan | None:
         if None in indices:
             return UNPLANNABLE
     return _Plan(steps, indices)
+
+
+def _holds_tensor(value) -> bool:
+    return isinstance(value, (list, tuple)) and any(
+        isinstance(v, torch.Tensor) or _holds_tensor(v) for v in value
+    )
 
 
 def _signature_key(args) -> tuple:
@@ -587,11 +673,11 @@ def _signature_key(args) -> tuple:
 
 def launch_plan(fn):
     """Decorator: record what ``fn`` does once per argument signature and replay it (module
-    docstring). ``fn`` may only allocate through :func:`allocate` and launch through
-    :func:`launch` (any other tensor operation would be skipped by the replay), must decide
-    both from its arguments' signature alone (and ``torch.backends.cudnn.allow_tf32``, which
-    picks the fp32 dot precision), and returns None, one tensor or a tuple of tensors it was
-    given or allocated. Positional arguments: tensors, None, lists or hashable values (keywords
+    docstring). ``fn`` may only allocate through :func:`allocate`, launch through
+    :func:`launch` and run PyTorch operations through :func:`call` (any other tensor operation
+    would be skipped by the replay), must decide all three from its arguments' signature alone
+    (and ``torch.backends.cudnn.allow_tf32``, which picks the fp32 dot precision), and returns
+    None, one tensor or a tuple of tensors it was given, allocated or had a call return. Positional arguments: tensors, None, lists or hashable values (keywords
     are bound to positions). Calls nested in another planned function's recording run
     unplanned, so the outer recording sees their launches."""
     plans = BoundedCache(f"launch plans of {fn.__qualname__}", LAUNCH_CACHE_SIZE)

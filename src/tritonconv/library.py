@@ -22,7 +22,7 @@ from torch import Tensor
 
 from ._runtime import INTERPRETER
 from .geometry import TritonConvError, make_geometry, window_geometry
-from .launch import launch_plan, placeholder, tracing
+from .launch import call, launch_plan, placeholder, tracing
 from .ops import causal as causal_ops
 from .ops import common, conv_gemm, depthwise, direct, implicit_gemm
 from .ops import crop as crop_ops
@@ -32,7 +32,7 @@ from .ops import im2col as im2col_ops
 class Op:
     """One tritonconv op, registered as ``torch.ops.tritonconv.<name>``."""
 
-    def __init__(self, name: str, fn, *, planned: bool):
+    def __init__(self, name: str, fn):
         qualname = f"tritonconv::{name}"
         if INTERPRETER:
             self.definition = torch.library.custom_op(qualname, fn, mutates_args=())
@@ -40,9 +40,9 @@ class Op:
         else:
             self.definition = torch.library.triton_op(qualname, fn, mutates_args=())
         self.traced = getattr(torch.ops.tritonconv, name)
-        # Eager calls: the body, replayed from its launch plan when it only allocates and
-        # launches (``planned``), so a repeated call runs none of its Python.
-        self.impl = launch_plan(fn) if planned else fn
+        # Eager calls: the body, replayed from its launch plan (it only allocates, launches
+        # and calls PyTorch through ``launch.call``), so a repeated call runs none of its Python.
+        self.impl = launch_plan(fn)
         self.__doc__ = fn.__doc__
 
     def register_autograd(self, backward, setup_context) -> None:
@@ -77,11 +77,11 @@ def _gradients(grad_output: Tensor, input: Tensor, grad_input, grad_weight, grad
     return tuple(_nothing(input) if g is None else g for g in (grad_input, grad_weight, grad_bias))
 
 
-def custom_op(name: str, *, planned: bool = True):
-    """Decorator: ``fn`` (type-annotated, no mutation) becomes the op ``tritonconv::<name>``.
-    ``planned=False`` for a body that runs PyTorch operations (cuBLAS GEMMs) besides
-    allocating and launching kernels: those cannot be replayed from a launch plan."""
-    return lambda fn: Op(name, fn, planned=planned)
+def custom_op(name: str):
+    """Decorator: ``fn`` (type-annotated, no mutation) becomes the op ``tritonconv::<name>``;
+    its body may only allocate, launch and call PyTorch through ``launch`` (a launch plan
+    replays it)."""
+    return lambda fn: Op(name, fn)
 
 
 # --------------------------------------------------------------------------------------------
@@ -123,7 +123,7 @@ def _conv_geometry(input_size, weight_size, stride, pad_before, pad_after, dilat
     return make_geometry(input_size[2:], weight_size[2:], stride, pad_before, pad_after, dilation)
 
 
-@custom_op("conv2d_gemm", planned=False)
+@custom_op("conv2d_gemm")
 def conv2d_gemm(
     input: Tensor,
     weight: Tensor,
@@ -140,7 +140,7 @@ def conv2d_gemm(
     return conv_gemm.conv2d_forward(input, weight, bias, geometry, groups, workspace_limit)
 
 
-@custom_op("conv2d_gemm_backward", planned=False)
+@custom_op("conv2d_gemm_backward")
 def conv2d_gemm_backward(
     grad_output: Tensor,
     input: Tensor,
@@ -288,11 +288,11 @@ def _transposed(input: Tensor, weight: Tensor, groups: int, output_size, window)
 
 def _add_bias(out: Tensor, bias: Tensor | None) -> Tensor:
     if bias is not None:
-        out.add_(bias.view(1, -1, *([1] * (out.dim() - 2))))
+        call(torch.Tensor.add_, out, bias.view(1, -1, *([1] * (out.dim() - 2))))
     return out
 
 
-@custom_op("conv_transpose2d_gemm", planned=False)
+@custom_op("conv_transpose2d_gemm")
 def conv_transpose2d_gemm(
     input: Tensor,
     weight: Tensor,
@@ -313,7 +313,7 @@ def conv_transpose2d_gemm(
     return _add_bias(out, bias)
 
 
-@custom_op("conv_transpose2d_direct", planned=False)
+@custom_op("conv_transpose2d_direct")
 def conv_transpose2d_direct(
     input: Tensor,
     weight: Tensor,

@@ -16,6 +16,9 @@ when a sample fits, else in chunks of one sample's rows (col2im then accumulates
 stride-1, unpadded convolution skips im2col: the input already is the column matrix.
 
 Inputs arrive validated; integer dtypes are not served here (cuBLAS has no integer GEMM).
+Every allocation goes through :func:`~tritonconv.launch.allocate` and every PyTorch operation
+(the GEMMs, a bias add, a copy) through :func:`~tritonconv.launch.call`, so the ops replay from
+launch plans like the Triton-only ones: a repeated call runs none of this module's Python.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from dataclasses import dataclass
 import torch
 
 from ..geometry import Geometry, check_workspace_limit
+from ..launch import allocate, call
 from .common import empty_like_format, is_channels_last
 from .im2col import (
     col2im,
@@ -126,24 +130,24 @@ def conv2d_forward(
         # channels-last 1x1: one GEMM over (N*H*W, C) rows writes the channels-last output
         # in place (the op returns a tensor of its own, not a view: autograd forbids in-place
         # changes to a view a custom Function returns, e.g. an in-place SiLU after the conv)
-        rows = x.permute(0, 2, 3, 1).reshape(-1, C)
+        rows = call(torch.reshape, x.permute(0, 2, 3, 1), (-1, C))
         out_rows = out.permute(0, 2, 3, 1).view(-1, C_out)
         w = weight.view(C_out, C).t()
         if bias is None:
-            torch.mm(rows, w, out=out_rows)
+            call(torch.mm, rows, w, out=out_rows)
         else:
-            torch.addmm(bias, rows, w, out=out_rows)
+            call(torch.addmm, bias, rows, w, out=out_rows)
         return out
     if out.numel() == 0:
         return out
-    w = weight.reshape(G, M, -1)
+    w = call(torch.reshape, weight, (G, M, -1))
     plan = plan_workspace(N, C, geometry, x.element_size(), workspace_limit)
 
     if plan.skips_im2col:
         return _pointwise_forward(x, w, bias, out, G)
 
     K = w.shape[2]
-    col = torch.empty(G * K * plan.chunk_positions, dtype=x.dtype, device=x.device)
+    col = allocate((G * K * plan.chunk_positions,), x.dtype, x.device)
     gemm_out = None
     for start, count in _chunks(plan, L, N * L):
         cols = col[: G * K * count].view(G, K, count)
@@ -151,11 +155,11 @@ def conv2d_forward(
         n = start // L
         if count == L and bias is None and out.is_contiguous():
             # One whole sample in NCHW: the GEMM writes the output in place, no relayout.
-            torch.matmul(w, cols, out=out[n].view(G, M, L))
+            call(torch.matmul, w, cols, out=out[n].view(G, M, L))
             continue
         if gemm_out is None:
-            gemm_out = torch.empty(G * M * plan.chunk_positions, dtype=x.dtype, device=x.device)
-        y = torch.matmul(w, cols, out=gemm_out[: G * M * count].view(G, M, count))
+            gemm_out = allocate((G * M * plan.chunk_positions,), x.dtype, x.device)
+        y = call(torch.matmul, w, cols, out=gemm_out[: G * M * count].view(G, M, count))
         relayout(
             y,
             matrix_address(count, start, geometry),
@@ -175,18 +179,18 @@ def _pointwise_forward(x, w, bias, out, G):
     N, C = x.shape[:2]
     C_out = out.shape[1]
     if out.is_contiguous():  # NCHW: out[n] = W @ x[n], batched over samples and groups
-        xs = x.contiguous().view(N, G, C // G, -1)
-        torch.matmul(w.unsqueeze(0), xs, out=out.view(N, G, C_out // G, -1))
+        xs = call(torch.Tensor.contiguous, x).view(N, G, C // G, -1)
+        call(torch.matmul, w.unsqueeze(0), xs, out=out.view(N, G, C_out // G, -1))
         if bias is not None:
-            out.add_(bias.view(1, -1, 1, 1))
+            call(torch.Tensor.add_, out, bias.view(1, -1, 1, 1))
         return out
     # channels-last, grouped (groups == 1 never gets here): one GEMM batched over groups
-    rows = x.permute(0, 2, 3, 1).reshape(-1, C)
+    rows = call(torch.reshape, x.permute(0, 2, 3, 1), (-1, C))
     out_rows = out.permute(0, 2, 3, 1).view(-1, C_out)
-    per_group = torch.matmul(rows.view(-1, G, C // G).transpose(0, 1), w.transpose(1, 2))
-    out_rows.view(-1, G, C_out // G).copy_(per_group.transpose(0, 1))
+    per_group = call(torch.matmul, rows.view(-1, G, C // G).transpose(0, 1), w.transpose(1, 2))
+    call(torch.Tensor.copy_, out_rows.view(-1, G, C_out // G), per_group.transpose(0, 1))
     if bias is not None:
-        out_rows.add_(bias)
+        call(torch.Tensor.add_, out_rows, bias)
     return out
 
 
@@ -194,7 +198,7 @@ def _grad_buffer(grad_out, plan: WorkspacePlan, L: int, channels: int):
     """Room for the output gradient as matrices, unless every chunk can view it in place."""
     if plan.whole_samples and plan.chunk_positions == L and grad_out.is_contiguous():
         return None
-    return grad_out.new_empty(channels * plan.chunk_positions)
+    return allocate((channels * plan.chunk_positions,), grad_out.dtype, grad_out.device)
 
 
 def _grad_matrix(grad_out, start, count, geometry, G, M, buffer):
@@ -238,22 +242,23 @@ def conv2d_backward(
     G, M = groups, C_out // groups
     L = geometry.output_numel
     K = C // G * geometry.kernel_numel
-    grad_in = empty_like_format(input_shape, x) if need_input else None
-    grad_w = torch.zeros((G, M, K), dtype=x.dtype, device=x.device) if need_weight else None
-    if N * L == 0:
-        if grad_in is not None:
-            grad_in.zero_()
-        return grad_in, grad_w.view(weight.shape) if need_weight else None
-    w = weight.reshape(G, M, K)
+    empty = N * L == 0
+    grad_in = empty_like_format(input_shape, x, zero=empty) if need_input else None
+    # dW in the weight's shape (dense): what is returned is an allocation, not a view of one
+    grad_weight = allocate(weight.shape, x.dtype, x.device, zero=empty) if need_weight else None
+    if empty:
+        return grad_in, grad_weight
+    grad_w = grad_weight.view(G, M, K) if need_weight else None
+    w = call(torch.reshape, weight, (G, M, K))
     plan = plan_workspace(N, C, geometry, x.element_size(), workspace_limit)
     if plan.skips_im2col:
         if need_input:
             _pointwise_grad_input(grad_out, w, grad_in, G)
         if need_weight:
             _pointwise_grad_weight(grad_out, x, grad_w, G)
-        return grad_in, grad_w.view(weight.shape) if need_weight else None
+        return grad_in, grad_weight
 
-    col = torch.empty(G * K * plan.chunk_positions, dtype=x.dtype, device=x.device)
+    col = allocate((G * K * plan.chunk_positions,), x.dtype, x.device)
     buffer = _grad_buffer(grad_out, plan, L, G * M)
     for index, (start, count) in enumerate(_chunks(plan, L, N * L)):
         cols = col[: G * K * count].view(G, K, count)
@@ -262,14 +267,14 @@ def conv2d_backward(
         if need_weight:
             im2col(x, cols, layout, geometry, K, start, count)
             if index == 0:
-                torch.matmul(dy, cols.transpose(1, 2), out=grad_w)
+                call(torch.matmul, dy, cols.transpose(1, 2), out=grad_w)
             else:
-                grad_w.baddbmm_(dy, cols.transpose(1, 2))
+                call(torch.Tensor.baddbmm_, grad_w, dy, cols.transpose(1, 2))
         if need_input:
-            torch.matmul(w.transpose(1, 2), dy, out=cols)
+            call(torch.matmul, w.transpose(1, 2), dy, out=cols)
             first_of_sample = start % L == 0
             col2im(cols, layout, grad_in, geometry, K, start, count, not first_of_sample)
-    return grad_in, grad_w.view(weight.shape) if need_weight else None
+    return grad_in, grad_weight
 
 
 def _pointwise_grad_input(grad_out, w, grad_in, G):
@@ -278,15 +283,15 @@ def _pointwise_grad_input(grad_out, w, grad_in, G):
     M = w.shape[1]
     w_t = w.transpose(1, 2)  # (G, C/G, M)
     if grad_in.is_contiguous():
-        dy = grad_out.contiguous().view(N, G, M, -1)
-        torch.matmul(w_t.unsqueeze(0), dy, out=grad_in.view(N, G, C // G, -1))
+        dy = call(torch.Tensor.contiguous, grad_out).view(N, G, M, -1)
+        call(torch.matmul, w_t.unsqueeze(0), dy, out=grad_in.view(N, G, C // G, -1))
     else:
-        dy = grad_out.permute(0, 2, 3, 1).reshape(-1, G, M).transpose(0, 1)
+        dy = call(torch.reshape, grad_out.permute(0, 2, 3, 1), (-1, G, M)).transpose(0, 1)
         rows = grad_in.permute(0, 2, 3, 1).view(-1, G, C // G)
         if G == 1 and rows.is_contiguous():  # channels-last: the GEMM writes dx in place
-            torch.mm(dy[0], w[0], out=rows.view(-1, C))
-        else:
-            rows.copy_(torch.matmul(dy, w).transpose(0, 1))  # (G, N*H*W, C/G) first
+            call(torch.mm, dy[0], w[0], out=rows.view(-1, C))
+        else:  # (G, N*H*W, C/G) first
+            call(torch.Tensor.copy_, rows, call(torch.matmul, dy, w).transpose(0, 1))
 
 
 def _pointwise_grad_weight(grad_out, x, grad_w, G):
@@ -294,9 +299,10 @@ def _pointwise_grad_weight(grad_out, x, grad_w, G):
     N = x.shape[0]
     M, K = grad_w.shape[1:]
     if x.is_contiguous() and grad_out.is_contiguous():
-        products = torch.matmul(grad_out.view(N, G, M, -1), x.view(N, G, K, -1).transpose(-1, -2))
-        torch.sum(products, dim=0, out=grad_w)
+        xs = x.view(N, G, K, -1).transpose(-1, -2)
+        products = call(torch.matmul, grad_out.view(N, G, M, -1), xs)
+        call(torch.sum, products, dim=0, out=grad_w)
     else:
-        dy = grad_out.permute(0, 2, 3, 1).reshape(-1, G, M).permute(1, 2, 0)
-        xs = x.permute(0, 2, 3, 1).reshape(-1, G, K).transpose(0, 1)
-        torch.matmul(dy, xs, out=grad_w)
+        dy = call(torch.reshape, grad_out.permute(0, 2, 3, 1), (-1, G, M)).permute(1, 2, 0)
+        xs = call(torch.reshape, x.permute(0, 2, 3, 1), (-1, G, K)).transpose(0, 1)
+        call(torch.matmul, dy, xs, out=grad_w)
