@@ -1,12 +1,14 @@
-"""Probe (issue 11, session 19): the ``tritonconv`` CLI with or without ``auto``'s rule that
-sends 16-bit channels-last 1x1 stride-1 convolutions to im2col + GEMM (one cuBLAS GEMM per
-pass, replayed from launch plans since session 19).
+"""Probe (issue 11, session 19): the ``tritonconv`` CLI with ``auto``'s rule for 16-bit
+channels-last 1x1 stride-1 convolutions on or off. The rule sends them to im2col + GEMM (one
+cuBLAS GEMM per pass, replayed from launch plans since session 19) in compiled graphs.
 
-    python benchmarks/probe_pointwise_rule.py [--without-rule] bench --suite models ...
+    python benchmarks/probe_pointwise_rule.py [--without-rule | --eager-too] bench ...
 
 ``--without-rule`` hands the heuristic ``channels_last=False``, which only that rule reads, so
-those layers take the implicit GEMM as before session 19. Run both in one device call: the
-models suite's ratios are each against cuDNN in the same process.
+those layers take the implicit GEMM everywhere (as before session 19); ``--eager-too`` applies
+the rule to eager calls as well (``traced=True``: session 19's first version, measured slower
+in eager). Run the variants in one device call: each suite's ratios are against cuDNN in its
+own process.
 """
 
 from __future__ import annotations
@@ -17,15 +19,20 @@ from tritonconv import choice, cli
 
 
 def main(argv: list[str]) -> int:
+    rule = choice.heuristic
     if "--without-rule" in argv:
-        argv = [a for a in argv if a != "--without-rule"]
-        rule = choice.heuristic
 
-        def without_rule(dtype, args, candidates, channels_last=False):
-            return rule(dtype, args, candidates, False)
+        def variant(dtype, args, candidates, channels_last=False, traced=False):
+            return rule(dtype, args, candidates, False, traced)
 
-        choice.heuristic = without_rule
-    return cli.main(argv)
+        choice.heuristic = variant
+    elif "--eager-too" in argv:
+
+        def variant(dtype, args, candidates, channels_last=False, traced=False):
+            return rule(dtype, args, candidates, channels_last, True)
+
+        choice.heuristic = variant
+    return cli.main([a for a in argv if a not in ("--without-rule", "--eager-too")])
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ import torch
 import tritonconv as tc
 from tritonconv import choice
 from tritonconv.cli import main
+from tritonconv.testing import assert_close
 
 
 @pytest.fixture
@@ -61,6 +62,38 @@ def test_heuristic_measured_rules(dtype, cache_dir, device):
     features = torch.randn(1, 64, 128, 128, device=device, dtype=dtype)
     head = tc.explain(features, torch.randn(2, 64, 1, 1, device=device, dtype=dtype))
     assert head.algo == ("implicit_gemm" if half else "direct"), head
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_pointwise_layers_in_graphs_run_as_one_gemm(dtype, cache_dir, device):
+    """16-bit channels-last 1x1 stride-1 convolutions: one cuBLAS GEMM per pass (im2col +
+    GEMM's pointwise case) where the call is traced into a graph, the implicit GEMM in eager
+    (its one launch costs less host time than the GEMM's PyTorch calls). fp32, NCHW, strided
+    and grouped 1x1 layers keep their rules; the graph's result matches float64."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    half = dtype == torch.bfloat16
+    cl = torch.channels_last
+    x = torch.randn(2, 32, 5, 6, device=device, dtype=dtype).to(memory_format=cl)
+    w = torch.randn(48, 32, 1, 1, device=device, dtype=dtype)
+    assert tc.explain(x, w).algo == "implicit_gemm"  # eager, either dtype
+
+    def gemm_in_graph(fn, *args) -> bool:
+        graph = make_fx(fn, tracing_mode="fake")(*args).graph
+        targets = {str(n.target) for n in graph.nodes if n.op == "call_function"}
+        return "tritonconv.conv2d_gemm.default" in targets
+
+    assert gemm_in_graph(lambda x, w: tc.conv2d(x, w), x, w) == half
+    for variant in (
+        lambda x, w: tc.conv2d(x.contiguous(), w),  # NCHW
+        lambda x, w: tc.conv2d(x, w, stride=2),
+        lambda x, w: tc.conv2d(x, w[:, :16], groups=2),
+    ):
+        assert not gemm_in_graph(variant, x, w)
+    b = torch.randn(48, device=device, dtype=dtype)
+    got = make_fx(lambda x, w, b: tc.conv2d(x, w, b))(x, w, b)(x, w, b)
+    want = torch.nn.functional.conv2d(*(t.cpu().double() for t in (x, w, b)))
+    assert_close(got, want)
 
 
 def test_benchmark_mode_measures_once_and_a_new_process_reads_the_disk(

@@ -202,8 +202,8 @@ def _choose_algo(algo: str, input: torch.Tensor, args, op: str = "conv2d") -> st
     if algo not in CONV_ALGOS:
         raise TritonConvError(f"algo must be one of {list(CONV_ALGOS)}, got {algo!r}")
     if algo == "auto":
-        layout = _batched_channels_last(input, args)
-        return choice.heuristic(input.dtype, args, _candidates(input, args), layout).algo
+        layout, traced = _batched_channels_last(input, args), tracing(input)
+        return choice.heuristic(input.dtype, args, _candidates(input, args), layout, traced).algo
     if algo == "aten":
         if input.device.type != "cpu":
             raise TritonConvError(
@@ -669,7 +669,8 @@ def _auto(input, weight, bias, args, params, name, ndim, transposed) -> choice.C
     disk cache ``tune`` and benchmark mode fill) if there is one; else measured now when asked
     for; else the heuristic. While torch.compile traces: the heuristic."""
     candidates = _candidates(input, args)
-    rule = choice.heuristic(input.dtype, args, candidates, _batched_channels_last(input, args))
+    layout, traced = _batched_channels_last(input, args), tracing(input, weight, bias)
+    rule = choice.heuristic(input.dtype, args, candidates, layout, traced)
     if len(candidates) == 1 and candidates != ["implicit_gemm"]:
         return rule  # nothing to choose (a 3-D call still has the implicit GEMM's tiles)
     x = input if args.batched else input.unsqueeze(0)

@@ -130,7 +130,7 @@ def conv2d_forward(
         # channels-last 1x1: one GEMM over (N*H*W, C) rows writes the channels-last output
         # in place (the op returns a tensor of its own, not a view: autograd forbids in-place
         # changes to a view a custom Function returns, e.g. an in-place SiLU after the conv)
-        rows = call(torch.reshape, x.permute(0, 2, 3, 1), (-1, C))
+        rows = x.permute(0, 2, 3, 1).view(-1, C)  # (channels-last: dense (N, H, W, C))
         out_rows = out.permute(0, 2, 3, 1).view(-1, C_out)
         w = weight.view(C_out, C).t()
         if bias is None:
