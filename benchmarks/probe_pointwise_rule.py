@@ -13,12 +13,18 @@ own process.
 
 from __future__ import annotations
 
+import os
 import sys
 
 from tritonconv import choice, cli
 
 
 def main(argv: list[str]) -> int:
+    variant_name = next((a for a in argv if a in ("--without-rule", "--eager-too")), "default")
+    # in the environment, so that AOTAutograd's cache keys tell the variants apart
+    # (aot_cache.digest reads every TRITONCONV_* variable): a compiled graph of one variant
+    # must not be loaded from the cache by another
+    os.environ["TRITONCONV_PROBE_POINTWISE_RULE"] = variant_name
     rule = choice.heuristic
     if "--without-rule" in argv:
 
