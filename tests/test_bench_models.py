@@ -91,8 +91,8 @@ def test_models_suite_compiled_only(tiny_unet):
             assert row.extra[f"ours_{key}"] < 1e-4, row.extra
             assert row.extra[f"ref_{key}"] < 1e-4, row.extra
         assert "DIFFERS" not in row.note
-        name, ours_l2, ref_l2 = row.extra["compiled_l2_worst_vs_torch"]
-        assert ours_l2 < 1e-4 and ref_l2 < 1e-4, row.extra
+        name, ours_l2, noise = row.extra["compiled_l2_worst_vs_noise"]
+        assert ours_l2 < 1e-4 and noise < 1e-4, row.extra
         assert name == "output" if row.op == "infer compiled" else name.endswith(("weight", "bias"))
 
 
@@ -108,6 +108,12 @@ def test_a_compiled_model_unlike_its_eager_self_is_flagged():
     assert "b.weight at L2 9.0e-01" in flag
     assert bm.compiled_mismatch(2.0, 1.9, ours, dict(torch_l2, **{"b.weight": 0.5})) == ""
     assert "DIFFERS" in bm.compiled_mismatch(1e-3, 1e-3, {"output": float("nan")}, {})
+    # a gradient bf16 rounding moves far: ours eager from torch eager is a second noise sample
+    # (efficientnet_b0's SE bias in a training step with batch statistics, session 19)
+    ours, torch_l2 = {"se.bias": 4.1}, {"se.bias": 0.39}
+    assert "se.bias at L2 4.1e+00" in bm.compiled_mismatch(2.0, 1.9, ours, torch_l2)
+    assert bm.compiled_mismatch(2.0, 1.9, ours, torch_l2, {"se.bias": 0.7}) == ""
+    assert "se.bias" in bm.compiled_mismatch(2.0, 1.9, {"se.bias": 9.0}, torch_l2, {"se.bias": 0.7})
 
 
 def test_without_torchvision_the_suite_says_how_to_get_it(monkeypatch, capsys, tmp_path):
