@@ -16,8 +16,8 @@ with ``.venv-gpu``): expect to adapt it to another torch. A case passes when Ind
 compiled its graph, every Triton compile in it included. Checked against session 16's bug:
 with the kernel before the fix, the four strided input-gradient cases fail, as on the GPU.
 Every graph is also checked for a kernel that writes a strided or offset view
-(``tritonconv.testing.check_no_view_written``). Not covered: im2col + GEMM (its ``torch.matmul(out=...)`` asks the
-CUDA driver for a handle even on fake tensors).
+(``tritonconv.testing.check_no_view_written``). im2col + GEMM is covered in its 1x1 case (what
+``auto`` traces into graphs for 16-bit channels-last 1x1 layers), not with im2col kernels.
 
     PYTHONPATH=src .venv-gpu/bin/python scripts/inductor_compile_check.py [-k NAME]
 """
@@ -166,6 +166,10 @@ def _cases():
                 grads = torch.ops.tritonconv.conv_implicit_gemm_backward(
                     dy, x, w, *geometry, [], [True, True, False]
                 )
+            elif op == "gemm":
+                grads = torch.ops.tritonconv.conv2d_gemm_backward(
+                    dy, x, w, *geometry, 1 << 30, [True, True, True]
+                )
             else:
                 grads = torch.ops.tritonconv.conv2d_direct_backward(
                     dy, x, w, *geometry, depthwise, [True, True, True]
@@ -200,6 +204,8 @@ def _cases():
         ("igemm bwd 3x3 s1", backward(1, 1), [(8, 64, 28, 28), (64, 64, 3, 3)], bf16),
         ("igemm bwd 3x3 s2", backward(2, 1), [(8, 256, 28, 28), (256, 256, 3, 3)], bf16),
         ("igemm bwd 1x1 s2", backward(2, 0), [(8, 256, 28, 28), (512, 256, 1, 1)], bf16),
+        ("1x1 as a GEMM fwd", forward(conv2d), [(8, 256, 28, 28), (64, 256, 1, 1)], bf16),
+        ("1x1 as a GEMM bwd", backward(1, 0, op="gemm"), [(8, 256, 28, 28), (64, 256, 1, 1)], bf16),
         ("igemm bwd split 7x7", backward(1, 1), [(8, 512, 7, 7), (512, 512, 3, 3)], bf16),
         ("igemm bwd dilation 2", backward(1, 2, 2), [(2, 64, 20, 20), (64, 64, 3, 3)], bf16),
         ("igemm bwd 3d s2", backward(2, 1), [(2, 32, 8, 12, 12), (32, 32, 3, 3, 3)], bf16),
