@@ -655,6 +655,26 @@ def test_im2col_gemm_ops_replay(case, device):
     assert plan.replay is not None and (transposed or len(plan.backward) == 1)
 
 
+@pytest.mark.parametrize("algo", ["direct", "depthwise"])
+def test_transposed_direct_op_replays(algo, device):
+    """The transposed convolution's direct op (the convolution's input-gradient kernels and a
+    bias add through ``launch.call``) replays from its launch plan: right on every call."""
+    from tritonconv import library
+
+    groups = 4 if algo == "depthwise" else 2
+    tc.clear_caches()
+    for _ in range(3):
+        x = torch.randn(2, 4, 5, 4, dtype=torch.float64, device=device)
+        w = torch.randn(4, 6 // groups if algo == "direct" else 1, 3, 3, dtype=torch.float64,
+                        device=device)  # fmt: skip
+        b = torch.randn(w.shape[1] * groups, dtype=torch.float64, device=device)
+        got = tc.conv_transpose2d(x, w, b, stride=2, padding=1, groups=groups, algo=algo)
+        want = F.conv_transpose2d(x.cpu(), w.cpu(), b.cpu(), stride=2, padding=1, groups=groups)
+        assert_close(got, want)
+    plans = list(library.conv_transpose2d_direct.impl.plans.entries.values())
+    assert len(plans) == 1 and plans[0] is not launch.UNPLANNABLE
+
+
 def test_a_grid_cuda_would_refuse_is_a_clear_error(device, monkeypatch):
     """CUDA takes at most 65535 programs along a grid's second and third axes; a launch past
     that (a depthwise convolution on a 4K image, say) failed as Triton's "invalid argument".
