@@ -202,7 +202,7 @@ def _choose_algo(algo: str, input: torch.Tensor, args, op: str = "conv2d") -> st
     if algo not in CONV_ALGOS:
         raise TritonConvError(f"algo must be one of {list(CONV_ALGOS)}, got {algo!r}")
     if algo == "auto":
-        layout, traced = _batched_channels_last(input, args), tracing(input)
+        layout, traced = _batched_channels_last(input, args), _traced(input)
         return choice.heuristic(input.dtype, args, _candidates(input, args), layout, traced).algo
     if algo == "aten":
         if input.device.type != "cpu":
@@ -228,6 +228,13 @@ def _choose_algo(algo: str, input: torch.Tensor, args, op: str = "conv2d") -> st
             f"(it computes in {', '.join(dtype_name(d) for d in supported[algo])})"
         )
     return algo
+
+
+def _traced(*tensors) -> bool:
+    """Whether the call is being traced into a graph: by Dynamo (which must not trace
+    ``launch.tracing``'s dispatch-stack query: strict ``torch.export`` traces this code) or by
+    a tracer of fake or functional tensors (AOTAutograd, make_fx)."""
+    return torch.compiler.is_dynamo_compiling() or tracing(*tensors)
 
 
 def _batched_channels_last(input: torch.Tensor, args) -> bool:
@@ -669,7 +676,7 @@ def _auto(input, weight, bias, args, params, name, ndim, transposed) -> choice.C
     disk cache ``tune`` and benchmark mode fill) if there is one; else measured now when asked
     for; else the heuristic. While torch.compile traces: the heuristic."""
     candidates = _candidates(input, args)
-    layout, traced = _batched_channels_last(input, args), tracing(input, weight, bias)
+    layout, traced = _batched_channels_last(input, args), _traced(input, weight, bias)
     rule = choice.heuristic(input.dtype, args, candidates, layout, traced)
     if len(candidates) == 1 and candidates != ["implicit_gemm"]:
         return rule  # nothing to choose (a 3-D call still has the implicit GEMM's tiles)
