@@ -590,6 +590,22 @@ def _call_on_a_list(a, b):
     return out
 
 
+@launch.launch_plan
+def _returns_a_call_view(x):
+    out = launch.allocate((x.numel(),), x.dtype, x.device)
+    launch.call(torch.mul, x, 2, out=out)
+    return launch.call(torch.reshape, out, (2, -1))  # a view of the allocation
+
+
+def test_a_body_returning_a_view_a_call_made_is_not_planned(device):
+    """A view is never what a planned body returns, whoever made it (a call here)."""
+    _returns_a_call_view.plans.clear()
+    for _ in range(2):
+        x = torch.randn(8, device=device)
+        assert_close(_returns_a_call_view(x), (2 * x).view(2, -1).cpu())
+    assert list(_returns_a_call_view.plans.entries.values()) == [launch.UNPLANNABLE]
+
+
 def test_a_call_on_a_list_of_tensors_is_not_planned(device):
     """Tensors inside a call's list arguments are not taken apart into slots: such a call
     signature is unplannable (run every time), never replayed on the first call's tensors."""

@@ -202,7 +202,7 @@ def _choose_algo(algo: str, input: torch.Tensor, args, op: str = "conv2d") -> st
     if algo not in CONV_ALGOS:
         raise TritonConvError(f"algo must be one of {list(CONV_ALGOS)}, got {algo!r}")
     if algo == "auto":
-        layout, traced = _batched_channels_last(input, args), _traced(input)
+        layout, traced = _batched_channels_last(input, args), _traced()
         return choice.heuristic(input.dtype, args, _candidates(input, args), layout, traced).algo
     if algo == "aten":
         if input.device.type != "cpu":
@@ -230,11 +230,13 @@ def _choose_algo(algo: str, input: torch.Tensor, args, op: str = "conv2d") -> st
     return algo
 
 
-def _traced(*tensors) -> bool:
-    """Whether the call is being traced into a graph: by Dynamo (which must not trace
-    ``launch.tracing``'s dispatch-stack query: strict ``torch.export`` traces this code) or by
-    a tracer of fake or functional tensors (AOTAutograd, make_fx)."""
-    return torch.compiler.is_dynamo_compiling() or tracing(*tensors)
+def _traced() -> bool:
+    """Whether the call is being traced into a graph: by Dynamo (asked first: strict
+    ``torch.export`` traces this code, and Dynamo cannot trace the dispatch-stack query) or
+    under a tracer's dispatch mode (AOTAutograd's fake and functional tensors, make_fx): the
+    conditions under which ``plans.lookup`` caches no plan, so a choice made for a graph is
+    never kept for eager calls of the same signature."""
+    return torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack() > 0
 
 
 def _batched_channels_last(input: torch.Tensor, args) -> bool:
@@ -676,7 +678,7 @@ def _auto(input, weight, bias, args, params, name, ndim, transposed) -> choice.C
     disk cache ``tune`` and benchmark mode fill) if there is one; else measured now when asked
     for; else the heuristic. While torch.compile traces: the heuristic."""
     candidates = _candidates(input, args)
-    layout, traced = _batched_channels_last(input, args), _traced(input, weight, bias)
+    layout, traced = _batched_channels_last(input, args), _traced()
     rule = choice.heuristic(input.dtype, args, candidates, layout, traced)
     if len(candidates) == 1 and candidates != ["implicit_gemm"]:
         return rule  # nothing to choose (a 3-D call still has the implicit GEMM's tiles)

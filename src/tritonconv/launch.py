@@ -639,15 +639,17 @@ def _build_plan(events, tensors: list, result) -> _Plan | None:
                     return UNPLANNABLE
                 slots.append((position, index))
         steps.append(_Launch(kernel, grid, args, meta, slots))
+    # what it returns: arguments, allocations or calls' results of their own storage (a view
+    # of one of those, made by a call or for a launch, is refused like any other view)
     if result is None:
         indices = None
     elif isinstance(result, torch.Tensor):
         indices = _index(table, result)
-        if indices is None:
+        if indices not in roots:
             return UNPLANNABLE
     else:
         indices = tuple(_index(table, t) for t in result)
-        if None in indices:
+        if any(i not in roots for i in indices):
             return UNPLANNABLE
     return _Plan(steps, indices)
 
@@ -677,7 +679,8 @@ def launch_plan(fn):
     :func:`launch` and run PyTorch operations through :func:`call` (any other tensor operation
     would be skipped by the replay), must decide all three from its arguments' signature alone
     (and ``torch.backends.cudnn.allow_tf32``, which picks the fp32 dot precision), and returns
-    None, one tensor or a tuple of tensors it was given, allocated or had a call return. Positional arguments: tensors, None, lists or hashable values (keywords
+    None, one tensor or a tuple of tensors it was given, allocated or had a call return (not
+    a view of one). Positional arguments: tensors, None, lists or hashable values (keywords
     are bound to positions). Calls nested in another planned function's recording run
     unplanned, so the outer recording sees their launches."""
     plans = BoundedCache(f"launch plans of {fn.__qualname__}", LAUNCH_CACHE_SIZE)
