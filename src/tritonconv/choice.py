@@ -86,7 +86,8 @@ def cpu_kernels() -> bool:
 #: forward + backward against 0.71x by im2col + GEMM (session 9); after session 10's loop
 #: change, ResNet-50's 7x7 stem 0.53x against 0.46x (training-step wall 1608 against 1886 µs)
 #: and ConvNeXt's 4x4 stride-4 stem 0.49x against 0.45x (396 against 1313 µs: im2col_gemm's
-#: host path is not replayed); VGG's first layer 0.43-0.59x against 0.40x (sessions 1 and 5).
+#: host path was not replayed then; it is since session 19, not yet re-measured here); VGG's
+#: first layer 0.43-0.59x against 0.40x (sessions 1 and 5).
 NARROW_IMPLICIT_MAX_TAPS = 49
 
 #: 16-bit convolutions with fewer output channels per group than 16 (and 16 or more input
