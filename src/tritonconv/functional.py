@@ -31,7 +31,7 @@ from .geometry import (
 from .launch import tracing, transformed
 from .ops import conv_gemm, depthwise, implicit_gemm
 from .ops.common import channels_last_format, dense_strides, is_channels_last
-from .plans import BoundedCache, lookup, tensor_key, values_key
+from .plans import BoundedCache, lookup, tensor_key, traced, values_key
 
 #: Convolution algorithms ``conv2d(..., algo=...)`` accepts: the forward op of each, applied as
 #: ``autograd.run(op, input, weight, bias, stride, pad_before, pad_after, dilation, groups,
@@ -202,8 +202,7 @@ def _choose_algo(algo: str, input: torch.Tensor, args, op: str = "conv2d") -> st
     if algo not in CONV_ALGOS:
         raise TritonConvError(f"algo must be one of {list(CONV_ALGOS)}, got {algo!r}")
     if algo == "auto":
-        layout, traced = _batched_channels_last(input, args), _traced()
-        return choice.heuristic(input.dtype, args, _candidates(input, args), layout, traced).algo
+        return _rule(input, args, _candidates(input, args)).algo
     if algo == "aten":
         if input.device.type != "cpu":
             raise TritonConvError(
@@ -230,18 +229,11 @@ def _choose_algo(algo: str, input: torch.Tensor, args, op: str = "conv2d") -> st
     return algo
 
 
-def _traced() -> bool:
-    """Whether the call is being traced into a graph: by Dynamo (asked first: strict
-    ``torch.export`` traces this code, and Dynamo cannot trace the dispatch-stack query) or
-    under a tracer's dispatch mode (AOTAutograd's fake and functional tensors, make_fx): the
-    conditions under which ``plans.lookup`` caches no plan, so a choice made for a graph is
-    never kept for eager calls of the same signature."""
-    return torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack() > 0
-
-
-def _batched_channels_last(input: torch.Tensor, args) -> bool:
-    """Whether the input, with its batch dimension, is channels-last."""
-    return is_channels_last(input if args.batched else input.unsqueeze(0))
+def _rule(input: torch.Tensor, args, candidates: list[str]) -> choice.Choice:
+    """The heuristic's choice for this call: its input's layout (with the batch dimension)
+    and whether it is being traced into a graph (``plans.traced``) are part of the rule."""
+    channels_last = is_channels_last(input if args.batched else input.unsqueeze(0))
+    return choice.heuristic(input.dtype, args, candidates, channels_last, traced())
 
 
 def _workspace(workspace_limit) -> int:
@@ -678,8 +670,7 @@ def _auto(input, weight, bias, args, params, name, ndim, transposed) -> choice.C
     disk cache ``tune`` and benchmark mode fill) if there is one; else measured now when asked
     for; else the heuristic. While torch.compile traces: the heuristic."""
     candidates = _candidates(input, args)
-    layout, traced = _batched_channels_last(input, args), _traced()
-    rule = choice.heuristic(input.dtype, args, candidates, layout, traced)
+    rule = _rule(input, args, candidates)
     if len(candidates) == 1 and candidates != ["implicit_gemm"]:
         return rule  # nothing to choose (a 3-D call still has the implicit GEMM's tiles)
     x = input if args.batched else input.unsqueeze(0)

@@ -398,11 +398,11 @@ class _Call:
 
     def run(self, table: list, where) -> None:
         args, kwargs = self.args.copy(), self.kwargs.copy()
-        for where_, index in self.slots:
-            if type(where_) is int:
-                args[where_] = table[index]
+        for key, index in self.slots:
+            if type(key) is int:
+                args[key] = table[index]
             else:
-                kwargs[where_] = table[index]
+                kwargs[key] = table[index]
         result = self.fn(*args, **kwargs)
         if self.appends:
             table.append(result)
@@ -600,6 +600,18 @@ def _build_plan(events, tensors: list, result) -> _Plan | None:
             index = len(table) - 1
         return index
 
+    def slots_of(named) -> list | None:
+        """(position or keyword, table index) of each tensor among ``named``'s (key, value)
+        pairs; None if one is not in the table nor a view of a tensor there."""
+        slots = []
+        for key, arg in named:
+            if isinstance(arg, torch.Tensor):
+                index = slot(arg)
+                if index is None:
+                    return None
+                slots.append((key, index))
+        return slots
+
     for event in events:
         if isinstance(event, _Alloc):
             allocated[len(table)] = event
@@ -612,13 +624,9 @@ def _build_plan(events, tensors: list, result) -> _Plan | None:
             named = [*enumerate(event.args), *event.kwargs.items()]
             if any(_holds_tensor(a) for _, a in named if not isinstance(a, torch.Tensor)):
                 return UNPLANNABLE  # tensors inside a list: not taken apart
-            slots = []
-            for where, arg in named:
-                if isinstance(arg, torch.Tensor):
-                    index = slot(arg)
-                    if index is None:
-                        return UNPLANNABLE
-                    slots.append((where, index))
+            slots = slots_of(named)
+            if slots is None:
+                return UNPLANNABLE
             out = event.result
             if out is not None and not isinstance(out, torch.Tensor):
                 return UNPLANNABLE
@@ -631,13 +639,9 @@ def _build_plan(events, tensors: list, result) -> _Plan | None:
             event.result = None
             continue
         kernel, grid, args, meta = event
-        slots = []
-        for position, arg in enumerate(args):
-            if isinstance(arg, torch.Tensor):
-                index = slot(arg)
-                if index is None:
-                    return UNPLANNABLE
-                slots.append((position, index))
+        slots = slots_of(enumerate(args))
+        if slots is None:
+            return UNPLANNABLE
         steps.append(_Launch(kernel, grid, args, meta, slots))
     # what it returns: arguments, allocations or calls' results of their own storage (a view
     # of one of those, made by a call or for a launch, is refused like any other view)

@@ -23,7 +23,7 @@ from .caches import BoundedCache, clear_caches
 from .choice import benchmark_enabled
 from .launch import transformed
 
-__all__ = ["BoundedCache", "clear_caches", "lookup", "tensor_key", "values_key"]
+__all__ = ["BoundedCache", "clear_caches", "lookup", "tensor_key", "traced", "values_key"]
 
 
 def tensor_key(t) -> tuple | None:
@@ -43,11 +43,20 @@ def values_key(values: tuple) -> str:
     return repr(values)
 
 
+def traced() -> bool:
+    """Whether the call is being traced into a graph: by Dynamo (asked first: strict
+    ``torch.export`` traces this code, and Dynamo cannot trace the dispatch-stack query) or
+    under a tracer's dispatch mode (AOTAutograd's fake and functional tensors, make_fx).
+    :func:`lookup` caches no plan then, so what is decided for a graph (``choice.heuristic``'s
+    ``traced``) is never kept for eager calls of the same signature."""
+    return torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack() > 0
+
+
 def lookup(cache: BoundedCache, make_key: Callable[[], tuple], build: Callable[[], object]):
     """The plan of the call whose signature ``make_key()`` returns, built by ``build()`` on a
     miss. Uncached while torch.compile traces, or when the arguments are not hashable or not
     what a key expects (``build`` then validates them and raises the real error)."""
-    if torch.compiler.is_compiling() or transformed() or torch._C._len_torch_dispatch_stack():
+    if traced() or transformed():
         return build()  # (a dispatch mode: fake or functional tensors, whose plans are traced)
     try:
         # allow_tf32 picks the fp32 dot precision of the kernels a plan may end up replaying;
