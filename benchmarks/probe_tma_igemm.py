@@ -433,10 +433,16 @@ def main():
     ap.add_argument("--check-only", action="store_true")
     ap.add_argument("--layers", nargs="*", default=list(LAYERS))
     ap.add_argument("--json", default=None)
+    ap.add_argument("--variants", nargs="*", default=list(VARIANTS), help="operand arrangements")
+    ap.add_argument("--no-wgrad", action="store_true", help="time forward and dgrad only")
     ap.add_argument("--warm", action="store_true", help="only compile (fill Triton's cache)")
     args = ap.parse_args()
     global WARM_ONLY
     WARM_ONLY = args.warm
+    for name in set(VARIANTS) - set(args.variants):
+        del VARIANTS[name]
+    if args.no_wgrad:
+        WGRAD_CONFIGS.clear()
     cuda = torch.cuda.is_available()
     device = "cuda" if cuda else "cpu"
     # The interpreter's descriptor loads garble bfloat16 (Triton 3.9); float16 checks the logic.
