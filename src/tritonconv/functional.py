@@ -9,6 +9,7 @@ input into a batch of one and applies the op (``autograd.run``).
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import torch
 
@@ -747,8 +748,19 @@ def explain(
     if found.algo != "implicit_gemm":
         return found
     g = args.geometry
+    sides = (args.in_per_group, args.out_per_group)  # (source, destination) of the GEMM
+    sides = sides[::-1] if transposed else sides
+    rows = args.batch * math.prod(g.input if transposed else g.output)
+    tma = implicit_gemm.pointwise_tma_config(
+        input.dtype, rows, *sides, g, args.groups, input.device
+    )
     if found.config:
         tiles = f"{implicit_gemm.describe(input.dtype, found.config)} (measured)"
+    elif tma is not None:
+        tiles = (
+            f"{implicit_gemm.describe(input.dtype, tma)} as one TMA GEMM (a 1x1 layer: where "
+            "input and output are dense channels-last and 16-byte aligned)"
+        )
     elif not transposed and implicit_gemm.foldable(input.dtype, args.in_per_group, g, args.groups):
         folded, fg = g.kernel[-1] * args.in_per_group, implicit_gemm.folded_geometry(g)
         tiles = implicit_gemm.launch_config(

@@ -40,6 +40,7 @@ and a tensor it returns joins the ones later steps may use.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import threading
@@ -157,7 +158,8 @@ def launch(kernel, grid: tuple, *args, **meta) -> None:
     key = (kernel, device, _signature(args, meta))
     entry = _cache.get(key)
     if entry is None or _hooks_installed():
-        entry = _entry(kernel[grid](*args, **meta), kernel, args, meta)
+        with _allocator():
+            entry = _entry(kernel[grid](*args, **meta), kernel, args, meta)
         if entry is not None:
             _cache.put(key, entry)
         return
@@ -297,12 +299,26 @@ def _direct_launcher(compiled):
     try:
         c_launch = wrapper.launch
         flags = (wrapper.launch_cooperative_grid, wrapper.launch_pdl)
-        scratch = wrapper.global_scratch_size or wrapper.profile_scratch_size
+        scratch = wrapper.global_scratch_size * wrapper.num_ctas
+        profiled = wrapper.profile_scratch_size
     except AttributeError:
         return None
-    if scratch or not callable(c_launch):
+    if profiled or not callable(c_launch):
         return None
     function, metadata = compiled.function, compiled.packed_metadata
+
+    if scratch:  # per-program global memory (TMA descriptors made on the device)
+
+        def direct(gx, gy, gz, stream, *args):
+            # On the launch's stream and device (the current ones): freed after the launch,
+            # reused only by work queued behind it.
+            memory = _scratch(gx * gy * gz * scratch, 0, stream)
+            c_launch(
+                gx, gy, gz, stream, function, *flags, memory.data_ptr(), None, metadata,
+                None, None, None, *args,
+            )  # fmt: skip
+
+        return direct
 
     def direct(gx, gy, gz, stream, *args):
         # (..., scratch pointers, packed metadata, launch metadata, enter and exit hooks, args)
@@ -311,6 +327,30 @@ def _direct_launcher(compiled):
         )
 
     return direct
+
+
+def _scratch(size: int, alignment: int, stream) -> torch.Tensor:
+    """Triton's global scratch memory for one launch (its allocator protocol), from PyTorch's
+    caching allocator on the current device."""
+    return torch.empty(size, dtype=torch.uint8, device="cuda")
+
+
+@contextlib.contextmanager
+def _allocator():
+    """Triton's scratch allocator set to :func:`_scratch` while Triton itself launches one of
+    our kernels, unless the caller has set one: kernels that make TMA descriptors on the
+    device need global scratch memory, and Triton's default allocator refuses. The setting
+    is a context variable, restored afterwards (a user's own setting is never replaced)."""
+    from triton.runtime import _allocation
+
+    if not isinstance(_allocation._allocator.get(), _allocation.NullAllocator):
+        yield
+        return
+    token = _allocation._allocator.set(_scratch)
+    try:
+        yield
+    finally:
+        _allocation._allocator.reset(token)
 
 
 def _tail(kernel, leading: int, meta: dict) -> tuple | None:
@@ -523,9 +563,9 @@ class _Launch:
             for position, index in self.slots:
                 args[position] = table[index]
             if entry is None:
-                entry = _entry(
-                    self.kernel[self.grid](*args, **self.meta), self.kernel, args, self.meta
-                )
+                with _allocator():
+                    compiled = self.kernel[self.grid](*args, **self.meta)
+                entry = _entry(compiled, self.kernel, args, self.meta)
                 if entry is not None and not hooked and len(self.compiled) < 16:
                     self.compiled[key] = entry
                 return
@@ -536,17 +576,27 @@ class _Plan:
     """What a planned function did for one signature: allocations and launches in order, and
     which tensors of the table it returned."""
 
-    __slots__ = ("launches", "lean_steps", "result", "steps")
+    __slots__ = ("aligned", "launches", "lean_steps", "result", "steps", "unplanned")
 
-    def __init__(self, steps, result):
+    def __init__(self, steps, result, aligned=()):
         self.steps, self.result = steps, result
         self.launches = any(isinstance(s, _Launch) for s in steps)
         # the steps of a replay whose caller drops the placeholders it returns
         self.lean_steps = [_Absent() if isinstance(s, _Placeholder) else s for s in steps]
+        # (argument index, byte offset): addresses a launch needs 16-byte aligned
+        self.aligned = aligned
+        self.unplanned = None  # the planned function on a replay's tensors, unrecorded
 
     def run(self, tensors: list, placeholders: bool = True):
         """Replay on ``tensors`` (the planned function's tensor arguments, in order); with
-        ``placeholders=False`` each :func:`placeholder` it would return is None instead."""
+        ``placeholders=False`` each :func:`placeholder` it would return is None instead.
+
+        A plan whose launches need 16-byte aligned addresses (:func:`needs_aligned`) that were
+        aligned when it was recorded runs the function itself, unrecorded, on tensors where
+        one is not: the function chooses its kernels by alignment, the plan's keys do not."""
+        for index, offset in self.aligned:
+            if (tensors[index].data_ptr() + offset) & 15 and self.unplanned is not None:
+                return self.unplanned(tensors)  # (its placeholders: callers drop them)
         table = tensors.copy()
         where = None
         if self.launches and not INTERPRETER:  # once per replay, not per launch
@@ -584,6 +634,8 @@ def _build_plan(events, tensors: list, result) -> _Plan | None:
         return None
     roots = list(range(len(table)))  # arguments, allocations, new results: what views are of
     steps = []
+    aligned = set()  # (argument index, byte offset) a launch needs 16-byte aligned
+    views = {}  # table index: the view step that makes it
     allocated = {}  # table index: its allocation step
 
     def slot(arg: torch.Tensor) -> int | None:
@@ -598,6 +650,7 @@ def _build_plan(events, tensors: list, result) -> _Plan | None:
             steps.append(view)
             table.append(arg)
             index = len(table) - 1
+            views[index] = view
         return index
 
     def slots_of(named) -> list | None:
@@ -643,6 +696,14 @@ def _build_plan(events, tensors: list, result) -> _Plan | None:
         if slots is None:
             return UNPLANNABLE
         steps.append(_Launch(kernel, grid, args, meta, slots))
+        names = getattr(kernel, "aligned_pointers", ())
+        for position, index in slots:
+            if kernel.arg_names[position] not in names:
+                continue
+            view = views.get(index)
+            root, offset = (index, 0) if view is None else (view.base, view.offset)
+            if root < len(tensors):  # an argument's address (allocations are aligned)
+                aligned.add((root, offset * table[index].element_size()))
     # what it returns: arguments, allocations or calls' results of their own storage (a view
     # of one of those, made by a call or for a launch, is refused like any other view)
     if result is None:
@@ -655,7 +716,7 @@ def _build_plan(events, tensors: list, result) -> _Plan | None:
         indices = tuple(_index(table, t) for t in result)
         if any(i not in roots for i in indices):
             return UNPLANNABLE
-    return _Plan(steps, indices)
+    return _Plan(steps, indices, tuple(sorted(aligned)))
 
 
 def _holds_tensor(value) -> bool:
@@ -675,6 +736,26 @@ def _signature_key(args) -> tuple:
     ]
     key.append(torch.backends.cudnn.allow_tf32)
     return tuple(key)
+
+
+def _unplanned(fn, template: tuple, tensors: list):
+    """``fn`` on its recorded arguments (``template``: the tensors' places marked
+    :data:`_TENSOR`) with ``tensors`` in those places, in order, unrecorded."""
+    given = iter(tensors)
+    return fn(*(next(given) if a is _TENSOR else a for a in template))
+
+
+# A tensor argument's place in a plan's template of its function's arguments (no tensor is
+# kept: a cached plan must not pin the recording call's memory).
+_TENSOR = object()
+
+
+def needs_aligned(kernel, *names: str):
+    """Mark ``kernel``'s pointer parameters ``names`` as needing 16-byte aligned addresses
+    (TMA descriptors): a launcher that launches it only where they are aligned must not have
+    its launch plans replayed where they are not (:meth:`_Plan.run`). Returns ``kernel``."""
+    kernel.aligned_pointers = names
+    return kernel
 
 
 def launch_plan(fn):
@@ -713,6 +794,9 @@ def launch_plan(fn):
             _recorder.events = None
         plan = _build_plan(events, tensors, result)
         if plan is not None:
+            if plan is not UNPLANNABLE and plan.aligned:
+                template = tuple(_TENSOR if isinstance(a, torch.Tensor) else a for a in args)
+                plan.unplanned = functools.partial(_unplanned, fn, template)
             plans.put(key, plan)
         return result
 

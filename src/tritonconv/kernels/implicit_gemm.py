@@ -623,3 +623,61 @@ def conv_igemm_wgrad_kernel(
         tl.store(dst + p_skw, acc1, mask=ok & (kw + 1 < KW))
     if TAP_GROUP > 2:
         tl.store(dst + 2 * p_skw, acc2, mask=ok & (kw + 2 < KW))
+
+
+@triton.jit
+def pointwise_tma_kernel(
+    src_ptr,
+    w_ptr,
+    bias_ptr,
+    dst_ptr,
+    rows,
+    C_src,
+    C_dst,
+    TRANSPOSED: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    DOT_DTYPE: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
+):
+    """A 1x1 stride-1 unpadded one-group convolution over channels-last rows as a GEMM whose
+    tiles move by TMA: ``dst[rows, C_dst] = src[rows, C_src] @ w^T (+ bias)``, ``w`` the
+    ``[C_dst, C_src]`` weight; ``TRANSPOSED`` (the input gradient): ``w`` is ``[C_src, C_dst]``
+    (the forward's ``[out, in]``), read as ``[BLOCK_K, BLOCK_N]`` boxes.
+
+    The descriptors are made on the device (no host encoding per launch). Boxes past the last
+    row or channel are zero-filled on load and clipped on store, so no tile needs a mask. A
+    grid smaller than the tile count makes the programs persistent: each walks tiles
+    ``pid, pid + programs, ...`` (grouped by ``GROUP_M`` rows of tiles, so consecutive tiles
+    share weight columns in L2), and the flattened loop lets the next tile's loads start
+    while this one's result is stored. The launcher checks what TMA requires: 16-byte aligned
+    bases and row strides (channel counts that are multiples of 8 in 16 bits). ``DOT_DTYPE``:
+    the operands' own type (fp32 for bfloat16 under the interpreter, ``ops.direct.dot_dtype``)."""
+    src = tl.make_tensor_descriptor(src_ptr, [rows, C_src], [C_src, 1], [BLOCK_M, BLOCK_K])
+    if TRANSPOSED:
+        w = tl.make_tensor_descriptor(w_ptr, [C_src, C_dst], [C_dst, 1], [BLOCK_K, BLOCK_N])
+    else:
+        w = tl.make_tensor_descriptor(w_ptr, [C_dst, C_src], [C_src, 1], [BLOCK_N, BLOCK_K])
+    dst = tl.make_tensor_descriptor(dst_ptr, [rows, C_dst], [C_dst, 1], [BLOCK_M, BLOCK_N])
+    m_tiles = tl.cdiv(rows, BLOCK_M)
+    n_tiles = tl.cdiv(C_dst, BLOCK_N)
+    steps = tl.cdiv(C_src, BLOCK_K)
+    for tile in tl.range(tl.program_id(0), m_tiles * n_tiles, tl.num_programs(0), flatten=True):
+        width = GROUP_M * n_tiles
+        first_m = (tile // width) * GROUP_M
+        rows_here = tl.minimum(m_tiles - first_m, GROUP_M)
+        m0 = (first_m + (tile % width) % rows_here) * BLOCK_M
+        n0 = ((tile % width) // rows_here) * BLOCK_N
+        acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+        for step in range(steps):
+            a = src.load([m0, step * BLOCK_K]).to(DOT_DTYPE)
+            if TRANSPOSED:
+                acc = tl.dot(a, w.load([step * BLOCK_K, n0]).to(DOT_DTYPE), acc)
+            else:
+                acc = tl.dot(a, w.load([n0, step * BLOCK_K]).to(DOT_DTYPE).T, acc)
+        if HAS_BIAS:
+            d = n0 + tl.arange(0, BLOCK_N)
+            acc += tl.load(bias_ptr + d, mask=d < C_dst, other=0).to(tl.float32)[None, :]
+        dst.store([m0, n0], acc.to(dst.dtype))

@@ -1,0 +1,167 @@
+"""1x1 layers as TMA GEMMs (``pointwise_tma_kernel``, ``algo="implicit_gemm"``).
+
+16-bit 1x1 stride-1 unpadded one-group layers over dense channels-last tensors run forward and
+input gradient as one GEMM whose tiles TMA descriptors load and store. These tests check which
+calls take it (and which must not: layouts and addresses TMA cannot read), its results against
+float64 in one, two and three spatial dimensions, and that a launch plan recorded on aligned
+tensors is not replayed on unaligned ones.
+"""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import tritonconv
+from tritonconv.geometry import make_geometry
+from tritonconv.ops import implicit_gemm
+from tritonconv.testing import assert_close, poison_, random_tensor
+
+CONV = {1: (tritonconv.conv1d, F.conv1d), 2: (tritonconv.conv2d, F.conv2d),
+        3: (tritonconv.conv3d, F.conv3d)}  # fmt: skip
+LAST = {1: None, 2: torch.channels_last, 3: torch.channels_last_3d}
+
+
+def _rows_layout(t: torch.Tensor) -> torch.Tensor:
+    """``t`` dense channels-last (for 1-D: ``(N, C, L)`` with channels innermost)."""
+    if t.dim() == 3:
+        return t.transpose(1, 2).contiguous().transpose(1, 2)
+    return t.contiguous(memory_format=LAST[t.dim() - 2])
+
+
+@pytest.fixture
+def kernels(monkeypatch):
+    """Names of the kernels ``ops.implicit_gemm`` launches (plans cleared: none replays)."""
+    tritonconv.clear_caches()
+    names = []
+    original = implicit_gemm.launch
+
+    def spy(kernel, *args, **kwargs):
+        names.append(kernel.fn.__name__ if hasattr(kernel, "fn") else kernel.__name__)
+        return original(kernel, *args, **kwargs)
+
+    monkeypatch.setattr(implicit_gemm, "launch", spy)
+    return names
+
+
+def _run(x, w, b):
+    """Output, dx, dW, db of the implicit GEMM and of float64 PyTorch."""
+    ours, ref = CONV[x.dim() - 2]
+    leaves = [t.detach().requires_grad_() if t is not None else None for t in (x, w, b)]
+    refs = [t.detach().double().requires_grad_() if t is not None else None for t in (x, w, b)]
+    y = ours(*leaves, algo="implicit_gemm")
+    want = ref(*refs)
+    dy = _rows_layout(random_tensor(y.shape, x.dtype, x.device))
+    got = torch.autograd.grad(y, [t for t in leaves if t is not None], dy)
+    wanted = torch.autograd.grad(want, [t for t in refs if t is not None], dy.double())
+    return (y, *got), (want, *wanted)
+
+
+# (N, C, spatial, K, bias)
+CASES = [
+    (2, 16, (5, 7), 24, True),
+    (3, 40, (4, 5), 136, False),
+    (1, 96, (3, 3), 64, True),
+    (2, 64, (6,), 72, True),
+    (1, 32, (2, 3, 4), 16, True),
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("case", CASES, ids=str)
+def test_pointwise_layers_match_float64(case, dtype, device, kernels):
+    N, C, spatial, K, bias = case
+    for _ in range(3):  # outputs come from these blocks: an unwritten element shows as NaN
+        poison_(torch.empty(1 << 16, device=device))
+    x = _rows_layout(random_tensor((N, C, *spatial), dtype, device))
+    w = random_tensor((K, C, *[1] * len(spatial)), dtype, device)
+    b = random_tensor((K,), dtype, device) if bias else None
+    got, want = _run(x, w, b)
+    assert kernels.count("pointwise_tma_kernel") == 2, kernels  # forward and dx
+    positions = x.numel() // C
+    for name, g, r in zip(("output", "dx", "dW", "db"), got, want):
+        assert not g.isnan().any(), name
+        assert_close(g, r, reduction=max(C, K, positions), name=name)
+    if x.dim() > 3:  # (1-D outputs are contiguous, as PyTorch's)
+        assert got[0].stride() == _rows_layout(got[0]).stride(), "output left channels-last"
+
+
+@pytest.mark.parametrize(
+    "layout",
+    ["nchw", "strided", "stride2", "padded", "groups", "fp32", "channels12"],
+)
+def test_other_layers_keep_the_implicit_gemm(layout, device, kernels):
+    """What TMA cannot read or this kernel does not compute runs ``conv_igemm_kernel``, and
+    is right."""
+    dtype = torch.float32 if layout == "fp32" else torch.bfloat16
+    C = 12 if layout == "channels12" else 32
+    x = random_tensor((2, C, 6, 5), dtype, device)
+    if layout != "nchw":
+        x = _rows_layout(x)
+    if layout == "strided":  # channels innermost, but every other column
+        x = _rows_layout(random_tensor((2, C, 6, 10), dtype, device))[..., ::2]
+    w = random_tensor((24, C // (2 if layout == "groups" else 1), 1, 1), dtype, device)
+    kw = {"stride": 2} if layout == "stride2" else {"padding": 1} if layout == "padded" else {}
+    if layout == "groups":
+        kw = {"groups": 2}
+    y = tritonconv.conv2d(x, w, algo="implicit_gemm", **kw)
+    assert "pointwise_tma_kernel" not in kernels and "conv_igemm_kernel" in kernels
+    assert_close(y, F.conv2d(x.double(), w.double(), **kw), reduction=C, name="output")
+
+
+def _unaligned_like(t: torch.Tensor) -> torch.Tensor:
+    """A copy of channels-last ``t`` with the same strides, 2 bytes past a 16-byte boundary."""
+    N, C, H, W = t.shape
+    buffer = torch.empty(t.numel() + 8, dtype=t.dtype, device=t.device)
+    u = buffer[1 : 1 + t.numel()].view(N, H, W, C).permute(0, 3, 1, 2)
+    u.copy_(t)
+    assert u.stride() == t.stride() and u.data_ptr() % 16
+    return u
+
+
+def test_plans_are_not_replayed_on_unaligned_tensors(device, kernels):
+    """A launch plan recorded with TMA on aligned tensors, called again with the same shapes
+    and strides at an unaligned address (which TMA cannot read), runs the pointer kernel;
+    an aligned call after it replays the TMA plan. Forward and input gradient."""
+    x = _rows_layout(random_tensor((2, 32, 4, 6), torch.bfloat16, device))
+    w = random_tensor((48, 32, 1, 1), torch.bfloat16, device)
+    b = random_tensor((48,), torch.bfloat16, device)
+    for tensor in (x, _unaligned_like(x), x):
+        kernels.clear()
+        got, want = _run(tensor, w, b)
+        for name, g, r in zip(("output", "dx", "dW", "db"), got, want):
+            assert_close(g, r, reduction=48, name=name)
+        if tensor.data_ptr() % 16:  # (the aligned calls replay: nothing launched by name)
+            assert "pointwise_tma_kernel" not in kernels and "conv_igemm_kernel" in kernels
+
+
+def test_input_gradient_of_unaligned_output_gradient(device):
+    """The input gradient's own plan (``conv_grad_input``) on an unaligned ``dy``."""
+    dy = _rows_layout(random_tensor((2, 48, 4, 6), torch.bfloat16, device))
+    w = random_tensor((48, 32, 1, 1), torch.bfloat16, device)
+    like = torch.empty((2, 32, 4, 6), dtype=torch.bfloat16, device=device)
+    like = like.contiguous(memory_format=torch.channels_last)
+    geometry = make_geometry((4, 6), (1, 1), (1, 1), (0, 0), (0, 0), (1, 1))
+    want = torch.nn.grad.conv2d_input(like.shape, w.double(), dy.double())
+    tritonconv.clear_caches()
+    for g in (dy, _unaligned_like(dy), dy):
+        dx = implicit_gemm.conv_grad_input(g, w, like, geometry, 1)
+        assert_close(dx, want, reduction=48, name="dx")
+
+
+def test_tma_rule():
+    """Which shapes ``pointwise_tma_config`` takes (on this machine's device kind)."""
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    g1 = make_geometry((8, 8), (1, 1), (1, 1), (0, 0), (0, 0), (1, 1))
+    take = implicit_gemm.pointwise_tma_config
+    expected = implicit_gemm._has_tma(device)
+    assert (take(torch.bfloat16, 2048, 64, 256, g1, 1, device) is not None) == expected
+    assert (take(torch.float16, 2048, 16, 16, g1, 1, device) is not None) == expected
+    assert take(torch.float32, 2048, 64, 256, g1, 1, device) is None
+    assert take(torch.bfloat16, 2048, 64, 256, g1, 2, device) is None
+    assert take(torch.bfloat16, 2048, 12, 256, g1, 1, device) is None
+    assert take(torch.bfloat16, 2048, 8, 256, g1, 1, device) is None
+    assert take(torch.bfloat16, 2048, 64, 20, g1, 1, device) is None
+    for kernel, stride, pad in (((3, 3), (1, 1), (1, 1)), ((1, 1), (2, 2), (0, 0)),
+                                ((1, 1), (1, 1), (1, 1))):  # fmt: skip
+        g = make_geometry((8, 8), kernel, stride, pad, pad, (1, 1))
+        assert take(torch.bfloat16, 2048, 64, 256, g, 1, device) is None
