@@ -144,6 +144,8 @@ CONFIGS = [  # BM, BN, BK, warps, stages, persistent
     (128, 256, 64, 8, 3, True),
     (256, 128, 64, 8, 3, True),
     (128, 64, 64, 4, 4, True),
+    (256, 128, 16, 8, 3, True),  # few input channels (16): no zero-filled reduction
+    (128, 64, 16, 4, 4, True),
 ]
 
 
@@ -188,7 +190,9 @@ def kernel_ms(fns):
 def time_layer(name, device, dtype, sms):
     import tritonconv as tc
 
-    sets = [make(name, device, dtype) for _ in range(4)]
+    # Without bias (BatchNorm follows these layers in the networks; cuDNN's 1x1 with bias ran
+    # 3x slower than without in session 20's first run, a harness artefact for this question)
+    sets = [(x, w, None) for x, w, _ in (make(name, device, dtype) for _ in range(4))]
     dys = [torch.randn_like(F.conv2d(x, w)) for x, w, _ in sets]
     row = {"layer": name}
     row["cudnn_ms"] = kernel_ms([lambda s=s: F.conv2d(*s) for s in sets])
@@ -269,9 +273,10 @@ def main():
         rows.append(r)
         print(
             f"{name:16} cuDNN {1e3 * r['cudnn_ms']:6.1f}  cuBLAS {1e3 * r['cublas_ms']:6.1f}  "
-            f"igemm {1e3 * r['igemm_ms']:6.1f}  TMA {1e3 * r['tma_ms']:6.1f} "
+            f"ours {1e3 * r['igemm_ms']:6.1f}  TMA {1e3 * r['tma_ms']:6.1f} "
             f"({r['cudnn_ms'] / r['tma_ms']:.2f}× cuDNN, {r['tma_tb_s']:.2f} TB/s) {r['tma_config']}  "
-            f"dX cuDNN {1e3 * r['cudnn_dx_ms']:6.1f} TMA {1e3 * r['tma_dx_ms']:6.1f} {r['tma_dx_config']}",
+            f"dX cuDNN {1e3 * r['cudnn_dx_ms']:6.1f} ours {1e3 * r['igemm_dx_ms']:6.1f} "
+            f"TMA {1e3 * r['tma_dx_ms']:6.1f} {r['tma_dx_config']}",
             flush=True,
         )
 
@@ -281,8 +286,9 @@ def main():
 
     print(
         f"geomean vs cuDNN (kernel time, µs above): TMA fwd {geomean('cudnn_ms', 'tma_ms'):.2f}  "
-        f"igemm fwd {geomean('cudnn_ms', 'igemm_ms'):.2f}  cuBLAS fwd {geomean('cudnn_ms', 'cublas_ms'):.2f}  "
-        f"TMA dX {geomean('cudnn_dx_ms', 'tma_dx_ms'):.2f}"
+        f"ours fwd {geomean('cudnn_ms', 'igemm_ms'):.2f}  cuBLAS fwd {geomean('cudnn_ms', 'cublas_ms'):.2f}  "
+        f"TMA dX {geomean('cudnn_dx_ms', 'tma_dx_ms'):.2f}  "
+        f"ours dX {geomean('cudnn_dx_ms', 'igemm_dx_ms'):.2f}"
     )
     if args.json:
         with open(args.json, "w") as f:

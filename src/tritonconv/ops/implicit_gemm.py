@@ -334,8 +334,9 @@ def pointwise_tma_config(dtype, rows, src_channels, dst_channels, geometry: Geom
     MobileNet's 1x1 layers at batch 32; session 20): ResNet-50's 64 -> 256 at 56x56 in 21.0
     µs against 34.0 for ``conv_igemm_kernel`` and 32.8 for cuBLAS (3.06 TB/s), 96 -> 384 at
     56x56 34.2 against 51.7. The tiles are the probe's best per shape class: 128x64 for at
-    most 64 output channels, persistent 256x128 tiles where they fill two waves, else one
-    program per 64x128 tile."""
+    most 64 output channels; 256x128 (persistent past one wave) for reductions of one or two
+    steps or where they fill two waves; else one program per 64x128 tile. (A first rule sent
+    40 -> 120 at 28x28 to 64x128 tiles: 14.4 µs where the probe's 256x128 took 8.1.)"""
     if (
         dtype not in (torch.float16, torch.bfloat16)
         or groups != 1
@@ -355,7 +356,8 @@ def pointwise_tma_config(dtype, rows, src_channels, dst_channels, geometry: Geom
         return Config(128, 64, block_k, 4, 4)
     if INTERPRETER:
         return Config(128, 128, block_k, 4, 1)
-    if cdiv(rows, 256) * cdiv(dst_channels, 128) >= 2 * multiprocessor_count(device):
+    short = cdiv(src_channels, block_k) <= 2  # what a tile costs is mostly its store
+    if short or cdiv(rows, 256) * cdiv(dst_channels, 128) >= 2 * multiprocessor_count(device):
         return Config(256, 128, block_k, 8, 3)
     return Config(64, 128, block_k, 4, 4)
 
