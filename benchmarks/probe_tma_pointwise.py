@@ -131,6 +131,15 @@ LAYERS = {
     "pw_40_120_28": (32, 40, 28, 28, 120),
     "mb_16_64_112": (32, 16, 112, 112, 64),
     "mb_120_40_28": (32, 120, 28, 28, 40),
+    "mb_24_72_56": (32, 24, 56, 56, 72),
+    "mb_72_24_56": (32, 72, 56, 56, 24),
+    "mb_72_40_28": (32, 72, 28, 28, 40),
+    "mb_40_240_28": (32, 40, 28, 28, 240),
+    "mb_80_200_14": (32, 80, 14, 14, 200),
+    "mb_184_80_14": (32, 184, 14, 14, 80),
+    "mb_480_112_14": (32, 480, 14, 14, 112),
+    "mb_112_672_14": (32, 112, 14, 14, 672),
+    "mb_160_960_7": (32, 160, 7, 7, 960),
 }
 
 CONFIGS = [  # BM, BN, BK, warps, stages, persistent
@@ -189,27 +198,50 @@ def kernel_ms(fns):
 
 def time_layer(name, device, dtype, sms):
     import tritonconv as tc
+    from tritonconv.geometry import make_geometry
+    from tritonconv.ops import implicit_gemm as ig
 
     # Without bias (BatchNorm follows these layers in the networks; cuDNN's 1x1 with bias ran
     # 3x slower than without in session 20's first run, a harness artefact for this question)
     sets = [(x, w, None) for x, w, _ in (make(name, device, dtype) for _ in range(4))]
     dys = [torch.randn_like(F.conv2d(x, w)) for x, w, _ in sets]
+    N, C, H, W, K = LAYERS[name]
+    g = make_geometry((H, W), (1, 1), (1, 1), (0, 0), (0, 0), (1, 1))
+    # the pointer-load kernel with its heuristic tiles (an explicit config skips the TMA path)
+    fwd_cfg = ig.launch_config(dtype, N, C, K, (H, W), (1, 1), (1, 1), 1, False, x_device(sets))
+    dx_cfg = ig.launch_config(dtype, N, K, C, (H, W), (1, 1), (1, 1), 1, True, x_device(sets))
     row = {"layer": name}
     row["cudnn_ms"] = kernel_ms([lambda s=s: F.conv2d(*s) for s in sets])
     row["cublas_ms"] = kernel_ms(
         [lambda s=s: F.linear(rows_of(s[0]), s[1].flatten(1), s[2]) for s in sets]
     )
-    row["igemm_ms"] = kernel_ms([lambda s=s: tc.conv2d(*s, algo="implicit_gemm") for s in sets])
+    row["igemm_ms"] = kernel_ms(
+        [lambda s=s: ig.conv_forward(s[0], s[1], None, g, 1, fwd_cfg) for s in sets]
+    )
+    # algo="implicit_gemm": since session 20 its rule's TMA tiles (pointwise_tma_config)
+    row["ours_ms"] = kernel_ms([lambda s=s: tc.conv2d(*s, algo="implicit_gemm") for s in sets])
     row["cudnn_dx_ms"] = kernel_ms(
         [
             lambda s=s, dy=dy: torch.nn.grad.conv2d_input(s[0].shape, s[1], dy)
             for s, dy in zip(sets, dys)
         ]
     )
-    best, best_dx = (float("inf"), None), (float("inf"), None)
+    row["igemm_dx_ms"] = kernel_ms(
+        [
+            lambda s=s, dy=dy: ig.conv_grad_input(dy, s[1], s[0], g, 1, config=dx_cfg)
+            for s, dy in zip(sets, dys)
+        ]
+    )
+    row["ours_dx_ms"] = kernel_ms(
+        [
+            lambda s=s, dy=dy: tc.conv_transpose2d(dy, s[1], algo="implicit_gemm")
+            for s, dy in zip(sets, dys)
+        ]
+    )
+    row["fwd"], row["dx"] = {}, {}
     for config in CONFIGS:
         try:
-            t = kernel_ms(
+            row["fwd"][str(config)] = kernel_ms(
                 [
                     lambda s=s, c=config: pointwise_tma(
                         rows_of(s[0]), s[1].flatten(1), s[2], c, programs=sms
@@ -217,8 +249,7 @@ def time_layer(name, device, dtype, sms):
                     for s in sets
                 ]
             )
-            best = min(best, (t, config))
-            t = kernel_ms(
+            row["dx"][str(config)] = kernel_ms(
                 [
                     lambda s=s, dy=dy, c=config: pointwise_tma(
                         rows_of(dy), s[1].flatten(1), None, c, flip=True, programs=sms
@@ -226,13 +257,17 @@ def time_layer(name, device, dtype, sms):
                     for s, dy in zip(sets, dys)
                 ]
             )
-            best_dx = min(best_dx, (t, config))
         except Exception as e:  # a config that does not compile or fit
             print(f"  {name} {config}: {type(e).__name__}: {str(e)[:160]}", flush=True)
+    best = min((t, c) for c, t in row["fwd"].items())
+    best_dx = min((t, c) for c, t in row["dx"].items())
     row.update(tma_ms=best[0], tma_config=best[1], tma_dx_ms=best_dx[0], tma_dx_config=best_dx[1])
-    N, C, H, W, K = LAYERS[name]
     row["tma_tb_s"] = 2 * N * H * W * (C + K) / best[0] / 1e9
     return row
+
+
+def x_device(sets):
+    return sets[0][0].device
 
 
 def main():
@@ -271,11 +306,15 @@ def main():
     for name in args.layers:
         r = time_layer(name, device, dtype, sms)
         rows.append(r)
+        if args.json:  # after each layer: a run cut short keeps what it measured
+            with open(args.json, "w") as f:
+                json.dump(rows, f, indent=1)
         print(
             f"{name:16} cuDNN {1e3 * r['cudnn_ms']:6.1f}  cuBLAS {1e3 * r['cublas_ms']:6.1f}  "
-            f"ours {1e3 * r['igemm_ms']:6.1f}  TMA {1e3 * r['tma_ms']:6.1f} "
+            f"igemm {1e3 * r['igemm_ms']:6.1f}  ours {1e3 * r['ours_ms']:6.1f}  TMA {1e3 * r['tma_ms']:6.1f} "
             f"({r['cudnn_ms'] / r['tma_ms']:.2f}× cuDNN, {r['tma_tb_s']:.2f} TB/s) {r['tma_config']}  "
-            f"dX cuDNN {1e3 * r['cudnn_dx_ms']:6.1f} ours {1e3 * r['igemm_dx_ms']:6.1f} "
+            f"dX cuDNN {1e3 * r['cudnn_dx_ms']:6.1f} igemm {1e3 * r['igemm_dx_ms']:6.1f} "
+            f"ours {1e3 * r['ours_dx_ms']:6.1f} "
             f"TMA {1e3 * r['tma_dx_ms']:6.1f} {r['tma_dx_config']}",
             flush=True,
         )
@@ -286,9 +325,11 @@ def main():
 
     print(
         f"geomean vs cuDNN (kernel time, µs above): TMA fwd {geomean('cudnn_ms', 'tma_ms'):.2f}  "
-        f"ours fwd {geomean('cudnn_ms', 'igemm_ms'):.2f}  cuBLAS fwd {geomean('cudnn_ms', 'cublas_ms'):.2f}  "
+        f"igemm fwd {geomean('cudnn_ms', 'igemm_ms'):.2f}  "
+        f"ours fwd {geomean('cudnn_ms', 'ours_ms'):.2f}  cuBLAS fwd {geomean('cudnn_ms', 'cublas_ms'):.2f}  "
         f"TMA dX {geomean('cudnn_dx_ms', 'tma_dx_ms'):.2f}  "
-        f"ours dX {geomean('cudnn_dx_ms', 'igemm_dx_ms'):.2f}"
+        f"igemm dX {geomean('cudnn_dx_ms', 'igemm_dx_ms'):.2f}  "
+        f"ours dX {geomean('cudnn_dx_ms', 'ours_dx_ms'):.2f}"
     )
     if args.json:
         with open(args.json, "w") as f:
