@@ -758,7 +758,7 @@ def explain(
         tiles = f"{implicit_gemm.describe(input.dtype, found.config)} (measured)"
     elif tma is not None:
         tiles = (
-            f"{implicit_gemm.describe(input.dtype, tma)} as one TMA GEMM (a 1x1 layer: where "
+            f"{tma} as one TMA GEMM (a 1x1 layer: where "
             "input and output are dense channels-last and 16-byte aligned)"
         )
     elif not transposed and implicit_gemm.foldable(input.dtype, args.in_per_group, g, args.groups):

@@ -52,6 +52,34 @@ from ._runtime import INTERPRETER
 from .caches import BoundedCache
 from .geometry import TritonConvError
 
+try:  # host-side TMA descriptors (Triton 3.4+)
+    from triton.tools.tensor_descriptor import TensorDescriptor
+except ImportError:  # pragma: no cover (older Triton)
+    TensorDescriptor = None
+
+
+class _Descriptor:
+    """A TMA descriptor argument as a replay passes it to Triton's C launcher: the attributes
+    its wrapper reads (``make_tensordesc_arg``: base, shape, strides, padding), without
+    ``TensorDescriptor``'s Python checks, which the recording call made (the plan checks the
+    base's alignment, :meth:`_Plan.run`)."""
+
+    __slots__ = ("base", "block_shape", "padding", "shape", "strides")
+
+    def __init__(self, base, shape, strides, block_shape, padding):
+        self.base, self.shape, self.strides = base, shape, strides
+        self.block_shape, self.padding = block_shape, padding
+
+
+def _is_descriptor(a) -> bool:
+    return TensorDescriptor is not None and isinstance(a, TensorDescriptor)
+
+
+def _descriptor_key(d) -> tuple:
+    """What a launch's compiled kernel may depend on of a descriptor argument."""
+    return (d.base.dtype, tuple(d.shape), tuple(d.strides), tuple(d.block_shape), d.padding)
+
+
 # Tensor types the kernels may read directly (anything else is a tracing or subclass tensor).
 PLAIN_TENSOR_TYPES = (torch.Tensor, torch.nn.Parameter)
 
@@ -127,6 +155,8 @@ def _signature(args, meta) -> tuple:
         if isinstance(a, torch.Tensor)
         else a
         if type(a) is int
+        else _descriptor_key(a)
+        if _is_descriptor(a)
         else (type(a), a)
         for a in args
     ) + tuple(meta.items())
@@ -143,7 +173,8 @@ def launch(kernel, grid: tuple, *args, **meta) -> None:
     recording = getattr(_recorder, "events", None)
     if recording is not None:
         recording.append((kernel, grid, args, meta))
-    tensors = [a for a in args if isinstance(a, torch.Tensor)]
+    tensors = [a.base if _is_descriptor(a) else a for a in args]
+    tensors = [a for a in tensors if isinstance(a, torch.Tensor)]
     if tracing(*tensors):
         if INTERPRETER:
             return  # a fake tensor has nothing to interpret: the body is its own fake
@@ -527,14 +558,22 @@ class _Launch:
     """A recorded launch: the kernel's arguments with the tensors left as slots (indices into
     the replay's tensor table), and its compiled kernels by device and pointer alignment."""
 
-    __slots__ = ("compiled", "grid", "kernel", "meta", "slots", "template")
+    __slots__ = ("compiled", "descriptors", "grid", "kernel", "meta", "slots", "template")
 
-    def __init__(self, kernel, grid, args, meta, slots):
+    def __init__(self, kernel, grid, args, meta, slots, descriptors=()):
         self.kernel, self.grid, self.meta = kernel, grid, meta
         # No tensor is kept: a cached plan must not pin the recording call's memory.
-        self.template = [None if isinstance(a, torch.Tensor) else a for a in args]
+        self.template = [
+            None if isinstance(a, torch.Tensor) or _is_descriptor(a) else a for a in args
+        ]
         self.slots = slots  # [(position in args, index in the table)]
+        # [(position in args, index of its base in the table, shape, strides, block, padding)]
+        self.descriptors = descriptors
         self.compiled: dict = {}
+
+    def _descriptors(self, args: list, table: list, kind) -> None:
+        for position, index, *layout in self.descriptors:
+            args[position] = kind(table[index], *layout)
 
     def run(self, table: list, where) -> None:
         """Launch on the tensors of ``table``; ``where``: (device, stream, hooks installed) of
@@ -544,6 +583,7 @@ class _Launch:
         if where is None:
             for position, index in self.slots:
                 args[position] = table[index]
+            self._descriptors(args, table, TensorDescriptor)
             _interpret(self.kernel, self.grid, args, self.meta)
             return
         device, stream, hooked = where
@@ -562,6 +602,7 @@ class _Launch:
         if entry is None or entry[2] is None:  # Triton's own launch path: it takes tensors
             for position, index in self.slots:
                 args[position] = table[index]
+            self._descriptors(args, table, TensorDescriptor)
             if entry is None:
                 with _allocator():
                     compiled = self.kernel[self.grid](*args, **self.meta)
@@ -569,6 +610,8 @@ class _Launch:
                 if entry is not None and not hooked and len(self.compiled) < 16:
                     self.compiled[key] = entry
                 return
+        else:  # (descriptor bases: 16-byte aligned, the plan's check)
+            self._descriptors(args, table, _Descriptor)
         _run_compiled(entry, self.grid, stream, args)
 
 
@@ -693,11 +736,16 @@ def _build_plan(events, tensors: list, result) -> _Plan | None:
             continue
         kernel, grid, args, meta = event
         slots = slots_of(enumerate(args))
-        if slots is None:
+        bases = slots_of((i, a.base) for i, a in enumerate(args) if _is_descriptor(a))
+        if slots is None or bases is None:
             return UNPLANNABLE
-        steps.append(_Launch(kernel, grid, args, meta, slots))
+        descriptors = [
+            (i, index, args[i].shape, args[i].strides, args[i].block_shape, args[i].padding)
+            for i, index in bases
+        ]
+        steps.append(_Launch(kernel, grid, args, meta, slots, descriptors))
         names = getattr(kernel, "aligned_pointers", ())
-        for position, index in slots:
+        for position, index in (*slots, *bases):
             if kernel.arg_names[position] not in names:
                 continue
             view = views.get(index)
@@ -751,8 +799,8 @@ _TENSOR = object()
 
 
 def needs_aligned(kernel, *names: str):
-    """Mark ``kernel``'s pointer parameters ``names`` as needing 16-byte aligned addresses
-    (TMA descriptors): a launcher that launches it only where they are aligned must not have
+    """Mark ``kernel``'s pointer or TMA descriptor parameters ``names`` as needing 16-byte
+    aligned addresses: a launcher that launches it only where they are aligned must not have
     its launch plans replayed where they are not (:meth:`_Plan.run`). Returns ``kernel``."""
     kernel.aligned_pointers = names
     return kernel

@@ -627,10 +627,10 @@ def conv_igemm_wgrad_kernel(
 
 @triton.jit
 def pointwise_tma_kernel(
-    src_ptr,
-    w_ptr,
+    src,
+    w,
     bias_ptr,
-    dst_ptr,
+    dst,
     rows,
     C_src,
     C_dst,
@@ -645,22 +645,18 @@ def pointwise_tma_kernel(
     """A 1x1 stride-1 unpadded one-group convolution over channels-last rows as a GEMM whose
     tiles move by TMA: ``dst[rows, C_dst] = src[rows, C_src] @ w^T (+ bias)``, ``w`` the
     ``[C_dst, C_src]`` weight; ``TRANSPOSED`` (the input gradient): ``w`` is ``[C_src, C_dst]``
-    (the forward's ``[out, in]``), read as ``[BLOCK_K, BLOCK_N]`` boxes.
+    (the forward's ``[out, in]``). ``src``, ``w``, ``dst``: TMA descriptors made on the host
+    (boxes ``[BLOCK_M, BLOCK_K]``, ``[BLOCK_N, BLOCK_K]`` or ``[BLOCK_K, BLOCK_N]``,
+    ``[BLOCK_M, BLOCK_N]``), kernel parameters the tensor-map hardware reads directly:
+    descriptors made on the device cost each program about 2 µs before its first load
+    (session 20, benchmarks/NOTES.md).
 
-    The descriptors are made on the device (no host encoding per launch). Boxes past the last
-    row or channel are zero-filled on load and clipped on store, so no tile needs a mask. A
-    grid smaller than the tile count makes the programs persistent: each walks tiles
-    ``pid, pid + programs, ...`` (grouped by ``GROUP_M`` rows of tiles, so consecutive tiles
-    share weight columns in L2), and the flattened loop lets the next tile's loads start
-    while this one's result is stored. The launcher checks what TMA requires: 16-byte aligned
-    bases and row strides (channel counts that are multiples of 8 in 16 bits). ``DOT_DTYPE``:
-    the operands' own type (fp32 for bfloat16 under the interpreter, ``ops.direct.dot_dtype``)."""
-    src = tl.make_tensor_descriptor(src_ptr, [rows, C_src], [C_src, 1], [BLOCK_M, BLOCK_K])
-    if TRANSPOSED:
-        w = tl.make_tensor_descriptor(w_ptr, [C_src, C_dst], [C_dst, 1], [BLOCK_K, BLOCK_N])
-    else:
-        w = tl.make_tensor_descriptor(w_ptr, [C_dst, C_src], [C_src, 1], [BLOCK_N, BLOCK_K])
-    dst = tl.make_tensor_descriptor(dst_ptr, [rows, C_dst], [C_dst, 1], [BLOCK_M, BLOCK_N])
+    Boxes past the last row or channel are zero-filled on load and clipped on store, so no
+    tile needs a mask. A grid smaller than the tile count makes the programs persistent: each
+    walks tiles ``pid, pid + programs, ...`` (grouped by ``GROUP_M`` rows of tiles, so
+    consecutive tiles share weight columns in L2), and the flattened loop lets the next
+    tile's loads start while this one's result is stored. ``DOT_DTYPE``: the operands' own
+    type (fp32 for bfloat16 under the interpreter, ``ops.direct.dot_dtype``)."""
     m_tiles = tl.cdiv(rows, BLOCK_M)
     n_tiles = tl.cdiv(C_dst, BLOCK_N)
     steps = tl.cdiv(C_src, BLOCK_K)

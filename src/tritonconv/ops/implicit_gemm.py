@@ -34,7 +34,7 @@ from ..kernels.implicit_gemm import (
     conv_igemm_wgrad_kernel,
     pointwise_tma_kernel,
 )
-from ..launch import allocate, launch, launch_plan, needs_aligned, tracing
+from ..launch import TensorDescriptor, allocate, launch, launch_plan, needs_aligned, tracing
 from .common import (
     accumulator_dtype,
     cdiv,
@@ -309,34 +309,50 @@ def tuning_configs(dtype, *launch_args) -> list[tuple]:
 #: Multiprocessors the persistent TMA GEMM assumes under the interpreter: a few, so that its
 #: programs walk several tiles there too.
 INTERPRETER_TMA_PROGRAMS = 3
-needs_aligned(pointwise_tma_kernel, "src_ptr", "w_ptr", "dst_ptr")
+needs_aligned(pointwise_tma_kernel, "src", "w", "dst")
 
 
 @functools.cache
 def _has_tma(device: torch.device) -> bool:
-    """Whether ``device`` loads by TMA (Hopper and later) and this Triton makes descriptors
-    on the device; under the interpreter, yes (it runs the kernel's logic on the CPU)."""
-    import triton.language as tl
-
-    if not hasattr(tl, "make_tensor_descriptor"):
+    """Whether ``device`` loads by TMA (Hopper and later) and this Triton takes host-side
+    descriptors; under the interpreter, yes (it runs the kernel's logic on the CPU)."""
+    if TensorDescriptor is None:
         return False
     return INTERPRETER or torch.cuda.get_device_capability(device)[0] >= 9
 
 
+class TmaConfig(NamedTuple):
+    """Tiles of ``pointwise_tma_kernel``, and whether its programs are persistent (one per
+    multiprocessor, each walking tiles) or one per tile."""
+
+    block_m: int
+    block_n: int
+    block_k: int
+    num_warps: int
+    num_stages: int
+    persistent: bool
+
+    def __str__(self) -> str:
+        m, n, k, w, s, persistent = self
+        return f"{m}x{n}x{k} w{w} s{s}{' persistent' if persistent else ''}"
+
+
 def pointwise_tma_config(dtype, rows, src_channels, dst_channels, geometry: Geometry, groups,
-                         device) -> Config | None:  # fmt: skip
+                         device) -> TmaConfig | None:  # fmt: skip
     """The tiles of ``pointwise_tma_kernel`` for a convolution (or its input gradient: source
     and destination channels swapped) of these shapes, or None where the kernel does not take
-    it: 16-bit, a 1x1 window at stride 1 unpadded, one group, at least 16 channels on each
-    side and multiples of 8 (TMA's 16-byte row strides).
+    it: 16-bit, a 1x1 window at stride 1 unpadded, one group, channel counts that are
+    multiples of 8 (TMA's 16-byte row strides), at least 32 source and 64 destination
+    channels (below that ``conv_igemm_kernel``'s narrower tiles were as fast or faster).
 
-    Measured on an H200 (benchmarks/probe_tma_pointwise.py, bf16, ResNet-50's and
-    MobileNet's 1x1 layers at batch 32; session 20): ResNet-50's 64 -> 256 at 56x56 in 21.0
-    µs against 34.0 for ``conv_igemm_kernel`` and 32.8 for cuBLAS (3.06 TB/s), 96 -> 384 at
-    56x56 34.2 against 51.7. The tiles are the probe's best per shape class: 128x64 for at
-    most 64 output channels; 256x128 (persistent past one wave) for reductions of one or two
-    steps or where they fill two waves; else one program per 64x128 tile. (A first rule sent
-    40 -> 120 at 28x28 to 64x128 tiles: 14.4 µs where the probe's 256x128 took 8.1.)"""
+    Fitted to benchmarks/probe_tma_pointwise.py (H200, bf16, ResNet-50's and MobileNetV3's
+    1x1 layers at batch 32, 12 tile configurations, forward and input gradient; session 20):
+    64 destination channels take 128x64 tiles; 256x128, then 128x128, tiles where they make a
+    wave; else one program per 64x128 tile for reductions of 8 or more steps, per 128x64
+    tile below. Over the 23 layers this rule's tiles ran 1.16x (forward) and 1.08x (input
+    gradient) the pointer-load kernel's speed by kernel time, where the best tile of each
+    layer would give 1.20x and 1.10x; ResNet-50's 64 -> 256 at 56x56 20.2 µs against 32.6
+    (cuDNN 23.3), 96 -> 384 at 56x56 32.2 against 50.6 (cuDNN 32.4)."""
     if (
         dtype not in (torch.float16, torch.bfloat16)
         or groups != 1
@@ -344,29 +360,32 @@ def pointwise_tma_config(dtype, rows, src_channels, dst_channels, geometry: Geom
         or any(s != 1 for s in geometry.stride)
         or any(geometry.pad_before)
         or any(geometry.pad_after)
-        or min(src_channels, dst_channels) < 16
+        or src_channels < 32
+        or dst_channels < 64
         or src_channels % 8
         or dst_channels % 8
         or rows >= 2**31
         or not _has_tma(device)
     ):
         return None
-    block_k = 16 if src_channels <= 16 else 32 if src_channels <= 32 else 64
+    if INTERPRETER:  # small tiles: several of them, and persistent programs, on small tests
+        return TmaConfig(32, 64, 32, 4, 1, True)
     if dst_channels <= 64:
-        return Config(128, 64, block_k, 4, 4)
-    if INTERPRETER:
-        return Config(128, 128, block_k, 4, 1)
-    short = cdiv(src_channels, block_k) <= 2  # what a tile costs is mostly its store
-    if short or cdiv(rows, 256) * cdiv(dst_channels, 128) >= 2 * multiprocessor_count(device):
-        return Config(256, 128, block_k, 8, 3)
-    return Config(64, 128, block_k, 4, 4)
+        return TmaConfig(128, 64, 64, 4, 4, True)
+    sms = multiprocessor_count(device)
+    if cdiv(rows, 256) * cdiv(dst_channels, 128) >= sms:
+        return TmaConfig(256, 128, 64, 8, 3, True)
+    if cdiv(rows, 128) * cdiv(dst_channels, 128) >= sms:
+        return TmaConfig(128, 128, 64, 8, 3, True)
+    if cdiv(src_channels, 64) >= 8:
+        return TmaConfig(64, 128, 64, 4, 4, False)
+    return TmaConfig(128, 64, 64, 4, 3, False)
 
 
-def _tma_programs(config: Config, tiles: int, device) -> int:
-    """Programs of a ``pointwise_tma_kernel`` launch: one per multiprocessor, each walking
-    tiles (persistent), for 128- and 256-row tiles; one per tile for 64-row tiles (the
-    probe's best for layers of few tiles)."""
-    if config.block_m == 64:
+def _tma_programs(config: TmaConfig, tiles: int, device) -> int:
+    """Programs of a ``pointwise_tma_kernel`` launch: one per multiprocessor (at most), each
+    walking tiles, for persistent tiles; else one per tile."""
+    if not config.persistent:
         return tiles
     sms = INTERPRETER_TMA_PROGRAMS if INTERPRETER else multiprocessor_count(device)
     return min(tiles, sms)
@@ -383,13 +402,12 @@ def _tma_rows(t: torch.Tensor) -> bool:
     )
 
 
-def _launch_pointwise_tma(src, weight, bias, dst, transposed: bool, config: Config) -> bool:
+def _launch_pointwise_tma(src, weight, bias, dst, transposed: bool, config: TmaConfig) -> bool:
     """``dst`` = the 1x1 convolution of ``src`` (``transposed``: its input gradient) by
     ``pointwise_tma_kernel``; False, launching nothing, where the tensors' layouts or
     addresses do not suit TMA (or a tracer is looking: compiled graphs keep
-    ``conv_igemm_kernel``, whose launches Inductor analyses without a scratch allocator)."""
+    ``conv_igemm_kernel``, whose launches Inductor analyses like any other)."""
     c_src, c_dst = src.shape[1], dst.shape[1]
-    w_rows = weight.shape[0]  # the forward's output channels, both ways
     if (
         tracing(src, weight, dst)
         or not (_tma_rows(src) and _tma_rows(dst))
@@ -400,23 +418,24 @@ def _launch_pointwise_tma(src, weight, bias, dst, transposed: bool, config: Conf
         return False
     rows = dst.numel() // c_dst
     tiles = cdiv(rows, config.block_m) * cdiv(c_dst, config.block_n)
-    assert w_rows == (c_src if transposed else c_dst)
+    block_m, block_n, block_k = config.block_m, config.block_n, config.block_k
+    w_box = [block_k, block_n] if transposed else [block_n, block_k]
     launch(
         pointwise_tma_kernel,
         (_tma_programs(config, tiles, src.device),),
-        src,
-        weight,
+        TensorDescriptor(src, [rows, c_src], [c_src, 1], [block_m, block_k]),
+        TensorDescriptor(weight, list(weight.shape[:2]), [weight.shape[1], 1], w_box),
         bias if bias is not None else weight,
-        dst,
+        TensorDescriptor(dst, [rows, c_dst], [c_dst, 1], [block_m, block_n]),
         rows,
         c_src,
         c_dst,
         TRANSPOSED=transposed,
         HAS_BIAS=bias is not None,
         DOT_DTYPE=dot_dtype(src.dtype),
-        BLOCK_M=config.block_m,
-        BLOCK_N=config.block_n,
-        BLOCK_K=config.block_k,
+        BLOCK_M=block_m,
+        BLOCK_N=block_n,
+        BLOCK_K=block_k,
         GROUP_M=8,
         num_warps=config.num_warps,
         num_stages=config.num_stages,
