@@ -69,10 +69,10 @@ if [ -z "${SKIP_BENCH:-}" ]; then
 fi
 
 PROBES=${PROBES:-}
-[ -n "${PROBE:-}" ] && PROBES="tma dw causal window"
+[ -n "${PROBE:-}" ] && PROBES="tma dw causal window pw"
 declare -A PROBE_SCRIPTS=(
     [tma]=probe_tma_igemm.py [dw]=probe_depthwise_nhwc.py [causal]=probe_causal_backward.py
-    [window]=probe_depthwise_window.py
+    [window]=probe_depthwise_window.py [pw]=probe_tma_pointwise.py
 )
 for p in $PROBES; do
     timeout "${PROBE_TIMEOUT:-300}" python3 "benchmarks/${PROBE_SCRIPTS[$p]}" \

@@ -852,3 +852,39 @@ def test_scratch_allocator_is_set_only_while_triton_launches():
             assert _allocation._allocator.get() is mine
     finally:
         _allocation._allocator.reset(token)
+
+
+@triton.jit
+def _doubled_box_kernel(src, out_ptr, R, C, BR: tl.constexpr, BC: tl.constexpr):
+    value = src.load([0, 0])  # zero-filled past R x C
+    r = tl.arange(0, BR)[:, None]
+    c = tl.arange(0, BC)[None, :]
+    tl.store(out_ptr + r * C + c, value * 2, mask=(r < R) & (c < C))
+
+
+launch.needs_aligned(_doubled_box_kernel, "src")
+
+
+@launch.launch_plan
+def _doubled(x):
+    out = launch.allocate(tuple(x.shape), x.dtype, x.device)
+    box = launch.TensorDescriptor(x, list(x.shape), [x.stride(0), 1], [8, 16])
+    launch.launch(_doubled_box_kernel, (1,), box, out, *x.shape, BR=8, BC=16)
+    return out
+
+
+def test_descriptor_arguments_replay_on_the_new_tensors(device):
+    """A TMA descriptor argument is recorded as its base's slot and its layout: a replay
+    makes it over the replay's tensor (the plan keeps none of the recording's), and a replay
+    on a tensor whose address TMA cannot take runs the function itself, which says why."""
+    _doubled.plans.clear()
+    for _ in range(3):
+        x = torch.randn(6, 8, device=device)
+        assert_close(_doubled(x), (2 * x).cpu())
+    (plan,) = _doubled.plans.entries.values()
+    (step,) = [s for s in plan.steps if isinstance(s, launch._Launch)]
+    assert step.template[0] is None and len(step.descriptors) == 1
+    assert plan.aligned == ((0, 0),)
+    unaligned = torch.randn(49, device=device)[1:].view(6, 8)
+    with pytest.raises(AssertionError, match="16-byte aligned"):
+        _doubled(unaligned)  # (TensorDescriptor's own check, in the unrecorded function)
