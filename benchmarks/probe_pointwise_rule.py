@@ -7,8 +7,9 @@ cuBLAS GEMM per pass, replayed from launch plans since session 19) in compiled g
 ``--without-rule`` hands the heuristic ``channels_last=False``, which only that rule reads, so
 those layers take the implicit GEMM everywhere (as before session 19); ``--eager-too`` applies
 the rule to eager calls as well (``traced=True``: session 19's first version, measured slower
-in eager). Run the variants in one device call: each suite's ratios are against cuDNN in its
-own process.
+in eager). ``--without-tma`` (session 20) keeps the implicit GEMM's pointer-load kernel for
+the 1x1 layers that ``pointwise_tma_kernel`` takes (``pointwise_tma_config`` answers None).
+Run the variants in one device call: each suite's ratios are against cuDNN in its own process.
 """
 
 from __future__ import annotations
@@ -17,10 +18,13 @@ import os
 import sys
 
 from tritonconv import choice, cli
+from tritonconv.ops import implicit_gemm
+
+VARIANTS = ("--without-rule", "--eager-too", "--without-tma")
 
 
 def main(argv: list[str]) -> int:
-    variant_name = next((a for a in argv if a in ("--without-rule", "--eager-too")), "default")
+    variant_name = next((a for a in argv if a in VARIANTS), "default")
     # in the environment, so that AOTAutograd's cache keys tell the variants apart
     # (aot_cache.digest reads every TRITONCONV_* variable): a compiled graph of one variant
     # must not be loaded from the cache by another
@@ -38,7 +42,9 @@ def main(argv: list[str]) -> int:
             return rule(dtype, args, candidates, channels_last, True)
 
         choice.heuristic = variant
-    return cli.main([a for a in argv if a not in ("--without-rule", "--eager-too")])
+    elif "--without-tma" in argv:
+        implicit_gemm.pointwise_tma_config = lambda *args, **kwargs: None
+    return cli.main([a for a in argv if a not in VARIANTS])
 
 
 if __name__ == "__main__":
