@@ -888,3 +888,13 @@ def test_descriptor_arguments_replay_on_the_new_tensors(device):
     unaligned = torch.randn(49, device=device)[1:].view(6, 8)
     with pytest.raises(AssertionError, match="16-byte aligned"):
         _doubled(unaligned)  # (TensorDescriptor's own check, in the unrecorded function)
+
+
+def test_scratch_allocator_on_a_triton_without_the_context_variable(monkeypatch):
+    """Triton before 3.4 keeps a plain allocator object (no ``get``): nothing is set, and
+    launches go on."""
+    from triton.runtime import _allocation
+
+    monkeypatch.setattr(_allocation, "_allocator", _allocation.NullAllocator())
+    with launch._allocator():
+        pass

@@ -80,6 +80,16 @@ def _descriptor_key(d) -> tuple:
     return (d.base.dtype, tuple(d.shape), tuple(d.strides), tuple(d.block_shape), d.padding)
 
 
+def takes_descriptors() -> bool:
+    """Whether this Triton's host-side ``TensorDescriptor`` is the one launches and plans
+    handle: with a ``padding`` field (Triton 3.5+; earlier ones have none)."""
+    import dataclasses
+
+    return TensorDescriptor is not None and any(
+        f.name == "padding" for f in dataclasses.fields(TensorDescriptor)
+    )
+
+
 # Tensor types the kernels may read directly (anything else is a tracing or subclass tensor).
 PLAIN_TENSOR_TYPES = (torch.Tensor, torch.nn.Parameter)
 
@@ -371,10 +381,15 @@ def _allocator():
     """Triton's scratch allocator set to :func:`_scratch` while Triton itself launches one of
     our kernels, unless the caller has set one: kernels that make TMA descriptors on the
     device need global scratch memory, and Triton's default allocator refuses. The setting
-    is a context variable, restored afterwards (a user's own setting is never replaced)."""
-    from triton.runtime import _allocation
+    is a context variable, restored afterwards (a user's own setting is never replaced).
+    Triton versions without that variable (before 3.4) get nothing set."""
+    try:
+        from triton.runtime import _allocation
 
-    if not isinstance(_allocation._allocator.get(), _allocation.NullAllocator):
+        unset = isinstance(_allocation._allocator.get(), _allocation.NullAllocator)
+    except (ImportError, AttributeError):
+        unset = False
+    if not unset:
         yield
         return
     token = _allocation._allocator.set(_scratch)
@@ -745,7 +760,7 @@ def _build_plan(events, tensors: list, result) -> _Plan | None:
         ]
         steps.append(_Launch(kernel, grid, args, meta, slots, descriptors))
         names = getattr(kernel, "aligned_pointers", ())
-        for position, index in (*slots, *bases):
+        for position, index in (*slots, *bases) if names else ():
             if kernel.arg_names[position] not in names:
                 continue
             view = views.get(index)

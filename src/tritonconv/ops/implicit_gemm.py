@@ -34,7 +34,15 @@ from ..kernels.implicit_gemm import (
     conv_igemm_wgrad_kernel,
     pointwise_tma_kernel,
 )
-from ..launch import TensorDescriptor, allocate, launch, launch_plan, needs_aligned, tracing
+from ..launch import (
+    TensorDescriptor,
+    allocate,
+    launch,
+    launch_plan,
+    needs_aligned,
+    takes_descriptors,
+    tracing,
+)
 from .common import (
     accumulator_dtype,
     cdiv,
@@ -314,11 +322,13 @@ needs_aligned(pointwise_tma_kernel, "src", "w", "dst")
 
 @functools.cache
 def _has_tma(device: torch.device) -> bool:
-    """Whether ``device`` loads by TMA (Hopper and later) and this Triton takes host-side
-    descriptors; under the interpreter, yes (it runs the kernel's logic on the CPU)."""
-    if TensorDescriptor is None:
+    """Whether ``device`` loads by TMA with the shared memory ``pointwise_tma_config``'s tiles
+    take (Hopper and data-centre Blackwell, capability 9.x and 10.x: up to 208 KB a program;
+    12.x has about 100 KB) and this Triton's host-side descriptors are the ones launch plans
+    handle; under the interpreter, the latter alone (it runs the kernel's logic on the CPU)."""
+    if not takes_descriptors():
         return False
-    return INTERPRETER or torch.cuda.get_device_capability(device)[0] >= 9
+    return INTERPRETER or torch.cuda.get_device_capability(device)[0] in (9, 10)
 
 
 class TmaConfig(NamedTuple):
