@@ -373,13 +373,12 @@ def test_eager_backward_replays_per_gradient_layout_and_mask(algo, device):
 class _Wrapper36:
     """Stands in for Triton 3.6's ``CudaLauncher``: the wrapper the direct launcher skips."""
 
-    def __init__(self, scratch=0, profile=0):
+    def __init__(self, scratch=0):
         self.calls = []
         self.launch = lambda *args: self.calls.append(args)
         self.launch_cooperative_grid, self.launch_pdl = False, True
         self.global_scratch_size = scratch
-        self.profile_scratch_size = profile
-        self.num_ctas = 1
+        self.profile_scratch_size = 0
 
     def __call__(self, gridX, gridY, gridZ, stream, function, *args):
         raise AssertionError("the direct launcher must not go through the wrapper")
@@ -408,32 +407,10 @@ def test_direct_launcher_passes_what_tritons_wrapper_would(triton_36):
     ]
 
 
-def test_direct_launcher_allocates_global_scratch(triton_36, monkeypatch):
-    """A kernel that needs global scratch memory (TMA descriptors made on the device) gets,
-    per launch, a buffer of its size per program, allocated as Triton's wrapper would
-    (``launch._scratch``), and its address in the first scratch pointer's place."""
-    buffers = []
-
-    def scratch(size, alignment, stream):
-        buffers.append(torch.empty(size, dtype=torch.uint8))
-        return buffers[-1]
-
-    monkeypatch.setattr(launch, "_scratch", scratch)
-    wrapper = _Wrapper36(scratch=128)
-    direct = launch._direct_launcher(_Compiled(wrapper))
-    direct(3, 2, 1, 77, "x", 5)
-    (buffer,) = buffers
-    assert buffer.numel() == 3 * 2 * 128
-    assert wrapper.calls == [
-        (3, 2, 1, 77, "fn", False, True, buffer.data_ptr(), None, ("meta",), None, None, None,
-         "x", 5)
-    ]  # fmt: skip
-
-
 def test_direct_launcher_only_where_it_is_exact(triton_36, monkeypatch):
-    """Kernels that need profiling scratch memory, and wrappers of another form (other Triton
-    versions), keep Triton's own wrapper."""
-    assert launch._direct_launcher(_Compiled(_Wrapper36(profile=128))) is None
+    """Kernels that need scratch memory, and wrappers of another form (other Triton versions),
+    keep Triton's own wrapper."""
+    assert launch._direct_launcher(_Compiled(_Wrapper36(scratch=128))) is None
 
     class Other(_Wrapper36):
         def __call__(self, gridX, gridY, gridZ, stream, function, kernel_metadata, *args):
@@ -832,28 +809,6 @@ def test_kernels_write_no_offset_or_strided_view_of_our_buffers(case, device, mo
         assert is_leading_part(t), (tuple(t.shape), t.stride(), t.storage_offset())
 
 
-def test_scratch_allocator_is_set_only_while_triton_launches():
-    """Triton's own launch path gets ``launch._scratch`` as its scratch allocator where none
-    is set (its default refuses), restored afterwards; a caller's own allocator is kept."""
-    from triton.runtime import _allocation
-
-    before = _allocation._allocator.get()
-    assert isinstance(before, _allocation.NullAllocator)
-    with launch._allocator():
-        assert _allocation._allocator.get() is launch._scratch
-    assert _allocation._allocator.get() is before
-
-    def mine(size, alignment, stream):
-        return torch.empty(size, dtype=torch.uint8)
-
-    token = _allocation._allocator.set(mine)
-    try:
-        with launch._allocator():
-            assert _allocation._allocator.get() is mine
-    finally:
-        _allocation._allocator.reset(token)
-
-
 @triton.jit
 def _doubled_box_kernel(src, out_ptr, R, C, BR: tl.constexpr, BC: tl.constexpr):
     value = src.load([0, 0])  # zero-filled past R x C
@@ -888,13 +843,3 @@ def test_descriptor_arguments_replay_on_the_new_tensors(device):
     unaligned = torch.randn(49, device=device)[1:].view(6, 8)
     with pytest.raises(AssertionError, match="16-byte aligned"):
         _doubled(unaligned)  # (TensorDescriptor's own check, in the unrecorded function)
-
-
-def test_scratch_allocator_on_a_triton_without_the_context_variable(monkeypatch):
-    """Triton before 3.4 keeps a plain allocator object (no ``get``): nothing is set, and
-    launches go on."""
-    from triton.runtime import _allocation
-
-    monkeypatch.setattr(_allocation, "_allocator", _allocation.NullAllocator())
-    with launch._allocator():
-        pass

@@ -40,7 +40,6 @@ and a tensor it returns joins the ones later steps may use.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import inspect
 import threading
@@ -199,8 +198,7 @@ def launch(kernel, grid: tuple, *args, **meta) -> None:
     key = (kernel, device, _signature(args, meta))
     entry = _cache.get(key)
     if entry is None or _hooks_installed():
-        with _allocator():
-            entry = _entry(kernel[grid](*args, **meta), kernel, args, meta)
+        entry = _entry(kernel[grid](*args, **meta), kernel, args, meta)
         if entry is not None:
             _cache.put(key, entry)
         return
@@ -340,26 +338,12 @@ def _direct_launcher(compiled):
     try:
         c_launch = wrapper.launch
         flags = (wrapper.launch_cooperative_grid, wrapper.launch_pdl)
-        scratch = wrapper.global_scratch_size * wrapper.num_ctas
-        profiled = wrapper.profile_scratch_size
+        scratch = wrapper.global_scratch_size or wrapper.profile_scratch_size
     except AttributeError:
         return None
-    if profiled or not callable(c_launch):
+    if scratch or not callable(c_launch):
         return None
     function, metadata = compiled.function, compiled.packed_metadata
-
-    if scratch:  # per-program global memory (TMA descriptors made on the device)
-
-        def direct(gx, gy, gz, stream, *args):
-            # On the launch's stream and device (the current ones): freed after the launch,
-            # reused only by work queued behind it.
-            memory = _scratch(gx * gy * gz * scratch, 0, stream)
-            c_launch(
-                gx, gy, gz, stream, function, *flags, memory.data_ptr(), None, metadata,
-                None, None, None, *args,
-            )  # fmt: skip
-
-        return direct
 
     def direct(gx, gy, gz, stream, *args):
         # (..., scratch pointers, packed metadata, launch metadata, enter and exit hooks, args)
@@ -368,35 +352,6 @@ def _direct_launcher(compiled):
         )
 
     return direct
-
-
-def _scratch(size: int, alignment: int, stream) -> torch.Tensor:
-    """Triton's global scratch memory for one launch (its allocator protocol), from PyTorch's
-    caching allocator on the current device."""
-    return torch.empty(size, dtype=torch.uint8, device="cuda")
-
-
-@contextlib.contextmanager
-def _allocator():
-    """Triton's scratch allocator set to :func:`_scratch` while Triton itself launches one of
-    our kernels, unless the caller has set one: kernels that make TMA descriptors on the
-    device need global scratch memory, and Triton's default allocator refuses. The setting
-    is a context variable, restored afterwards (a user's own setting is never replaced).
-    Triton versions without that variable (before 3.4) get nothing set."""
-    try:
-        from triton.runtime import _allocation
-
-        unset = isinstance(_allocation._allocator.get(), _allocation.NullAllocator)
-    except (ImportError, AttributeError):
-        unset = False
-    if not unset:
-        yield
-        return
-    token = _allocation._allocator.set(_scratch)
-    try:
-        yield
-    finally:
-        _allocation._allocator.reset(token)
 
 
 def _tail(kernel, leading: int, meta: dict) -> tuple | None:
@@ -619,9 +574,9 @@ class _Launch:
                 args[position] = table[index]
             self._descriptors(args, table, TensorDescriptor)
             if entry is None:
-                with _allocator():
-                    compiled = self.kernel[self.grid](*args, **self.meta)
-                entry = _entry(compiled, self.kernel, args, self.meta)
+                entry = _entry(
+                    self.kernel[self.grid](*args, **self.meta), self.kernel, args, self.meta
+                )
                 if entry is not None and not hooked and len(self.compiled) < 16:
                     self.compiled[key] = entry
                 return
