@@ -776,3 +776,65 @@ def test_group_pack_rule():
     assert pack(torch.bfloat16, 8, 8, 3) == 1  # no power of two divides 3
     assert pack(torch.float64, 4, 4, 32) == 1  # off tensor cores
     assert pack(torch.float32, 2, 8, 16) == 8
+
+
+# (N, C, spatial, K, kernel, stride, padding, dilation, groups, pack): 16-bit grouped weight
+# gradients, several groups a program
+PACKED_WGRAD = [
+    (2, 64, (6, 7), 64, (3, 3), 1, 1, 1, 8, 8),  # 8 -> 8 channels: 8 groups a program
+    (1, 32, (7, 6), 16, (3, 2), 2, (1, 0), (1, 2), 8, 8),  # 4 -> 2, strided and dilated
+    (2, 48, (5, 6), 48, (3, 3), 1, 1, 1, 3, 1),  # 16 -> 16, 3 groups: no even pack
+    (2, 64, (5, 5), 32, (1, 1), 1, 0, 1, 4, 4),  # 16 -> 8, 1x1 (pointwise positions)
+    (1, 32, (3, 4, 5), 32, (3, 1, 3), 1, 1, 1, 4, 4),  # 3-D: 8 -> 8, 4 groups
+    (2, 16, (9,), 32, (3,), 2, 1, 1, 2, 2),  # 1-D: 8 -> 16
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("geometry", PACKED_WGRAD, ids=str)
+def test_packed_weight_gradient(geometry, dtype, device, monkeypatch):
+    """A 16-bit grouped weight gradient runs ``wgrad_pack`` groups a program (block-diagonal
+    tile): against float64 from buffers that start poisoned (every weight element, of every
+    split's partial, is written), in channels-last and NCHW, 1-D to 3-D."""
+    from tritonconv import launch
+    from tritonconv.geometry import make_geometry
+
+    N, C, spatial, K, kernel, stride, padding, dilation, groups, pack = geometry
+    assert implicit_gemm.wgrad_pack(dtype, C // groups, K // groups, groups) == pack
+    empty, empty_strided = torch.empty, torch.empty_strided
+    monkeypatch.setattr(launch.torch, "empty", lambda *a, **k: poison_(empty(*a, **k)))
+    monkeypatch.setattr(
+        launch.torch, "empty_strided", lambda *a, **k: poison_(empty_strided(*a, **k))
+    )
+    dims = len(spatial)
+    conv = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}[dims]
+    x = random_tensor((N, C, *spatial), dtype, device)
+    w = random_tensor((K, C // groups, *kernel), dtype, device)
+    kw = dict(stride=stride, padding=padding, dilation=dilation, groups=groups)
+    xd, wd = x.double().requires_grad_(), w.double().requires_grad_()
+    y = conv(xd, wd, **kw)
+    dy = random_tensor(y.shape, dtype, device)
+    (want,) = torch.autograd.grad(y, [wd], dy.double())
+    fix = lambda v: (v,) * dims if isinstance(v, int) else v  # noqa: E731
+    geometry = make_geometry(
+        spatial, kernel, fix(stride), fix(padding), fix(padding), fix(dilation)
+    )
+    layouts = {"nchw": lambda t: t}
+    if dims > 1:
+        fmt = torch.channels_last if dims == 2 else torch.channels_last_3d
+        layouts["channels_last"] = lambda t: t.contiguous(memory_format=fmt)
+    for name, layout in layouts.items():
+        tritonconv.clear_caches()
+        got = implicit_gemm.conv_grad_weight(layout(dy), layout(x), w.shape, geometry, groups)
+        assert_close(got, want, reduction=y.numel() // y.shape[1], name=f"dW {name}")
+
+
+def test_wgrad_pack_rule():
+    pack = implicit_gemm.wgrad_pack
+    assert pack(torch.bfloat16, 8, 8, 32) == 8  # 64 channels a side
+    assert pack(torch.float16, 16, 16, 32) == 4
+    assert pack(torch.bfloat16, 4, 16, 64) == 4  # the wider side bounds it
+    assert pack(torch.bfloat16, 64, 64, 4) == 1  # wide enough already
+    assert pack(torch.bfloat16, 8, 8, 3) == 1  # no power of two divides 3
+    assert pack(torch.bfloat16, 8, 8, 1) == 1
+    assert pack(torch.float32, 8, 8, 32) == 1  # fp32 products pay for the whole tile

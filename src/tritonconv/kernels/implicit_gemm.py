@@ -473,6 +473,9 @@ def conv_igemm_wgrad_kernel(
     inv_ow,
     inv_oh,
     inv_od,
+    # the real channels per group when PACK groups share a program (else unused)
+    in_g,
+    out_g,
     # meta-parameters
     SMALL_DIVIDE: tl.constexpr,
     FLAT_DY: tl.constexpr,
@@ -489,6 +492,7 @@ def conv_igemm_wgrad_kernel(
     BLOCK_K: tl.constexpr,
     INDEX_64: tl.constexpr,
     ALIGN: tl.constexpr = 1,
+    PACK: tl.constexpr = 1,
 ):
     """partial[split, g*Cout_g + co, ci, tap] = sum over the split's positions p of
     dy[p, g*Cout_g + co] * x[p shifted by tap, g*Cin_g + ci]; ``partial`` is
@@ -498,7 +502,14 @@ def conv_igemm_wgrad_kernel(
     owns ``TAP_GROUP`` (1 to 3) neighbouring taps along the width: each step's ``dy`` tile and
     position coordinates serve all of them (one accumulator each). Grid ``(channel tiles,
     groups * KD * KH * cdiv(KW, TAP_GROUP), splits)``. ``ALIGN``: as the forward kernel's,
-    for the position strides of ``dy`` and ``x`` and the channels per group."""
+    for the position strides of ``dy`` and ``x`` and the channels per group.
+
+    ``PACK > 1``: as the forward kernel's, ``PACK`` consecutive groups of ``in_g -> out_g``
+    channels run as one group of ``in_per_group = PACK*in_g`` and ``out_per_group =
+    PACK*out_g`` channels (``groups`` in the grid counts packs): each step's loads are
+    ``PACK`` times wider, and only the tile's block diagonal (input channel ``c`` and output
+    channel ``o`` of the same group, ``c // in_g == o // out_g``) is stored, at input channel
+    ``c % in_g``."""
     if ALIGN > 1:
         dy_sn = _aligned(dy_sn, ALIGN)
         dy_sd = _aligned(dy_sd, ALIGN)
@@ -615,8 +626,12 @@ def conv_igemm_wgrad_kernel(
 
     tap0 = kd * p_skd + kh * p_skh + kw0 * p_skw
     dst = partial_ptr + split * partial_split_stride + tap0
-    dst += ((g * out_per_group + co) * p_so)[:, None] + (ci * p_si)[None, :]
     ok = co_ok[:, None] & ci_ok[None, :]
+    if PACK > 1:  # the block diagonal, at each input channel's place in its own group
+        dst += ((g * out_per_group + co) * p_so)[:, None] + ((ci % in_g) * p_si)[None, :]
+        ok = ok & ((co // out_g)[:, None] == (ci // in_g)[None, :])
+    else:
+        dst += ((g * out_per_group + co) * p_so)[:, None] + (ci * p_si)[None, :]
     kw = tl.zeros_like(co)[:, None] + kw0  # tap kw0 as a tile, for the tail's masks
     tl.store(dst, acc0, mask=ok)
     if TAP_GROUP > 1:

@@ -242,15 +242,19 @@ def _row_grid(dst_spatial, stride, transposed: bool) -> tuple:
     return tuple(cdiv(size, s) for size, s in zip(dst_spatial, stride, strict=True))
 
 
+# Channels (the narrower side) a packed forward/input-gradient program reaches at least.
+PACK_CHANNELS = 16
+
+
 def group_pack(dtype, src_per_group: int, dst_per_group: int, groups: int) -> int:
     """How many consecutive groups one program of the forward/input-gradient kernel runs as one
-    (block-diagonal weight tile): enough that both sides reach the 16-wide tensor-core step
-    (groups of 8 -> 8 channels: 2; of 4 -> 4: 4), a power of two dividing ``groups``; 1 for
-    groups of 16 channels or more on both sides and off tensor cores."""
+    (block-diagonal weight tile): enough that both sides reach ``PACK_CHANNELS``, the 16-wide
+    tensor-core step (groups of 8 -> 8 channels: 2; of 4 -> 4: 4), a power of two dividing
+    ``groups``; 1 for groups of 16 channels or more on both sides and off tensor cores."""
     if dtype not in DOT_DTYPES or groups == 1:
         return 1
     pack = 1
-    while pack * min(src_per_group, dst_per_group) < 16 and groups % (2 * pack) == 0:
+    while pack * min(src_per_group, dst_per_group) < PACK_CHANNELS and groups % (2 * pack) == 0:
         pack *= 2
     return pack
 
@@ -731,11 +735,13 @@ def conv_grad_input(
 
 @launch_plan
 def _launch_grad_weight(
-    grad_out, x, partial, geometry: Geometry, groups: int, config, tap_group: int
+    grad_out, x, partial, geometry: Geometry, groups: int, config, tap_group: int, pack: int = 1
 ):
     grad_out, x = _innermost(grad_out, 1), _innermost(x, 1)
     N, C = x.shape[:2]
     C_out = grad_out.shape[1]
+    in_g, out_g = C // groups, C_out // groups
+    groups //= pack  # the kernel's groups: packs of consecutive groups
     in_per_group, out_per_group = C // groups, C_out // groups
     kernel, stride, pad, dil = _window3(geometry)
     rows = N * geometry.output_numel
@@ -745,7 +751,7 @@ def _launch_grad_weight(
     tiles = cdiv(out_per_group, block_m) * cdiv(in_per_group, block_n)
     out_sizes = _spatial3(grad_out.shape[2:], 1)
     positions = (*_position_strides(grad_out), *_position_strides(x))
-    align = _alignment(*positions, in_per_group, out_per_group)
+    align = _alignment(*positions, in_g, out_g)
     launch(
         conv_igemm_wgrad_kernel,
         (tiles, groups * kernel[0] * kernel[1] * cdiv(kernel[2], tap_group), splits),
@@ -767,6 +773,8 @@ def _launch_grad_weight(
         partial.stride(0),
         *_strides3(partial.select(0, 0)),
         *(1.0 / size for size in reversed(out_sizes)),
+        in_g,
+        out_g,
         SMALL_DIVIDE=max(out_sizes) + block_k + 1 < SMALL_QUOTIENT_LIMIT,
         FLAT_DY=_positions_flat(grad_out),
         EVEN_C=out_per_group % block_m == 0 and in_per_group % block_n == 0,
@@ -785,9 +793,36 @@ def _launch_grad_weight(
         BLOCK_K=block_k,
         INDEX_64=needs_int64(grad_out, x, partial),
         ALIGN=align,
+        PACK=pack,
         num_warps=num_warps,
         num_stages=num_stages,
     )
+
+
+# The weight gradient of 16-bit grouped convolutions packs consecutive groups into one program
+# (``wgrad_pack``) until each side is WGRAD_PACK_CHANNELS wide: its loads are then whole
+# 64-channel (128-byte) rows and its tiles the dense kernel's, at the price of computing the
+# off-diagonal blocks too (tensor-core work, which a layer this narrow has to spare). Before
+# session 21 a program of ResNeXt's 8-channel groups ran 16 x 16 tiles over 16-byte loads: the
+# dense suite's groups-32 layer took 0.45x cuDNN's backward.
+WGRAD_PACK_CHANNELS = 64
+
+
+def wgrad_pack(dtype, in_per_group: int, out_per_group: int, groups: int) -> int:
+    """How many consecutive groups one weight-gradient program runs as one (block-diagonal
+    tile): a power of two dividing ``groups``, doubled while both sides stay within
+    ``WGRAD_PACK_CHANNELS``; 1 for one group, off 16-bit floats (fp32's products without
+    TF32 run on the FMA units, which the off-diagonal blocks would cost in full) and for groups
+    that wide already."""
+    if dtype not in (torch.float16, torch.bfloat16):
+        return 1
+    pack = 1
+    while (
+        groups % (2 * pack) == 0
+        and 2 * pack * max(in_per_group, out_per_group) <= WGRAD_PACK_CHANNELS
+    ):
+        pack *= 2
+    return pack
 
 
 # The fp32 weight gradient's products, TF32 allowed or not. Its tiles run along the channels
@@ -904,7 +939,8 @@ def conv_grad_weight(
         x, geometry = _fold_input(x, geometry)
         C = x.shape[1]
         weight_strides = dense_strides(weight_shape, (0, *range(2, len(weight_shape)), 1))
-    in_per_group, out_per_group = C // groups, C_out // groups
+    pack = wgrad_pack(x.dtype, C // groups, C_out // groups, groups)
+    in_per_group, out_per_group = pack * C // groups, pack * C_out // groups  # a program's
     kw = geometry.kernel[-1]
     if config is None:
         config = wgrad_config(x.dtype, out_per_group, in_per_group, rows, kw)
@@ -913,13 +949,15 @@ def conv_grad_weight(
     # worked out once: the split count and the launcher's grid both depend on it
     tap_group = wgrad_tap_group(kw, in_per_group, config, x.dtype)
     tap_programs = geometry.kernel_numel // kw * cdiv(kw, tap_group)
-    programs = tiles * groups * tap_programs
+    programs = tiles * groups // pack * tap_programs
     splits = _splits(rows, programs, weight_numel, config.block_k, x.device)
     layout = _weight_layout(weight_shape, weight_strides)
     grad_weight = allocate(weight_shape, x.dtype, x.device, layout)
     target = _folded(grad_weight, fold_width, 1) if fold_width else grad_weight  # the kernel's dW
     if splits == 1:  # the one split is the sum: written straight into dW, cast on store
-        _launch_grad_weight(grad_out, x, target.unsqueeze(0), geometry, groups, config, tap_group)
+        _launch_grad_weight(
+            grad_out, x, target.unsqueeze(0), geometry, groups, config, tap_group, pack
+        )
         return grad_weight
     partial = allocate(
         (splits, *weight_shape), partial_dtype(x.dtype), x.device, (weight_numel, *layout)
@@ -927,6 +965,6 @@ def conv_grad_weight(
     parts = partial
     if fold_width:  # each split's partial laid out as dW: the same view of each
         parts = partial.as_strided((splits, *target.shape), (weight_numel, *target.stride()))
-    _launch_grad_weight(grad_out, x, parts, geometry, groups, config, tap_group)
+    _launch_grad_weight(grad_out, x, parts, geometry, groups, config, tap_group, pack)
     sum_partials(partial, grad_weight)
     return grad_weight

@@ -1,0 +1,124 @@
+"""Probe (issue 11): the implicit GEMM's weight-gradient tiles and split count, swept.
+
+For the dense suite's cases (bf16 channels-last), cuDNN's weight gradient alone against ours
+with the heuristic's tiles (``wgrad_config``) and with each of ``CONFIGS``, at
+``WGRAD_PROGRAMS_PER_SM`` 1, 2 (the rule's) and 4, so the table says which tile and split
+count each layer wants and how far the rule is from it. Every result is checked against
+cuDNN's (relative max difference). Kernel time by CUDA-graph replay (``bench.kernel_ms``), µs.
+
+    PYTHONPATH=src python benchmarks/probe_wgrad_tiles.py [--json FILE] [case ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+
+import torch
+
+import tritonconv
+from tritonconv.bench import Options, kernel_ms
+from tritonconv.bench.dense import CASES
+from tritonconv.geometry import make_geometry
+from tritonconv.ops import implicit_gemm as ig
+
+CONFIGS = (
+    None,  # the heuristic's
+    ig.Config(64, 64, 64, 4, 4),
+    ig.Config(128, 64, 64, 4, 3),
+    ig.Config(64, 128, 64, 4, 3),
+    ig.Config(128, 128, 64, 8, 3),
+    ig.Config(128, 128, 32, 8, 4),
+    ig.Config(128, 256, 32, 8, 3),
+    ig.Config(64, 64, 128, 4, 3),
+)
+PROGRAMS_PER_SM = (1, 2, 4)
+DEFAULT = ("r50_3x3_56", "r50_3x3_28", "r50_3x3_14", "r50_3x3_7", "dil2_3x3_64",
+           "unet_3x3_128", "unet_3x3_256", "aspp_dil12")  # fmt: skip
+
+
+@contextlib.contextmanager
+def programs_per_sm(value: int):
+    saved = ig.WGRAD_PROGRAMS_PER_SM
+    ig.WGRAD_PROGRAMS_PER_SM = value
+    tritonconv.clear_caches()
+    try:
+        yield
+    finally:
+        ig.WGRAD_PROGRAMS_PER_SM = saved
+        tritonconv.clear_caches()
+
+
+def measure(case, opts) -> dict:
+    cl = torch.channels_last
+    x = torch.randn(case.input, device="cuda", dtype=torch.bfloat16).to(memory_format=cl)
+    w = torch.randn(case.weight, device="cuda", dtype=torch.bfloat16).to(memory_format=cl)
+    s, p, d = (case.stride,) * 2, (case.padding,) * 2, (case.dilation,) * 2
+    geometry = make_geometry(case.input[2:], case.weight[2:], s, p, p, d)
+    dy = torch.randn((case.input[0], case.weight[0], *geometry.output), device="cuda")
+    dy = dy.to(x.dtype).to(memory_format=cl)
+    g = case.groups
+    mask = [False, True, False]
+
+    def cudnn(i):
+        return torch.ops.aten.convolution_backward(dy, x, w, None, s, p, d, False, [0, 0], g, mask)
+
+    want = cudnn(0)[1].float()
+    rows = case.input[0] * geometry.output_numel
+    rule = ig.wgrad_config(x.dtype, case.weight[0] // g, case.weight[1], rows, case.weight[3])
+    row = dict(case=case.name, rule=str(rule), cudnn=kernel_ms(cudnn, 1, opts), runs=[])
+    for per_sm in PROGRAMS_PER_SM:
+        with programs_per_sm(per_sm):
+            for config in CONFIGS:
+                if config == rule:
+                    continue
+
+                def ours(i, config=config):
+                    return ig.conv_grad_weight(dy, x, w.shape, geometry, g, config)
+
+                try:
+                    got = ours(0).float()
+                    ms = kernel_ms(ours, 1, opts)
+                except Exception as error:  # out of resources: recorded, not fatal
+                    row["runs"].append(dict(config=str(config), per_sm=per_sm, error=str(error)))
+                    continue
+                diff = ((got - want).abs().max() / want.abs().max()).item()
+                name = "rule" if config is None else str(config)
+                row["runs"].append(dict(config=name, per_sm=per_sm, ms=ms, diff=diff))
+    return row
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("cases", nargs="*")
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args()
+    opts = Options(reps=30)
+    torch.backends.cudnn.benchmark = True
+    out = []
+    for case in CASES:
+        if case.name not in (args.cases or DEFAULT):
+            continue
+        row = measure(case, opts)
+        out.append(row)
+        runs = [r for r in row["runs"] if "ms" in r]
+        best = min(runs, key=lambda r: r["ms"])
+        rule = next(r for r in runs if r["config"] == "rule" and r["per_sm"] == 2)
+        print(
+            f"{case.name:14} cuDNN {1000 * row['cudnn']:7.1f} | rule {row['rule']} "
+            f"{1000 * rule['ms']:7.1f} ({row['cudnn'] / rule['ms']:.2f}x) | best "
+            f"{best['config']} p{best['per_sm']} {1000 * best['ms']:7.1f} "
+            f"({row['cudnn'] / best['ms']:.2f}x) | max diff "
+            f"{max(r['diff'] for r in runs):.0e}",
+            flush=True,
+        )
+        for r in runs:
+            print(f"    {r['config']:>18} p{r['per_sm']} {1000 * r['ms']:7.1f}", flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(out, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
