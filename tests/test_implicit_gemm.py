@@ -746,7 +746,7 @@ def test_nchw_images_run_as_channels_last(device):
 
 # (N, C, H, W, K, kernel, stride, padding, dilation, groups): small groups, packed per program
 PACKED = [
-    (2, 32, 7, 6, 32, (3, 3), 1, 1, 1, 4),  # 8 -> 8 channels: 2 groups a program
+    (2, 32, 7, 6, 32, (3, 3), 1, 1, 1, 4),  # 8 -> 8 channels: all 4 groups a program
     (1, 32, 6, 7, 16, (3, 3), 2, 1, 1, 8),  # 4 -> 2: 8 a program
     (2, 24, 5, 6, 48, (2, 3), 1, (1, 0), (2, 1), 6),  # 4 -> 8: 2 a program (6 groups)
     (1, 24, 6, 6, 24, (3, 3), 1, 1, 1, 3),  # 8 -> 8, 3 groups: no even pack (1)
@@ -755,7 +755,7 @@ PACKED = [
 
 @pytest.mark.parametrize("geometry", PACKED, ids=str)
 def test_small_groups_run_packed(geometry, device):
-    """Groups narrower than 16 channels run several per program (block-diagonal weight tile):
+    """Groups narrower than PACK_CHANNELS run several per program (block-diagonal weight tile):
     forward, dX (also of a strided layer: phases) and the transposed convolution."""
     N, C, H, W, K, kernel, stride, padding, dilation, groups = geometry
     with exact_fp32():
@@ -770,12 +770,14 @@ def test_small_groups_run_packed(geometry, device):
 
 def test_group_pack_rule():
     pack = implicit_gemm.group_pack
-    assert pack(torch.bfloat16, 8, 8, 32) == 2
-    assert pack(torch.bfloat16, 4, 4, 32) == 4
-    assert pack(torch.bfloat16, 16, 16, 32) == 1
+    assert pack(torch.bfloat16, 8, 8, 32) == 4
+    assert pack(torch.bfloat16, 4, 4, 32) == 8
+    assert pack(torch.bfloat16, 16, 16, 32) == 2
+    assert pack(torch.bfloat16, 32, 64, 32) == 1
     assert pack(torch.bfloat16, 8, 8, 3) == 1  # no power of two divides 3
+    assert pack(torch.bfloat16, 8, 8, 2) == 2  # at most every group
     assert pack(torch.float64, 4, 4, 32) == 1  # off tensor cores
-    assert pack(torch.float32, 2, 8, 16) == 8
+    assert pack(torch.float32, 2, 8, 16) == 16
 
 
 # (N, C, spatial, K, kernel, stride, padding, dilation, groups, pack): 16-bit grouped weight

@@ -243,14 +243,21 @@ def _row_grid(dst_spatial, stride, transposed: bool) -> tuple:
 
 
 # Channels (the narrower side) a packed forward/input-gradient program reaches at least.
-PACK_CHANNELS = 16
+# Measured (H100, bf16 channels-last, benchmarks/probe_grouped.py, session 21) against 16, the
+# tensor-core step that was the rule before: 32 took ResNeXt-50's grouped 3x3 layers (4, 8 and
+# 16 channels a group at 56, 28 and 14 pixels) from 69.4 / 36.9 / 19.5 µs forward to 61.6 /
+# 32.4 / 13.1 and RegNet-Y-800MF's 16-channel groups at 14 pixels from 13.8 to 9.3 (input
+# gradients alike); 64 was slower on all of those (8x the tensor-core work for 8-channel
+# groups: 57.7 µs) and faster only on RegNet's 56-pixel stage (4 groups into one: 26.9 against
+# 32.5).
+PACK_CHANNELS = 32
 
 
 def group_pack(dtype, src_per_group: int, dst_per_group: int, groups: int) -> int:
     """How many consecutive groups one program of the forward/input-gradient kernel runs as one
-    (block-diagonal weight tile): enough that both sides reach ``PACK_CHANNELS``, the 16-wide
-    tensor-core step (groups of 8 -> 8 channels: 2; of 4 -> 4: 4), a power of two dividing
-    ``groups``; 1 for groups of 16 channels or more on both sides and off tensor cores."""
+    (block-diagonal weight tile): enough that both sides reach ``PACK_CHANNELS`` (groups of 8 ->
+    8 channels: 4; of 16 -> 16: 2), a power of two dividing ``groups``; 1 for groups that wide
+    on both sides already and off tensor cores."""
     if dtype not in DOT_DTYPES or groups == 1:
         return 1
     pack = 1
