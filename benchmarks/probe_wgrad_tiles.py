@@ -1,7 +1,8 @@
 """Probe (issue 11): the implicit GEMM's weight-gradient tiles and split count, swept.
 
 For the dense suite's cases (bf16 channels-last), cuDNN's weight gradient alone against ours
-with the heuristic's tiles (``wgrad_config``) and with each of ``CONFIGS``, at
+with the heuristic's tiles (``wgrad_config``) and with each of ``CONFIGS``, dW in the weight's
+layout (channels-last, as the models run; also the rule's for a contiguous weight), at
 ``WGRAD_PROGRAMS_PER_SM`` 1, 2 (the rule's) and 4, so the table says which tile and split
 count each layer wants and how far the rule is from it. Every result is checked against
 cuDNN's (relative max difference). Kernel time by CUDA-graph replay (``bench.kernel_ms``), µs.
@@ -26,6 +27,8 @@ from tritonconv.ops import implicit_gemm as ig
 CONFIGS = (
     None,  # the heuristic's
     ig.Config(64, 64, 64, 4, 4),
+    ig.Config(64, 64, 64, 4, 3),  # three width taps a program fit (two with four stages)
+    ig.Config(64, 64, 32, 4, 5),  # three taps too
     ig.Config(128, 64, 64, 4, 3),
     ig.Config(64, 128, 64, 4, 3),
     ig.Config(128, 128, 64, 8, 3),
@@ -50,7 +53,7 @@ def programs_per_sm(value: int):
         tritonconv.clear_caches()
 
 
-def measure(case, opts) -> dict:
+def measure(case, opts, args_rule_only=False) -> dict:
     cl = torch.channels_last
     x = torch.randn(case.input, device="cuda", dtype=torch.bfloat16).to(memory_format=cl)
     w = torch.randn(case.weight, device="cuda", dtype=torch.bfloat16).to(memory_format=cl)
@@ -68,15 +71,21 @@ def measure(case, opts) -> dict:
     rows = case.input[0] * geometry.output_numel
     rule = ig.wgrad_config(x.dtype, case.weight[0] // g, case.weight[1], rows, case.weight[3])
     row = dict(case=case.name, rule=str(rule), cudnn=kernel_ms(cudnn, 1, opts), runs=[])
-    for per_sm in PROGRAMS_PER_SM:
+    # the rule's, for a contiguous weight (nn.Conv2d's default layout)
+    row["rule_contiguous_weight"] = kernel_ms(
+        lambda i: ig.conv_grad_weight(dy, x, w.shape, geometry, g), 1, opts
+    )
+    for per_sm in (2,) if args_rule_only else PROGRAMS_PER_SM:
         with programs_per_sm(per_sm):
             for config in CONFIGS:
                 if config == rule:
                     continue
 
-                def ours(i, config=config):
-                    return ig.conv_grad_weight(dy, x, w.shape, geometry, g, config)
+                def ours(i, config=config):  # dW in the weight's layout, as autograd asks
+                    return ig.conv_grad_weight(dy, x, w.shape, geometry, g, config, w.stride())
 
+                if args_rule_only and config is not None:
+                    continue
                 try:
                     got = ours(0).float()
                     ms = kernel_ms(ours, 1, opts)
@@ -84,7 +93,8 @@ def measure(case, opts) -> dict:
                     row["runs"].append(dict(config=str(config), per_sm=per_sm, error=str(error)))
                     continue
                 diff = ((got - want).abs().max() / want.abs().max()).item()
-                name = "rule" if config is None else str(config)
+                taps = ig.wgrad_tap_group(case.weight[3], case.weight[1], config or rule, x.dtype)
+                name = ("rule" if config is None else str(config)) + f" t{taps}"
                 row["runs"].append(dict(config=name, per_sm=per_sm, ms=ms, diff=diff))
     return row
 
@@ -93,6 +103,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("cases", nargs="*")
     parser.add_argument("--json", default=None)
+    parser.add_argument("--rule-only", action="store_true", help="the rule's tiles alone")
     args = parser.parse_args()
     opts = Options(reps=30)
     torch.backends.cudnn.benchmark = True
@@ -100,17 +111,18 @@ def main() -> None:
     for case in CASES:
         if case.name not in (args.cases or DEFAULT):
             continue
-        row = measure(case, opts)
+        row = measure(case, opts, args.rule_only)
         out.append(row)
         runs = [r for r in row["runs"] if "ms" in r]
         best = min(runs, key=lambda r: r["ms"])
-        rule = next(r for r in runs if r["config"] == "rule" and r["per_sm"] == 2)
+        rule = next(r for r in runs if r["config"].startswith("rule") and r["per_sm"] == 2)
         print(
             f"{case.name:14} cuDNN {1000 * row['cudnn']:7.1f} | rule {row['rule']} "
             f"{1000 * rule['ms']:7.1f} ({row['cudnn'] / rule['ms']:.2f}x) | best "
             f"{best['config']} p{best['per_sm']} {1000 * best['ms']:7.1f} "
             f"({row['cudnn'] / best['ms']:.2f}x) | max diff "
-            f"{max(r['diff'] for r in runs):.0e}",
+            f"{max(r['diff'] for r in runs):.0e} | rule, contiguous weight "
+            f"{1000 * row['rule_contiguous_weight']:7.1f}",
             flush=True,
         )
         for r in runs:

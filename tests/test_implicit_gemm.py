@@ -840,3 +840,24 @@ def test_wgrad_pack_rule():
     assert pack(torch.bfloat16, 8, 8, 3) == 1  # no power of two divides 3
     assert pack(torch.bfloat16, 8, 8, 1) == 1
     assert pack(torch.float32, 8, 8, 32) == 1  # fp32 products pay for the whole tile
+
+
+@pytest.mark.parametrize("weight_layout", ["contiguous", "channels_last"])
+def test_weight_gradient_takes_the_weight_layout(weight_layout, device):
+    """dW comes in the weight's layout (autograd need not copy it) whichever layout the kernel
+    wrote (input channels innermost; a contiguous weight's dW is copied from that), in the
+    first call and in its replay, against float64."""
+    tritonconv.clear_caches()
+    fmt = getattr(torch, weight_layout.replace("contiguous", "contiguous_format"))
+    for _ in range(2):
+        x = random_tensor((2, 6, 7, 5), torch.float32, device).to(memory_format=torch.channels_last)
+        w = random_tensor((8, 6, 3, 2), torch.float32, device).contiguous(memory_format=fmt)
+        w.requires_grad_()
+        with exact_fp32():
+            y = tritonconv.conv2d(x, w, padding=1, algo="implicit_gemm")
+        dy = random_tensor(y.shape, torch.float32, device)
+        (dw,) = torch.autograd.grad(y, [w], dy)
+        wd = w.detach().double().requires_grad_()
+        (want,) = torch.autograd.grad(F.conv2d(x.double(), wd, padding=1), [wd], dy.double())
+        assert dw.stride() == w.stride()
+        assert_close(dw, want, reduction=y.numel() // y.shape[1], name="dW")
