@@ -166,9 +166,13 @@ def forward_config(dtype, rows, src_per_group, dst_per_group, groups, device, ta
 def wgrad_config(dtype, out_per_group: int, in_per_group: int, rows: int, kw: int = 1) -> Config:
     """The heuristic tile configuration of ``conv_igemm_wgrad_kernel``: a ``[C_out, C_in]``
     tile per (group, tap), reducing over ``rows`` positions ``block_k`` at a time. When a
-    program owns several width taps (:func:`wgrad_tap_group`: narrow inputs) the reduction step
-    is halved, so three pipeline stages of a ``dy`` tile and three ``x`` tiles still fit two
-    programs per SM."""
+    program owns several width taps (:func:`wgrad_tap_group`) the reduction step is 64
+    positions, so three pipeline stages of a ``dy`` tile and three ``x`` tiles fit two programs
+    per SM. Measured (session 21, H100, bf16, benchmarks/probe_wgrad_tiles.py): three taps of
+    64 x 64 tiles in three stages against the two taps of four stages before (whose second
+    program of a 3-wide kernel computed a tap past its edge), ResNet-50's 3x3 layers at 56 / 28
+    / 14 pixels 30.4 / 29.6 / 38.8 -> 27.8 / 23.2 / 29.7 µs, UNet's 67.6 / 128.2 -> 57.7 / 109.8;
+    the 128 x 128 tiles the wide long layers had (dilation 2, ASPP) lost to them too."""
     if dtype not in DOT_DTYPES:  # [M, K, N] products summed over K, as the direct kernel's
         block_m = clamped_power_of_2(out_per_group, 1, 8)
         block_n = clamped_power_of_2(in_per_group, 1, 16)
@@ -179,12 +183,12 @@ def wgrad_config(dtype, out_per_group: int, in_per_group: int, rows: int, kw: in
     if INTERPRETER:
         return Config(block_m, block_n, 64, 4, 1)
     fp32 = dtype == torch.float32
+    if kw > 1 and not fp32:  # 64-position steps, 3 stages: three width taps a program fit
+        return Config(block_m, block_n, 64, 4, 3)
     if min(out_per_group, in_per_group) >= 256 and rows >= 32768:
         return Config(128, 128, 32 if fp32 else 64, 8, 3)
     if kw > 1 and in_per_group < WGRAD_TAP_GROUP_BELOW:
-        return Config(block_m, block_n, 32 if fp32 else 64, 4, 3)
-    if kw > 1 and not fp32:  # 64-position steps, 4 stages: two width taps a program fit
-        return Config(block_m, block_n, 64, 4, 4)
+        return Config(block_m, block_n, 32, 4, 3)
     return Config(block_m, block_n, 32 if fp32 else 128, 4, 4 if fp32 else 3)
 
 
@@ -903,16 +907,49 @@ def _positions_flat(t: torch.Tensor) -> bool:
     return True
 
 
-def _splits(rows: int, programs: int, weight_numel: int, block_k: int, device) -> int:
-    """Split count of the weight gradient: enough programs to fill the GPU, each split at
-    least one ``block_k`` of positions, partials bounded. Depends on shapes only."""
+# The split count of 16-bit weight gradients comes from a cost model fitted to
+# benchmarks/probe_wgrad_tiles.py (session 21, H100, nine dense layers x three split counts):
+# an SM runs its programs' steps one after another (a program alone on an SM steps about twice
+# as fast as two sharing it), so a split count costs ``ceil(programs * splits / SMs)`` times the
+# steps of one split, at WGRAD_STEP_US a 64 x 64 x 64 three-tap step, plus each split's fp32
+# partial written and read back (WGRAD_PARTIAL_US per element). The rule before it asked for
+# two programs an SM, rounded up: DeepLab's dilation-2 layer got 288 programs for 264 places,
+# a second wave of 24 doubling its time (244 µs; 194 with four programs an SM's 11 splits).
+WGRAD_STEP_US = 0.5
+WGRAD_PARTIAL_US = 8 / 2.5e6
+
+
+def _split_count(rows: int, block_k: int, wanted: int) -> int:
+    """The split count the kernel's launcher derives from ``wanted`` (positions per split are
+    whole ``block_k`` steps, the same for every split)."""
+    return cdiv(rows, cdiv(cdiv(rows, block_k), wanted) * block_k)
+
+
+def _splits(
+    rows: int, programs: int, weight_numel: int, block_k: int, device, step_work=None
+) -> int:
+    """Split count of the weight gradient: each split at least one ``block_k`` of positions,
+    partials bounded. ``step_work``: a step's tensor-core work relative to a 64 x 64 x 64
+    three-tap tile's, for the cost model above (16-bit layers); without it, enough programs for
+    about WGRAD_PROGRAMS_PER_SM a multiprocessor. Depends on shapes only."""
+    steps = cdiv(rows, block_k)
+    limit = max(1, min(steps, WGRAD_PARTIAL_LIMIT // weight_numel))
     if INTERPRETER:  # two splits, so the split reduction is tested on CPU too
-        wanted = 2
-    else:
-        wanted = cdiv(WGRAD_PROGRAMS_PER_SM * multiprocessor_count(device), programs)
-    splits = max(1, min(wanted, cdiv(rows, block_k), WGRAD_PARTIAL_LIMIT // weight_numel))
-    # The same count the kernel's launcher derives from positions per split.
-    return cdiv(rows, cdiv(cdiv(rows, block_k), splits) * block_k)
+        return _split_count(rows, block_k, min(2, limit))
+    sms = multiprocessor_count(device)
+    if step_work is None:
+        wanted = cdiv(WGRAD_PROGRAMS_PER_SM * sms, programs)
+        return _split_count(rows, block_k, max(1, min(wanted, limit)))
+
+    def cost(splits: int) -> float:
+        per_split = cdiv(steps, splits)
+        splits = cdiv(steps, per_split)
+        partials = splits * weight_numel * WGRAD_PARTIAL_US if splits > 1 else 0.0
+        return cdiv(programs * splits, sms) * per_split * WGRAD_STEP_US * step_work + partials
+
+    # (more than eight programs an SM never pays: the partials grow, the waves do not shrink)
+    candidates = range(1, max(1, min(limit, 8 * sms // programs)) + 1)
+    return _split_count(rows, block_k, min(candidates, key=cost))
 
 
 def _weight_layout(shape, strides) -> tuple:
@@ -969,7 +1006,10 @@ def conv_grad_weight(
     tap_group = wgrad_tap_group(kw, in_per_group, config, x.dtype)
     tap_programs = geometry.kernel_numel // kw * cdiv(kw, tap_group)
     programs = tiles * groups // pack * tap_programs
-    splits = _splits(rows, programs, weight_numel, config.block_k, x.device)
+    step_work = None
+    if x.dtype in (torch.float16, torch.bfloat16):
+        step_work = config.block_m * config.block_n * config.block_k * tap_group / (64**3 * 3)
+    splits = _splits(rows, programs, weight_numel, config.block_k, x.device, step_work)
     result = allocate(weight_shape, x.dtype, x.device, layout)
     grad_weight = result
     if kernel_layout != layout:
