@@ -1008,7 +1008,9 @@ def conv_grad_weight(
     programs = tiles * groups // pack * tap_programs
     step_work = None
     if x.dtype in (torch.float16, torch.bfloat16):
-        step_work = config.block_m * config.block_n * config.block_k * tap_group / (64**3 * 3)
+        # (tiles smaller than that step as long: their loops are latency-bound, not MMA-bound)
+        work = config.block_m * config.block_n * config.block_k * tap_group / (64**3 * 3)
+        step_work = max(1.0, work)
     splits = _splits(rows, programs, weight_numel, config.block_k, x.device, step_work)
     result = allocate(weight_shape, x.dtype, x.device, layout)
     grad_weight = result
