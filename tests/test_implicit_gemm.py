@@ -228,7 +228,7 @@ def test_tf32_input_gradient_reads_the_weight_along_its_reduction(device, monkey
     innermost (TF32 tensor-core tiles must run along the reduction: reading the weight along
     its destination side was 3x slower on the H100), and stays right at TF32 accuracy; 16-bit
     inputs, and fp32 with TF32 off, still read it as it is. The fp32 weight gradient computes
-    fp32 products either way (exact to fp32 with TF32 allowed)."""
+    fp32 products with TF32 off and products of bfloat16 halves (``bf16x3``) with it allowed."""
     from tritonconv.geometry import make_geometry
 
     copies = []
@@ -255,7 +255,8 @@ def test_tf32_input_gradient_reads_the_weight_along_its_reduction(device, monkey
         if dtype == torch.float32 and tf32:  # about 10 mantissa bits
             error = (dx.double() - want[0]).abs().max() / want[0].abs().max()
             assert error < 5e-3, error
-            assert_close(dw, want[1], reduction=72, name="dW")  # fp32 products
+            error = (dw.double() - want[1]).abs().max() / want[1].abs().max()
+            assert error < 2**-13, error  # bf16x3: about 16 mantissa bits
         else:
             assert_close(dx, want[0], reduction=24 * 9, name="dx")
             assert_close(dw, want[1], reduction=72, name="dW")
@@ -843,10 +844,10 @@ def test_wgrad_pack_rule():
 
 
 @pytest.mark.parametrize("weight_layout", ["contiguous", "channels_last"])
-def test_weight_gradient_takes_the_weight_layout(weight_layout, device):
-    """dW comes in the weight's layout (autograd need not copy it) whichever layout the kernel
-    wrote (input channels innermost; a contiguous weight's dW is copied from that), in the
-    first call and in its replay, against float64."""
+def test_folded_layers_weight_gradient_takes_the_weight_layout(weight_layout, device):
+    """Through autograd, a layer whose width taps fold into channels (6 input channels) gets
+    dW in its weight's layout too (the kernel writes input channels innermost; a contiguous
+    weight's dW is copied from that), in the first call and in its replay."""
     tritonconv.clear_caches()
     fmt = getattr(torch, weight_layout.replace("contiguous", "contiguous_format"))
     for _ in range(2):
@@ -861,3 +862,34 @@ def test_weight_gradient_takes_the_weight_layout(weight_layout, device):
         (want,) = torch.autograd.grad(F.conv2d(x.double(), wd, padding=1), [wd], dy.double())
         assert dw.stride() == w.stride()
         assert_close(dw, want, reduction=y.numel() // y.shape[1], name="dW")
+
+
+@pytest.mark.parametrize("kernel", [(3, 3), (1, 1)], ids=str)
+def test_tf32_weight_gradient_is_closer_than_tf32(kernel, device):
+    """With TF32 allowed the fp32 weight gradient multiplies bfloat16 halves of its operands
+    (``bf16x3``): against float64 it must be well inside TF32's error (2^-11 of each operand),
+    on data whose low bits a single bfloat16 or TF32 product would drop."""
+    from tritonconv.geometry import make_geometry
+
+    tritonconv.clear_caches()
+    old = torch.backends.cudnn.allow_tf32
+    torch.backends.cudnn.allow_tf32 = True
+    try:
+        x = random_tensor((2, 32, 6, 5), torch.float32, device).to(
+            memory_format=torch.channels_last
+        )
+        pad = kernel[0] // 2
+        geometry = make_geometry((6, 5), kernel, (1, 1), (pad, pad), (pad, pad), (1, 1))
+        dy = random_tensor((2, 48, *geometry.output), torch.float32, device)
+        dy = dy.to(memory_format=torch.channels_last)
+        got = implicit_gemm.conv_grad_weight(dy, x, [48, 32, *kernel], geometry, 1)
+    finally:
+        torch.backends.cudnn.allow_tf32 = old
+    want = torch.ops.aten.convolution_backward(
+        dy.double(), x.double(), torch.empty(48, 32, *kernel, dtype=torch.float64, device=device),
+        None, (1, 1), (pad, pad), (1, 1), False, (0, 0), 1, (False, True, False),
+    )[1]  # fmt: skip
+    terms = (dy.double().abs().unsqueeze(2) * x.double().abs().unsqueeze(1)).sum((0, 3, 4))
+    # each product's error is at most about 3 * 2^-16 of it with bf16x3; 2^-10 with TF32
+    err = ((got.double() - want).abs() / terms.amax()).max().item()
+    assert err < 2**-13, err

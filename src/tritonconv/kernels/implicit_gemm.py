@@ -400,14 +400,25 @@ def conv_igemm_kernel(
 
 
 @triton.jit
+def _bf16_split(v):
+    """fp32 ``v`` as two bfloat16 halves, ``hi + lo`` equal to ``v`` to about 2^-16 of it."""
+    hi = v.to(tl.bfloat16)
+    return hi, (v - hi.to(tl.float32)).to(tl.bfloat16)
+
+
+@triton.jit
 def _wgrad_tap(
-    acc, dy, x_rows, inside, i_w, j, kw0, KW, IW, dil_w, x_sw, ci_ok,
+    acc, dy, dy_lo, x_rows, inside, i_w, j, kw0, KW, IW, dil_w, x_sw, ci_ok,
     WINDOW: tl.constexpr, EVEN_C: tl.constexpr, USE_DOT: tl.constexpr,
     DOT_PRECISION: tl.constexpr, DOT_DTYPE: tl.constexpr, ACC_DTYPE: tl.constexpr,
 ):  # fmt: skip
     """``acc + dy @ x`` for width tap ``kw0 + j`` (``x_rows``/``i_w``: tap ``kw0``'s addresses
     and columns); a tap past the kernel's width (the last group's tail) loads nothing.
-    Without ``WINDOW`` (pointwise) every position of ``inside`` is in the image."""
+    Without ``WINDOW`` (pointwise) every position of ``inside`` is in the image.
+
+    ``DOT_PRECISION == "bf16x3"`` (fp32 operands): ``dy`` and ``dy_lo`` are dy's bfloat16
+    halves, x is split the same way, and the product is ``hi*hi + hi*lo + lo*hi`` on 16-bit
+    tensor cores (``DOT_DTYPE``: the halves' dot dtype), each term accumulated in fp32."""
     ok = inside
     if WINDOW:
         col = i_w + j * dil_w
@@ -417,6 +428,11 @@ def _wgrad_tap(
         xs = tl.load(x_rows + j * dil_w * x_sw, mask=ok[:, None], other=0)
     else:
         xs = tl.load(x_rows + j * dil_w * x_sw, mask=ok[:, None] & ci_ok[None, :], other=0)
+    if DOT_PRECISION == "bf16x3":
+        x_hi, x_lo = _bf16_split(xs)
+        acc = tl.dot(dy_lo.to(DOT_DTYPE), x_hi.to(DOT_DTYPE), acc, input_precision="ieee")
+        acc = tl.dot(dy.to(DOT_DTYPE), x_lo.to(DOT_DTYPE), acc, input_precision="ieee")
+        return tl.dot(dy.to(DOT_DTYPE), x_hi.to(DOT_DTYPE), acc, input_precision="ieee")
     if USE_DOT:
         return tl.dot(dy.to(DOT_DTYPE), xs.to(DOT_DTYPE), acc, input_precision=DOT_PRECISION)
     # [M, K, N] products summed over K (at least 16 positions wide: see the module doc)
@@ -611,17 +627,20 @@ def conv_igemm_wgrad_kernel(
             x_rows = x_cols[None, :] + x_pos[:, None]
         dy_mask = p_ok[None, :] if EVEN_C else co_ok[:, None] & p_ok[None, :]
         dy = tl.load(dy_cols[:, None] + dy_pos[None, :], mask=dy_mask, other=0)
+        dy_lo = dy
+        if DOT_PRECISION == "bf16x3":  # split once, for every tap
+            dy, dy_lo = _bf16_split(dy)
         # the dy tile and the coordinates above serve TAP_GROUP taps along the width
-        acc0 = _wgrad_tap(acc0, dy, x_rows, inside, i_w, 0, kw0, KW, IW, dil_w, x_sw, ci_ok,
-                          not POINTWISE, EVEN_C, USE_DOT, DOT_PRECISION, DOT_DTYPE,
+        acc0 = _wgrad_tap(acc0, dy, dy_lo, x_rows, inside, i_w, 0, kw0, KW, IW, dil_w, x_sw,
+                          ci_ok, not POINTWISE, EVEN_C, USE_DOT, DOT_PRECISION, DOT_DTYPE,
                           ACC_DTYPE)  # fmt: skip
         if TAP_GROUP > 1:
-            acc1 = _wgrad_tap(acc1, dy, x_rows, inside, i_w, 1, kw0, KW, IW, dil_w, x_sw, ci_ok,
-                              not POINTWISE, EVEN_C, USE_DOT, DOT_PRECISION, DOT_DTYPE,
+            acc1 = _wgrad_tap(acc1, dy, dy_lo, x_rows, inside, i_w, 1, kw0, KW, IW, dil_w, x_sw,
+                              ci_ok, not POINTWISE, EVEN_C, USE_DOT, DOT_PRECISION, DOT_DTYPE,
                               ACC_DTYPE)  # fmt: skip
         if TAP_GROUP > 2:
-            acc2 = _wgrad_tap(acc2, dy, x_rows, inside, i_w, 2, kw0, KW, IW, dil_w, x_sw, ci_ok,
-                              not POINTWISE, EVEN_C, USE_DOT, DOT_PRECISION, DOT_DTYPE,
+            acc2 = _wgrad_tap(acc2, dy, dy_lo, x_rows, inside, i_w, 2, kw0, KW, IW, dil_w, x_sw,
+                              ci_ok, not POINTWISE, EVEN_C, USE_DOT, DOT_PRECISION, DOT_DTYPE,
                               ACC_DTYPE)  # fmt: skip
 
     tap0 = kd * p_skd + kh * p_skh + kw0 * p_skw

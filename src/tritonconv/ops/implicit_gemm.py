@@ -4,9 +4,10 @@ The kernels (``kernels/implicit_gemm.py``) are written over three spatial axes; 
 problem is passed as a 3-D one with leading size-1 axes (unit kernel, stride and dilation, no
 padding). float16, bfloat16 and float32 run on tensor cores (:data:`DOT_DTYPES`); fp32 obeys
 ``torch.backends.cudnn.allow_tf32`` (TF32, or fp32 products and sums, ``ieee``, when False),
-except fp32 weight gradients, which always compute fp32 products (:data:`WGRAD_FP32_PRECISION`). float64 and
-the integer dtypes take the kernels' exact outer-product path (int64 accumulation, wrapping like
-PyTorch), so every real dtype has a convolution of any rank.
+except fp32 weight gradients, which compute fp32 products, or with TF32 allowed products of
+bfloat16 pairs (:data:`WGRAD_TF32_PRECISION`). float64 and the integer dtypes take the kernels'
+exact outer-product path (int64 accumulation, wrapping like PyTorch), so every real dtype has a
+convolution of any rank.
 
 The weight tile is read along its reduction channels (input channels forward, output channels
 for the input gradient) or along the other channel axis: a channels-last weight (input channels
@@ -764,6 +765,9 @@ def _launch_grad_weight(
     out_sizes = _spatial3(grad_out.shape[2:], 1)
     positions = (*_position_strides(grad_out), *_position_strides(x))
     align = _alignment(*positions, in_g, out_g)
+    precision = dot_precision(x.dtype)
+    if x.dtype == torch.float32:
+        precision = WGRAD_TF32_PRECISION if precision == "tf32" else "ieee"
     launch(
         conv_igemm_wgrad_kernel,
         (tiles, groups * kernel[0] * kernel[1] * cdiv(kernel[2], tap_group), splits),
@@ -797,8 +801,8 @@ def _launch_grad_weight(
         and _positions_flat(x),
         TAP_GROUP=tap_group,
         USE_DOT=x.dtype in DOT_DTYPES,
-        DOT_PRECISION=WGRAD_FP32_PRECISION if x.dtype == torch.float32 else dot_precision(x.dtype),
-        DOT_DTYPE=dot_dtype(x.dtype),
+        DOT_PRECISION=precision,
+        DOT_DTYPE=dot_dtype(torch.bfloat16 if precision == "bf16x3" else x.dtype),
         ACC_DTYPE=accumulator_dtype(x.dtype),
         BLOCK_M=block_m,
         BLOCK_N=block_n,
@@ -837,14 +841,16 @@ def wgrad_pack(dtype, in_per_group: int, out_per_group: int, groups: int) -> int
     return pack
 
 
-# The fp32 weight gradient's products, TF32 allowed or not. Its tiles run along the channels
-# (channels-last dy and x: the reduction axis, positions, is the outer one), and TF32
-# tensor-core products take only tiles whose reduction axis is innermost: measured on the H100
-# (session 12, benchmarks/probe_fp32_backward.py), the TF32 weight gradient took 0.467 / 0.433
-# / 2.018 ms on ResNet-50 56x56 / 14x14 and UNet 256x256 3x3 layers against 0.362 / 0.346 /
-# 1.537 ms with fp32 products (``ieee``), which are also exact to fp32. (A TF32 weight gradient
-# at tensor-core speed needs its tiles transposed on the way in: TMA, or position-major copies.)
-WGRAD_FP32_PRECISION = "ieee"
+# The fp32 weight gradient's products. Its tiles run along the channels (channels-last dy and
+# x: the reduction axis, positions, is the outer one), and TF32 tensor-core products take only
+# tiles whose reduction axis is innermost: measured (H100, session 12,
+# benchmarks/probe_fp32_backward.py), the TF32 weight gradient took 0.467 / 0.433 / 2.018 ms on
+# ResNet-50 56x56 / 14x14 and UNet 256x256 3x3 layers against 0.362 / 0.346 / 1.537 ms with
+# fp32 FMA products (``ieee``, exact to fp32, what TF32 off computes). 16-bit tensor-core
+# products take those tiles as they are, so with TF32 allowed each fp32 operand is split into
+# two bfloat16 halves and three products (``hi*hi + hi*lo + lo*hi``, fp32 sums) stand for one
+# (``bf16x3``): about 2^-16 of each operand is kept, more than TF32's 2^-11.
+WGRAD_TF32_PRECISION = "bf16x3"
 
 # Most width taps a weight-gradient program owns (its accumulators: one tile per tap), and the
 # input channels per group below which inputs other than 16-bit floats own several. Measured
