@@ -1,6 +1,7 @@
 """Probe (issue 11): the implicit GEMM's weight-gradient tiles and split count, swept.
 
-For the dense suite's cases (bf16 channels-last), cuDNN's weight gradient alone against ours
+For the dense suite's cases (bf16 channels-last; ``--dtype float32``: fp32 with TF32 allowed,
+ours then ``bf16x3``), cuDNN's weight gradient alone against ours
 with the heuristic's tiles (``wgrad_config``) and with each of ``CONFIGS``, dW in the weight's
 layout (channels-last, as the models run; also the rule's for a contiguous weight), at
 ``WGRAD_PROGRAMS_PER_SM`` 1, 2 (the rule's) and 4, so the table says which tile and split
@@ -53,10 +54,10 @@ def programs_per_sm(value: int):
         tritonconv.clear_caches()
 
 
-def measure(case, opts, args_rule_only=False) -> dict:
+def measure(case, opts, args_rule_only=False, dtype=torch.bfloat16) -> dict:
     cl = torch.channels_last
-    x = torch.randn(case.input, device="cuda", dtype=torch.bfloat16).to(memory_format=cl)
-    w = torch.randn(case.weight, device="cuda", dtype=torch.bfloat16).to(memory_format=cl)
+    x = torch.randn(case.input, device="cuda", dtype=dtype).to(memory_format=cl)
+    w = torch.randn(case.weight, device="cuda", dtype=dtype).to(memory_format=cl)
     s, p, d = (case.stride,) * 2, (case.padding,) * 2, (case.dilation,) * 2
     geometry = make_geometry(case.input[2:], case.weight[2:], s, p, p, d)
     dy = torch.randn((case.input[0], case.weight[0], *geometry.output), device="cuda")
@@ -71,6 +72,15 @@ def measure(case, opts, args_rule_only=False) -> dict:
     rows = case.input[0] * geometry.output_numel
     rule = ig.wgrad_config(x.dtype, case.weight[0] // g, case.weight[1], rows, case.weight[3])
     row = dict(case=case.name, rule=str(rule), cudnn=kernel_ms(cudnn, 1, opts), runs=[])
+    if dtype == torch.float32:  # TF32 off on both sides: cuDNN's fp32, our ieee products
+        torch.backends.cudnn.allow_tf32 = False
+        tritonconv.clear_caches()
+        row["cudnn_fp32"] = kernel_ms(cudnn, 1, opts)
+        row["ours_ieee"] = kernel_ms(
+            lambda i: ig.conv_grad_weight(dy, x, w.shape, geometry, g, None, w.stride()), 1, opts
+        )
+        torch.backends.cudnn.allow_tf32 = True
+        tritonconv.clear_caches()
     # the rule's, for a contiguous weight (nn.Conv2d's default layout)
     row["rule_contiguous_weight"] = kernel_ms(
         lambda i: ig.conv_grad_weight(dy, x, w.shape, geometry, g), 1, opts
@@ -104,14 +114,17 @@ def main() -> None:
     parser.add_argument("cases", nargs="*")
     parser.add_argument("--json", default=None)
     parser.add_argument("--rule-only", action="store_true", help="the rule's tiles alone")
+    parser.add_argument("--dtype", default="bfloat16", help="float32: TF32 allowed on both sides")
     args = parser.parse_args()
+    dtype = getattr(torch, args.dtype)
+    torch.backends.cudnn.allow_tf32 = True
     opts = Options(reps=30)
     torch.backends.cudnn.benchmark = True
     out = []
     for case in CASES:
         if case.name not in (args.cases or DEFAULT):
             continue
-        row = measure(case, opts, args.rule_only)
+        row = measure(case, opts, args.rule_only, dtype)
         out.append(row)
         runs = [r for r in row["runs"] if "ms" in r]
         best = min(runs, key=lambda r: r["ms"])
@@ -122,7 +135,13 @@ def main() -> None:
             f"{best['config']} p{best['per_sm']} {1000 * best['ms']:7.1f} "
             f"({row['cudnn'] / best['ms']:.2f}x) | max diff "
             f"{max(r['diff'] for r in runs):.0e} | rule, contiguous weight "
-            f"{1000 * row['rule_contiguous_weight']:7.1f}",
+            f"{1000 * row['rule_contiguous_weight']:7.1f}"
+            + (
+                f" | TF32 off: cuDNN {1000 * row['cudnn_fp32']:7.1f}, ours (ieee) "
+                f"{1000 * row['ours_ieee']:7.1f}"
+                if "ours_ieee" in row
+                else ""
+            ),
             flush=True,
         )
         for r in runs:
