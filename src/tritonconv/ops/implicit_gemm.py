@@ -186,6 +186,11 @@ def wgrad_config(dtype, out_per_group: int, in_per_group: int, rows: int, kw: in
     fp32 = dtype == torch.float32
     if kw > 1 and not fp32:  # 64-position steps, 3 stages: three width taps a program fit
         return Config(block_m, block_n, 64, 4, 3)
+    if fp32 and dot_precision(dtype) == "tf32" and min(out_per_group, in_per_group) >= 256:
+        # bf16x3 products (WGRAD_TF32_PRECISION): measured (session 21, H100), 128 x 256 tiles
+        # took ResNet-50's 3x3 layers at 14 / 7 pixels 128.2 / 109.7 -> 80.1 / 99.7 µs and
+        # the dilation-2 one 828 -> 630 (with four programs an SM: wgrad_programs_per_sm)
+        return Config(128, 256, 32, 8, 3)
     if min(out_per_group, in_per_group) >= 256 and rows >= 32768:
         return Config(128, 128, 32 if fp32 else 64, 8, 3)
     if kw > 1 and in_per_group < WGRAD_TAP_GROUP_BELOW:
@@ -931,20 +936,34 @@ def _split_count(rows: int, block_k: int, wanted: int) -> int:
     return cdiv(rows, cdiv(cdiv(rows, block_k), wanted) * block_k)
 
 
+def wgrad_programs_per_sm(dtype, config: Config, rows: int) -> int:
+    """Programs a multiprocessor the split count of a weight gradient outside the cost model
+    aims for: WGRAD_PROGRAMS_PER_SM, and for fp32 with TF32 allowed (``bf16x3`` products) 4,
+    or 2 with 128 x 256 tiles under 32768 positions. Measured (session 21, H100,
+    benchmarks/probe_wgrad_tiles.py --dtype float32): 64 x 64 tiles at 2 -> 4 programs an SM,
+    ResNet-50's 3x3 layers at 56 / 14 pixels 128.7 / 128.2 -> 92.7 / 109.7 µs, UNet's at 256
+    pixels 670 -> 560; 128 x 256 tiles at 14 / 7 pixels 80.1 / 99.7 µs with 2 against 117.2 /
+    111.3 with 4, on the dilation-2 layer (65536 positions) 835 against 630."""
+    if dtype != torch.float32 or dot_precision(dtype) != "tf32":
+        return WGRAD_PROGRAMS_PER_SM
+    return 2 if config.block_n >= 256 and rows < 32768 else 4
+
+
 def _splits(
-    rows: int, programs: int, weight_numel: int, block_k: int, device, step_work=None
-) -> int:
+    rows: int, programs: int, weight_numel: int, block_k: int, device, step_work=None,
+    per_sm: int = WGRAD_PROGRAMS_PER_SM,
+) -> int:  # fmt: skip
     """Split count of the weight gradient: each split at least one ``block_k`` of positions,
     partials bounded. ``step_work``: a step's tensor-core work relative to a 64 x 64 x 64
     three-tap tile's, for the cost model above (16-bit layers); without it, enough programs for
-    about WGRAD_PROGRAMS_PER_SM a multiprocessor. Depends on shapes only."""
+    about ``per_sm`` a multiprocessor. Depends on shapes only."""
     steps = cdiv(rows, block_k)
     limit = max(1, min(steps, WGRAD_PARTIAL_LIMIT // weight_numel))
     if INTERPRETER:  # two splits, so the split reduction is tested on CPU too
         return _split_count(rows, block_k, min(2, limit))
     sms = multiprocessor_count(device)
     if step_work is None:
-        wanted = cdiv(WGRAD_PROGRAMS_PER_SM * sms, programs)
+        wanted = cdiv(per_sm * sms, programs)
         return _split_count(rows, block_k, max(1, min(wanted, limit)))
 
     def cost(splits: int) -> float:
@@ -1017,7 +1036,8 @@ def conv_grad_weight(
         # (tiles smaller than that step as long: their loops are latency-bound, not MMA-bound)
         work = config.block_m * config.block_n * config.block_k * tap_group / (64**3 * 3)
         step_work = max(1.0, work)
-    splits = _splits(rows, programs, weight_numel, config.block_k, x.device, step_work)
+    per_sm = wgrad_programs_per_sm(x.dtype, config, rows)
+    splits = _splits(rows, programs, weight_numel, config.block_k, x.device, step_work, per_sm)
     result = allocate(weight_shape, x.dtype, x.device, layout)
     grad_weight = result
     if kernel_layout != layout:
