@@ -926,6 +926,10 @@ def _positions_flat(t: torch.Tensor) -> bool:
 # partial written and read back (WGRAD_PARTIAL_US per element). The rule before it asked for
 # two programs an SM, rounded up: DeepLab's dilation-2 layer got 288 programs for 264 places,
 # a second wave of 24 doubling its time (244 µs; 194 with four programs an SM's 11 splits).
+# Fitted to windows whose programs own several width taps; 1x1 layers and folded stems (one
+# tap a program, 128-position steps) keep the rule before it: the model's one program an SM
+# took ResNet-50's 1x1 64 -> 256 at 56 pixels and VGG's folded first layer from 1.22 / 1.04x
+# cuDNN's backward to 1.04 / 0.84x.
 WGRAD_STEP_US = 0.5
 WGRAD_PARTIAL_US = 8 / 2.5e6
 
@@ -1032,7 +1036,7 @@ def conv_grad_weight(
     tap_programs = geometry.kernel_numel // kw * cdiv(kw, tap_group)
     programs = tiles * groups // pack * tap_programs
     step_work = None
-    if x.dtype in (torch.float16, torch.bfloat16):
+    if x.dtype in (torch.float16, torch.bfloat16) and tap_group > 1:  # (the model's family)
         # (tiles smaller than that step as long: their loops are latency-bound, not MMA-bound)
         work = config.block_m * config.block_n * config.block_k * tap_group / (64**3 * 3)
         step_work = max(1.0, work)
