@@ -832,9 +832,9 @@ WGRAD_PACK_CHANNELS = 64
 def wgrad_pack(dtype, in_per_group: int, out_per_group: int, groups: int) -> int:
     """How many consecutive groups one weight-gradient program runs as one (block-diagonal
     tile): a power of two dividing ``groups``, doubled while both sides stay within
-    ``WGRAD_PACK_CHANNELS``; 1 for one group, off 16-bit floats (fp32's products without
-    TF32 run on the FMA units, which the off-diagonal blocks would cost in full) and for groups
-    that wide already."""
+    ``WGRAD_PACK_CHANNELS``; 1 for one group, for groups that wide already and off 16-bit
+    floats (not measured there: fp32's products run on the FMA units with TF32 off, which the
+    off-diagonal blocks would cost in full, and as three bfloat16 products with it on)."""
     if dtype not in (torch.float16, torch.bfloat16):
         return 1
     pack = 1
@@ -959,8 +959,8 @@ def _splits(
 ) -> int:  # fmt: skip
     """Split count of the weight gradient: each split at least one ``block_k`` of positions,
     partials bounded. ``step_work``: a step's tensor-core work relative to a 64 x 64 x 64
-    three-tap tile's, for the cost model above (16-bit layers); without it, enough programs for
-    about ``per_sm`` a multiprocessor. Depends on shapes only."""
+    three-tap tile's, for the cost model above (16-bit, several taps a program); without it,
+    enough programs for about ``per_sm`` a multiprocessor. Depends on shapes only."""
     steps = cdiv(rows, block_k)
     limit = max(1, min(steps, WGRAD_PARTIAL_LIMIT // weight_numel))
     if INTERPRETER:  # two splits, so the split reduction is tested on CPU too
@@ -1009,10 +1009,10 @@ def conv_grad_weight(
         return allocate(weight_shape, x.dtype, x.device, layout, zero=True)
     # The kernel stores each program's [C_out, C_in] tile per tap once. Laid out as a contiguous
     # weight (nn.Conv2d's default), (C_out, C_in, taps), those stores are one element per
-    # 32-byte sector; measured (session 21, bf16), ResNet-50's 3x3 layers' weight gradients
-    # took 52.8 / 63.5 / 64.9 µs at 56 / 14 / 7 pixels that way (H100) against 27.2 / 35.9 /
-    # 28.8 into a channels-last dW (H200). So the kernel writes input channels innermost, and
-    # one copy of the weight's size gives another layout.
+    # 32-byte sector; measured (session 21, H100, bf16, the same tiles), ResNet-50's 3x3
+    # layers' weight gradients took 52.8 / 63.5 / 64.9 µs at 56 / 14 / 7 pixels that way
+    # against 30.4 / 38.8 / 28.3 into a channels-last dW. So the kernel writes input channels
+    # innermost, and one copy of the weight's size gives another layout.
     kernel_layout = layout
     if layout[1] != 1 and weight_shape[1] > 1:
         kernel_layout = dense_strides(weight_shape, (0, *range(2, len(weight_shape)), 1))
