@@ -8,7 +8,10 @@ input gradient and weight gradient alone, ours with the forward/input-gradient p
 variant's result is checked against the first one's (relative max difference). Kernel time by
 CUDA-graph replay (``bench.kernel_ms``), µs.
 
-    PYTHONPATH=src python benchmarks/probe_grouped.py [--json FILE] [layer ...]
+    PYTHONPATH=src python benchmarks/probe_grouped.py [--json FILE] [--dtype float32] [layer ...]
+
+``--dtype float32``: fp32 with TF32 allowed on both sides; the weight gradient's sweep is then
+``WGRAD_PACK_CHANNELS_TF32`` (its ``bf16x3`` products).
 """
 
 from __future__ import annotations
@@ -55,13 +58,13 @@ def _diff(a: torch.Tensor, b: torch.Tensor) -> float:
     return ((a.float() - b.float()).abs().max() / b.float().abs().max()).item()
 
 
-def measure(name: str, opts: Options) -> dict:
+def measure(name: str, opts: Options, dtype=torch.bfloat16) -> dict:
     N, C, H, K, g = LAYERS[name]
     cl = torch.channels_last
-    x = torch.randn(N, C, H, H, device="cuda", dtype=torch.bfloat16).to(memory_format=cl)
-    w = torch.randn(K, C // g, 3, 3, device="cuda", dtype=torch.bfloat16) / (9 * C / g) ** 0.5
+    x = torch.randn(N, C, H, H, device="cuda", dtype=dtype).to(memory_format=cl)
+    w = torch.randn(K, C // g, 3, 3, device="cuda", dtype=dtype) / (9 * C / g) ** 0.5
     w = w.to(memory_format=cl)
-    dy = torch.randn(N, K, H, H, device="cuda", dtype=torch.bfloat16).to(memory_format=cl)
+    dy = torch.randn(N, K, H, H, device="cuda", dtype=dtype).to(memory_format=cl)
     geometry = make_geometry((H, H), (3, 3), (1, 1), (1, 1), (1, 1), (1, 1))
 
     def cudnn(mask):
@@ -94,7 +97,8 @@ def measure(name: str, opts: Options) -> dict:
             )
     cudnn_dw = cudnn([False, True, False])(0)[1]
     for channels in WGRAD_PACKS:
-        with packing("WGRAD_PACK_CHANNELS", channels):
+        knob = "WGRAD_PACK_CHANNELS" if dtype != torch.float32 else "WGRAD_PACK_CHANNELS_TF32"
+        with packing(knob, channels):
             pack = ig.wgrad_pack(x.dtype, C // g, K // g, g)
             wgrad = lambda i: ig.conv_grad_weight(dy, x, w.shape, geometry, g)  # noqa: E731
             result = wgrad(0)
@@ -108,13 +112,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("layers", nargs="*")
     parser.add_argument("--json", default=None)
+    parser.add_argument("--dtype", default="bfloat16")
     args = parser.parse_args()
+    dtype = getattr(torch, args.dtype)
+    torch.backends.cudnn.allow_tf32 = True
     opts = Options(reps=40)
     torch.backends.cudnn.benchmark = True
     rows = []
     us = lambda ms: f"{1000 * ms:7.1f}"  # noqa: E731
     for name in args.layers or LAYERS:
-        row = measure(name, opts)
+        row = measure(name, opts, dtype)
         rows.append(row)
         print(f"\n{name}: {row['shape']}", flush=True)
         for op in ("fwd", "dgrad", "wgrad"):

@@ -899,3 +899,26 @@ def test_tf32_weight_gradient_is_closer_than_tf32(kernel, channels, device):
     # each product's error is at most about 3 * 2^-16 of it with bf16x3; 2^-10 with TF32
     err = ((got.double() - want).abs() / terms.amax()).max().item()
     assert err < 2**-13, err
+
+
+@pytest.mark.parametrize("width", [32, 64])
+def test_tf32_weight_gradient_of_packed_groups(width, device, monkeypatch):
+    """fp32 with TF32 allowed packs groups too where ``WGRAD_PACK_CHANNELS_TF32`` says so:
+    ``bf16x3`` products over the block-diagonal tile, against float64 at bf16x3's accuracy."""
+    from tritonconv.geometry import make_geometry
+
+    monkeypatch.setattr(implicit_gemm, "WGRAD_PACK_CHANNELS_TF32", width)
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", True)
+    tritonconv.clear_caches()
+    groups, cl = 8, torch.channels_last
+    assert implicit_gemm.wgrad_pack(torch.float32, 8, 8, groups) == width // 8
+    x = random_tensor((2, 64, 6, 7), torch.float32, device).to(memory_format=cl)
+    dy = random_tensor((2, 64, 6, 7), torch.float32, device).to(memory_format=cl)
+    geometry = make_geometry((6, 7), (3, 3), (1, 1), (1, 1), (1, 1), (1, 1))
+    got = implicit_gemm.conv_grad_weight(dy, x, [64, 8, 3, 3], geometry, groups)
+    want = torch.ops.aten.convolution_backward(
+        dy.double(), x.double(), torch.empty(64, 8, 3, 3, dtype=torch.float64, device=device),
+        None, (1, 1), (1, 1), (1, 1), False, (0, 0), groups, (False, True, False),
+    )[1]  # fmt: skip
+    err = ((got.double() - want).abs().max() / want.abs().max()).item()
+    assert err < 2**-13, err

@@ -827,21 +827,25 @@ def _launch_grad_weight(
 # session 21 a program of ResNeXt's 8-channel groups ran 16 x 16 tiles over 16-byte loads: the
 # dense suite's groups-32 layer took 0.45x cuDNN's backward.
 WGRAD_PACK_CHANNELS = 64
+# The same for fp32 with TF32 allowed, whose products are three bfloat16 ones (``bf16x3``):
+# 0 packs nothing (the probe's sweep sets it).
+WGRAD_PACK_CHANNELS_TF32 = 0
 
 
 def wgrad_pack(dtype, in_per_group: int, out_per_group: int, groups: int) -> int:
     """How many consecutive groups one weight-gradient program runs as one (block-diagonal
     tile): a power of two dividing ``groups``, doubled while both sides stay within
-    ``WGRAD_PACK_CHANNELS``; 1 for one group, for groups that wide already and off 16-bit
-    floats (not measured there: fp32's products run on the FMA units with TF32 off, which the
-    off-diagonal blocks would cost in full, and as three bfloat16 products with it on)."""
-    if dtype not in (torch.float16, torch.bfloat16):
+    ``WGRAD_PACK_CHANNELS`` (fp32 with TF32 allowed: ``WGRAD_PACK_CHANNELS_TF32``); 1 for one
+    group, for groups that wide already and for fp32 with TF32 off (its products run on the
+    FMA units, which the off-diagonal blocks would cost in full) and the exact dtypes."""
+    if dtype in (torch.float16, torch.bfloat16):
+        width = WGRAD_PACK_CHANNELS
+    elif dtype == torch.float32 and dot_precision(dtype) == "tf32":
+        width = WGRAD_PACK_CHANNELS_TF32
+    else:
         return 1
     pack = 1
-    while (
-        groups % (2 * pack) == 0
-        and 2 * pack * max(in_per_group, out_per_group) <= WGRAD_PACK_CHANNELS
-    ):
+    while groups % (2 * pack) == 0 and 2 * pack * max(in_per_group, out_per_group) <= width:
         pack *= 2
     return pack
 
