@@ -840,7 +840,15 @@ def test_wgrad_pack_rule():
     assert pack(torch.bfloat16, 64, 64, 4) == 1  # wide enough already
     assert pack(torch.bfloat16, 8, 8, 3) == 1  # no power of two divides 3
     assert pack(torch.bfloat16, 8, 8, 1) == 1
-    assert pack(torch.float32, 8, 8, 32) == 1  # fp32 products pay for the whole tile
+    with exact_fp32():
+        assert pack(torch.float32, 8, 8, 32) == 1  # fp32 FMA products pay for the whole tile
+    old = torch.backends.cudnn.allow_tf32
+    torch.backends.cudnn.allow_tf32 = True
+    try:
+        assert pack(torch.float32, 8, 8, 32) == 8  # TF32 allowed: bf16x3 products
+    finally:
+        torch.backends.cudnn.allow_tf32 = old
+    assert pack(torch.float64, 8, 8, 32) == 1
 
 
 @pytest.mark.parametrize("weight_layout", ["contiguous", "channels_last"])

@@ -827,9 +827,12 @@ def _launch_grad_weight(
 # session 21 a program of ResNeXt's 8-channel groups ran 16 x 16 tiles over 16-byte loads: the
 # dense suite's groups-32 layer took 0.45x cuDNN's backward.
 WGRAD_PACK_CHANNELS = 64
-# The same for fp32 with TF32 allowed, whose products are three bfloat16 ones (``bf16x3``):
-# 0 packs nothing (the probe's sweep sets it).
-WGRAD_PACK_CHANNELS_TF32 = 0
+# The same for fp32 with TF32 allowed, whose products are three bfloat16 ones (``bf16x3``).
+# Measured (session 21, H100, probe_grouped.py --dtype float32; cuDNN with TF32): 64 channels
+# against none, groups-32 at 28 pixels 313.6 -> 115.9 µs (cuDNN 125.6), ResNeXt's 4-channel
+# groups 1230.8 -> 227.3 (268.3), RegNet's 16-channel groups at 56 / 14 pixels 257.1 / 86.7 ->
+# 95.4 / 38.6 (159.2 / 71.1); 32 and 128 channels were slower than 64 on all five layers.
+WGRAD_PACK_CHANNELS_TF32 = 64
 
 
 def wgrad_pack(dtype, in_per_group: int, out_per_group: int, groups: int) -> int:
