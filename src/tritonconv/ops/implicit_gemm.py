@@ -186,7 +186,7 @@ def wgrad_config(dtype, out_per_group: int, in_per_group: int, rows: int, kw: in
     fp32 = dtype == torch.float32
     if kw > 1 and not fp32:  # 64-position steps, 3 stages: three width taps a program fit
         return Config(block_m, block_n, 64, 4, 3)
-    if fp32 and dot_precision(dtype) == "tf32" and min(out_per_group, in_per_group) >= 256:
+    if wgrad_precision(dtype) == "bf16x3" and min(out_per_group, in_per_group) >= 256:
         # bf16x3 products (WGRAD_TF32_PRECISION): measured (session 21, H100), 128 x 256 tiles
         # took ResNet-50's 3x3 layers at 14 / 7 pixels 128.2 / 109.7 -> 80.1 / 99.7 µs and
         # the dilation-2 one 828 -> 630 (with four programs an SM: wgrad_programs_per_sm)
@@ -770,9 +770,7 @@ def _launch_grad_weight(
     out_sizes = _spatial3(grad_out.shape[2:], 1)
     positions = (*_position_strides(grad_out), *_position_strides(x))
     align = _alignment(*positions, in_g, out_g)
-    precision = dot_precision(x.dtype)
-    if x.dtype == torch.float32:
-        precision = WGRAD_TF32_PRECISION if precision == "tf32" else "ieee"
+    precision = wgrad_precision(x.dtype)
     launch(
         conv_igemm_wgrad_kernel,
         (tiles, groups * kernel[0] * kernel[1] * cdiv(kernel[2], tap_group), splits),
@@ -843,7 +841,7 @@ def wgrad_pack(dtype, in_per_group: int, out_per_group: int, groups: int) -> int
     FMA units, which the off-diagonal blocks would cost in full) and the exact dtypes."""
     if dtype in (torch.float16, torch.bfloat16):
         width = WGRAD_PACK_CHANNELS
-    elif dtype == torch.float32 and dot_precision(dtype) == "tf32":
+    elif wgrad_precision(dtype) == "bf16x3":
         width = WGRAD_PACK_CHANNELS_TF32
     else:
         return 1
@@ -863,6 +861,16 @@ def wgrad_pack(dtype, in_per_group: int, out_per_group: int, groups: int) -> int
 # two bfloat16 halves and three products (``hi*hi + hi*lo + lo*hi``, fp32 sums) stand for one
 # (``bf16x3``): about 2^-16 of each operand is kept, more than TF32's 2^-11.
 WGRAD_TF32_PRECISION = "bf16x3"
+
+
+def wgrad_precision(dtype: torch.dtype) -> str:
+    """The weight gradient's ``DOT_PRECISION``: for fp32 :data:`WGRAD_TF32_PRECISION` with
+    TF32 allowed, else ``ieee``; for other dtypes :func:`dot_precision`'s."""
+    precision = dot_precision(dtype)
+    if dtype == torch.float32:
+        return WGRAD_TF32_PRECISION if precision == "tf32" else "ieee"
+    return precision
+
 
 # Most width taps a weight-gradient program owns (its accumulators: one tile per tap), and the
 # input channels per group below which inputs other than 16-bit floats own several. Measured
@@ -955,7 +963,7 @@ def wgrad_programs_per_sm(dtype, config: Config, rows: int) -> int:
     ResNet-50's 3x3 layers at 56 / 14 pixels 128.7 / 128.2 -> 92.7 / 109.7 µs, UNet's at 256
     pixels 670 -> 560; 128 x 256 tiles at 14 / 7 pixels 80.1 / 99.7 µs with 2 against 117.2 /
     111.3 with 4, on the dilation-2 layer (65536 positions) 835 against 630."""
-    if dtype != torch.float32 or dot_precision(dtype) != "tf32":
+    if wgrad_precision(dtype) != "bf16x3":
         return WGRAD_PROGRAMS_PER_SM
     return 2 if config.block_n >= 256 and rows < 32768 else 4
 
