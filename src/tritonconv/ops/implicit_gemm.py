@@ -1028,9 +1028,8 @@ def conv_grad_weight(
     # layers' weight gradients took 52.8 / 63.5 / 64.9 µs at 56 / 14 / 7 pixels that way
     # against 30.4 / 38.8 / 28.3 into a channels-last dW. So the kernel writes input channels
     # innermost, and one copy of the weight's size gives another layout.
-    kernel_layout = layout
-    if layout[1] != 1 and weight_shape[1] > 1:
-        kernel_layout = dense_strides(weight_shape, (0, *range(2, len(weight_shape)), 1))
+    channels_last = dense_strides(weight_shape, (0, *range(2, len(weight_shape)), 1))
+    kernel_layout = channels_last if layout[1] != 1 and weight_shape[1] > 1 else layout
     fold_width = 0
     if config is None and foldable(x.dtype, C, geometry, groups):
         # (see FOLD_MAX_CHANNELS) the folded convolution's dW, written through the folded
@@ -1038,7 +1037,7 @@ def conv_grad_weight(
         fold_width = geometry.kernel[-1]
         x, geometry = _fold_input(x, geometry)
         C = x.shape[1]
-        kernel_layout = dense_strides(weight_shape, (0, *range(2, len(weight_shape)), 1))
+        kernel_layout = channels_last
     pack = wgrad_pack(x.dtype, C // groups, C_out // groups, groups)
     in_per_group, out_per_group = pack * C // groups, pack * C_out // groups  # a program's
     kw = geometry.kernel[-1]
