@@ -17,13 +17,11 @@ CUDA-graph replay (``bench.kernel_ms``), µs.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 
 import torch
 
-import tritonconv
-from tritonconv.bench import Options, kernel_ms
+from tritonconv.bench import Options, kernel_ms, overridden
 from tritonconv.geometry import make_geometry
 from tritonconv.ops import implicit_gemm as ig
 
@@ -40,18 +38,6 @@ LAYERS = {
 }
 FORWARD_PACKS = (16, 32, 64)
 WGRAD_PACKS = (0, 16, 32, 64, 128)
-
-
-@contextlib.contextmanager
-def packing(name: str, channels: int):
-    saved = getattr(ig, name)
-    setattr(ig, name, channels)
-    tritonconv.clear_caches()
-    try:
-        yield
-    finally:
-        setattr(ig, name, saved)
-        tritonconv.clear_caches()
 
 
 def _diff(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -78,7 +64,7 @@ def measure(name: str, opts: Options, dtype=torch.bfloat16) -> dict:
     row["cudnn_wgrad"] = kernel_ms(cudnn([False, True, False]), 1, opts)
     ref = {}
     for channels in FORWARD_PACKS:
-        with packing("PACK_CHANNELS", channels):
+        with overridden(ig, PACK_CHANNELS=channels):
             pack = ig.group_pack(x.dtype, C // g, K // g, g)
             fwd = lambda i: ig.conv_forward(x, w, None, geometry, g)  # noqa: E731
             dgrad = lambda i: ig.conv_grad_input(dy, w, x, geometry, g)  # noqa: E731
@@ -98,7 +84,7 @@ def measure(name: str, opts: Options, dtype=torch.bfloat16) -> dict:
     cudnn_dw = cudnn([False, True, False])(0)[1]
     for channels in WGRAD_PACKS:
         knob = "WGRAD_PACK_CHANNELS" if dtype != torch.float32 else "WGRAD_PACK_CHANNELS_TF32"
-        with packing(knob, channels):
+        with overridden(ig, **{knob: channels}):
             pack = ig.wgrad_pack(x.dtype, C // g, K // g, g)
             wgrad = lambda i: ig.conv_grad_weight(dy, x, w.shape, geometry, g)  # noqa: E731
             result = wgrad(0)

@@ -14,32 +14,23 @@ each other (the two decodes give the same bits).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 
 import torch
 
-import tritonconv
-from tritonconv.bench import Options, kernel_ms
+from tritonconv.bench import Options, kernel_ms, overridden
 from tritonconv.bench.dense import CASES
 from tritonconv.geometry import make_geometry
 from tritonconv.ops import implicit_gemm as ig
 
 
-@contextlib.contextmanager
 def variant(old_decode: bool, tap_group_max: int):
     """The weight gradient with the older position decode (one integer division per element
     and axis, ``dy`` through coordinates) and/or at most ``tap_group_max`` taps a program."""
-    saved = ig.SMALL_QUOTIENT_LIMIT, ig._positions_flat, ig.WGRAD_TAP_GROUP_MAX
+    values = dict(WGRAD_TAP_GROUP_MAX=tap_group_max)
     if old_decode:
-        ig.SMALL_QUOTIENT_LIMIT, ig._positions_flat = 0, lambda t: False
-    ig.WGRAD_TAP_GROUP_MAX = tap_group_max
-    tritonconv.clear_caches()
-    try:
-        yield
-    finally:
-        ig.SMALL_QUOTIENT_LIMIT, ig._positions_flat, ig.WGRAD_TAP_GROUP_MAX = saved
-        tritonconv.clear_caches()
+        values.update(SMALL_QUOTIENT_LIMIT=0, _positions_flat=lambda t: False)
+    return overridden(ig, **values)
 
 
 def measure(case, opts) -> dict:

@@ -14,13 +14,11 @@ cuDNN's (relative max difference). Kernel time by CUDA-graph replay (``bench.ker
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 
 import torch
 
-import tritonconv
-from tritonconv.bench import Options, kernel_ms
+from tritonconv.bench import Options, kernel_ms, overridden
 from tritonconv.bench.dense import CASES
 from tritonconv.geometry import make_geometry
 from tritonconv.ops import implicit_gemm as ig
@@ -42,18 +40,6 @@ DEFAULT = ("r50_3x3_56", "r50_3x3_28", "r50_3x3_14", "r50_3x3_7", "dil2_3x3_64",
            "unet_3x3_128", "unet_3x3_256", "aspp_dil12")  # fmt: skip
 
 
-@contextlib.contextmanager
-def programs_per_sm(value: int):
-    saved = ig.WGRAD_PROGRAMS_PER_SM
-    ig.WGRAD_PROGRAMS_PER_SM = value
-    tritonconv.clear_caches()
-    try:
-        yield
-    finally:
-        ig.WGRAD_PROGRAMS_PER_SM = saved
-        tritonconv.clear_caches()
-
-
 def measure(case, opts, args_rule_only=False, dtype=torch.bfloat16) -> dict:
     cl = torch.channels_last
     x = torch.randn(case.input, device="cuda", dtype=dtype).to(memory_format=cl)
@@ -73,20 +59,19 @@ def measure(case, opts, args_rule_only=False, dtype=torch.bfloat16) -> dict:
     rule = ig.wgrad_config(x.dtype, case.weight[0] // g, case.weight[1], rows, case.weight[3])
     row = dict(case=case.name, rule=str(rule), cudnn=kernel_ms(cudnn, 1, opts), runs=[])
     if dtype == torch.float32:  # TF32 off on both sides: cuDNN's fp32, our ieee products
-        torch.backends.cudnn.allow_tf32 = False
-        tritonconv.clear_caches()
-        row["cudnn_fp32"] = kernel_ms(cudnn, 1, opts)
-        row["ours_ieee"] = kernel_ms(
-            lambda i: ig.conv_grad_weight(dy, x, w.shape, geometry, g, None, w.stride()), 1, opts
-        )
-        torch.backends.cudnn.allow_tf32 = True
-        tritonconv.clear_caches()
+        with overridden(torch.backends.cudnn, allow_tf32=False):
+            row["cudnn_fp32"] = kernel_ms(cudnn, 1, opts)
+            row["ours_ieee"] = kernel_ms(
+                lambda i: ig.conv_grad_weight(dy, x, w.shape, geometry, g, None, w.stride()),
+                1,
+                opts,
+            )
     # the rule's, for a contiguous weight (nn.Conv2d's default layout)
     row["rule_contiguous_weight"] = kernel_ms(
         lambda i: ig.conv_grad_weight(dy, x, w.shape, geometry, g), 1, opts
     )
     for per_sm in (2,) if args_rule_only else PROGRAMS_PER_SM:
-        with programs_per_sm(per_sm):
+        with overridden(ig, WGRAD_PROGRAMS_PER_SM=per_sm):
             for config in CONFIGS:
                 if config == rule:
                     continue

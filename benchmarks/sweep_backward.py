@@ -23,8 +23,7 @@ import math
 
 import torch
 
-import tritonconv
-from tritonconv.bench import Options, kernel_ms
+from tritonconv.bench import Options, kernel_ms, overridden
 from tritonconv.bench.dense import CASES
 from tritonconv.geometry import make_geometry
 from tritonconv.ops import common
@@ -42,17 +41,11 @@ WGRAD_CONFIGS = [
 PROGRAMS_PER_SM = (1, 2, 4, 8)
 
 
-@contextlib.contextmanager
 def wgrad_policy(programs_per_sm: int, tap_groups: bool):
-    saved = ig.WGRAD_PROGRAMS_PER_SM, ig.WGRAD_TAP_GROUP_BELOW
-    ig.WGRAD_PROGRAMS_PER_SM = programs_per_sm
-    ig.WGRAD_TAP_GROUP_BELOW = 1 << 30 if tap_groups else saved[1]
-    tritonconv.clear_caches()
-    try:
-        yield
-    finally:
-        ig.WGRAD_PROGRAMS_PER_SM, ig.WGRAD_TAP_GROUP_BELOW = saved
-        tritonconv.clear_caches()
+    values = dict(WGRAD_PROGRAMS_PER_SM=programs_per_sm)
+    if tap_groups:
+        values.update(WGRAD_TAP_GROUP_BELOW=1 << 30)
+    return overridden(ig, **values)
 
 
 @contextlib.contextmanager

@@ -159,3 +159,24 @@ def test_bad_repro_fields_algo_and_out_folder(capsys, tmp_path):
     out = capsys.readouterr().out
     assert out.count("bad --repro spec") == 2 and "bad --algo 'x'" in out
     assert "no fuzz case fits" in out and "not a folder" in out
+
+
+def test_bench_overridden_sets_and_restores_a_probes_knobs(monkeypatch):
+    """``bench.overridden`` (the probes' variants): the constants take the given values inside,
+    get their own back afterwards (also when the body raises), and launch plans recorded under
+    one setting are cleared on the way in and out."""
+    from tritonconv import caches
+    from tritonconv.bench import overridden
+    from tritonconv.ops import implicit_gemm as ig
+
+    cleared = []
+    monkeypatch.setattr(caches, "clear_caches", lambda: cleared.append(1))
+    before = ig.PACK_CHANNELS, ig.WGRAD_PACK_CHANNELS
+    with overridden(ig, PACK_CHANNELS=64, WGRAD_PACK_CHANNELS=16):
+        assert (ig.PACK_CHANNELS, ig.WGRAD_PACK_CHANNELS) == (64, 16)
+        assert len(cleared) == 1
+    assert before == (ig.PACK_CHANNELS, ig.WGRAD_PACK_CHANNELS)
+    assert len(cleared) == 2
+    with pytest.raises(RuntimeError), overridden(ig, PACK_CHANNELS=8):
+        raise RuntimeError
+    assert before[0] == ig.PACK_CHANNELS

@@ -133,6 +133,25 @@ def profile_calls(fn: Callable[[], object], calls: int, top: int) -> pstats.Stat
     return stats
 
 
+@contextlib.contextmanager
+def overridden(module, **values) -> Iterator[None]:
+    """``module``'s constants set to ``values`` for a probe's variant (a tile rule's knob),
+    tritonconv's caches and launch plans cleared on the way in and out so that no call
+    replays what another setting recorded; restored afterwards."""
+    from ..caches import clear_caches
+
+    saved = {name: getattr(module, name) for name in values}
+    for name, value in values.items():
+        setattr(module, name, value)
+    clear_caches()
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            setattr(module, name, value)
+        clear_caches()
+
+
 def kernel_ms(fn: Callable[[int], object], n_inputs: int, opts: Options) -> float | None:
     """Median milliseconds of ``fn(i)`` on the GPU alone: passes over the ``n_inputs`` input
     sets captured in a CUDA graph and replayed, so the host's launch work (done once, at
