@@ -175,6 +175,7 @@ def main() -> None:
     ap.add_argument("--layer", default="r50_3x3_14", choices=sorted(LAYERS))
     ap.add_argument("--kernel", default="", help="only kernels whose name contains this")
     ap.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16", "float32"))
+    ap.add_argument("--dump", action="store_true", help="print each loop's SASS too")
     ap.add_argument("--record", action="store_true", help=argparse.SUPPRESS)  # internal
     args = ap.parse_args()
     if args.record:
@@ -198,6 +199,8 @@ def main() -> None:
             top = ", ".join(f"{op} {n}" for op, n in counts.most_common(12))
             print(f"  loop of {total} SASS instructions, {wgmma} HGMMA, {counts.get('HMMA', 0)}"
                   f" HMMA, {counts.get('FFMA', 0)} FFMA: {top}")  # fmt: skip
+            if args.dump:
+                print("\n".join(f"    {line}" for line in body))
 
 
 if __name__ == "__main__":

@@ -594,11 +594,17 @@ def _launch_conv(src, weight, bias, dst, geometry: Geometry, groups: int, transp
         # launch folds more phases than CUDA's 65535 into axis 0 (a split count never is)
         FOLD_Z=None if splits > 1 else False,
         SWAP=swap_rule(src.dtype, Config(*config)),
+        TAP_BITS=TAP_BITS and 1 < math.prod(kernel) <= 32,
         num_warps=num_warps,
         num_stages=num_stages,
     )
     if splits > 1:
         sum_partials(partial, out)
+
+
+#: Whether the forward/input-gradient kernel of at most 32 taps tests one precomputed bit per
+#: row and tap for the zero padding (``TAP_BITS``) instead of comparing coordinates per step.
+TAP_BITS = True
 
 
 def swap_rule(dtype, config) -> bool:
