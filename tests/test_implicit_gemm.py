@@ -508,6 +508,66 @@ def test_swap_rule():
     assert describe(torch.bfloat16, (128, 128, 64, 8, 2)) == "128x128x64 w8 s2"
 
 
+def test_tap_bits_rule(monkeypatch):
+    """Precomputed tap bits for windows of 2 to 32 taps with unpacked groups (session 22)."""
+    rule = implicit_gemm.tap_bits_rule
+    assert rule((1, 3, 3), 1) and rule((3, 3, 3), 1) and rule((1, 1, 32), 1)
+    assert not rule((1, 1, 1), 1)  # one tap: no window walk
+    assert not rule((1, 7, 7), 1) and not rule((1, 3, 11), 1)  # over 32 bits
+    assert not rule((1, 3, 3), 4)  # packed groups measured slower with them
+    monkeypatch.setattr(implicit_gemm, "TAP_BITS", False)
+    assert not rule((1, 3, 3), 1)
+
+
+# (input shape, weight shape, conv kwargs, transposed): rows whose taps fall in the padding on
+# every side, 2-D and 3-D, 32 taps (the last bit), and input-gradient phases
+TAP_BIT_CASES = [
+    ((2, 16, 5, 7), (16, 16, 5, 5), dict(padding=2), False),
+    ((1, 8, 6, 9), (16, 8, 3, 3), dict(padding=(3, 2), dilation=(3, 2), stride=(2, 1)), False),
+    ((2, 16, 4, 6), (16, 16, 4, 8), dict(padding=(2, 4)), False),
+    ((1, 8, 4, 5, 3), (8, 8, 3, 3, 3), dict(padding=1), False),
+    ((2, 16, 5, 6), (16, 8, 3, 3), dict(stride=2, padding=1, output_padding=1), True),
+]
+
+
+@pytest.mark.parametrize("case", TAP_BIT_CASES, ids=str)
+@pytest.mark.parametrize("tap_bits", [True, False])
+def test_tap_bits_match_float64(case, tap_bits, device, monkeypatch):
+    """Both ways of testing the padding (``TAP_BITS`` and the per-step compares) against
+    float64, forward and gradients, each asserted to have run; outputs start poisoned."""
+    x_shape, w_shape, kw, transposed = case
+    seen = []
+    real = implicit_gemm.launch
+
+    def recording(kernel, grid, *args, **meta):
+        seen.append(meta.get("TAP_BITS"))
+        real(kernel, grid, *args, **meta)
+
+    monkeypatch.setattr(implicit_gemm, "launch", recording)
+    monkeypatch.setattr(implicit_gemm, "TAP_BITS", tap_bits)
+    tritonconv.clear_caches()
+    poison_(torch.empty(1 << 16, device=device))
+    x = random_tensor(x_shape, torch.float32, device)
+    w = random_tensor(w_shape, torch.float32, device)
+    if len(x_shape) == 5:
+        leaves = [t.detach().requires_grad_() for t in (x, w)]
+        refs = [t.detach().double().requires_grad_() for t in (x, w)]
+        with exact_fp32():
+            y = tritonconv.conv3d(*leaves, algo="implicit_gemm", **kw)
+        ref = F.conv3d(*refs, **kw)
+        assert_close(y, ref, reduction=216, name="output")
+        dy = random_tensor(y.shape, torch.float32, device)
+        with exact_fp32():
+            got = torch.autograd.grad(y, leaves, dy)
+        for name, g, r in zip(("dx", "dW"), got, torch.autograd.grad(ref, refs, dy.double())):
+            assert_close(g, r, reduction=216, name=name)
+    else:
+        output_padding = kw.pop("output_padding", 0)
+        with exact_fp32():
+            _check(x, w, None, transposed=transposed, output_padding=output_padding, **kw)
+    assert tap_bits in seen
+
+
 SWAP_CONFIGS = [implicit_gemm.Config(64, 32, 16, 4, 2), implicit_gemm.Config(256, 128, 64, 8, 3)]
 
 

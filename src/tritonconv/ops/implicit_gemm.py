@@ -594,7 +594,7 @@ def _launch_conv(src, weight, bias, dst, geometry: Geometry, groups: int, transp
         # launch folds more phases than CUDA's 65535 into axis 0 (a split count never is)
         FOLD_Z=None if splits > 1 else False,
         SWAP=swap_rule(src.dtype, Config(*config)),
-        TAP_BITS=TAP_BITS and 1 < math.prod(kernel) <= 32,
+        TAP_BITS=tap_bits_rule(kernel, pack),
         num_warps=num_warps,
         num_stages=num_stages,
     )
@@ -602,9 +602,19 @@ def _launch_conv(src, weight, bias, dst, geometry: Geometry, groups: int, transp
         sum_partials(partial, out)
 
 
-#: Whether the forward/input-gradient kernel of at most 32 taps tests one precomputed bit per
-#: row and tap for the zero padding (``TAP_BITS``) instead of comparing coordinates per step.
+#: Whether the forward/input-gradient kernel may test one precomputed bit per row and tap for
+#: the zero padding (``TAP_BITS``; :func:`tap_bits_rule`) instead of comparing coordinates.
 TAP_BITS = True
+
+
+def tap_bits_rule(kernel, pack: int) -> bool:
+    """Whether ``conv_igemm_kernel`` takes ``TAP_BITS``: a window of 2 to 32 taps (one bit
+    each in an int32), groups not packed. Measured (session 22, H100, bf16 channels-last,
+    benchmarks/probe_knob.py, kernel time): forward geomean over the dense suite 0.964 ->
+    1.006x cuDNN, ResNet-50's 3x3 at 7x7 27.2 -> 25.3 µs, dilation 2 142.3 -> 127.7, VGG's
+    first layer 114.1 -> 89.9; fp32 with TF32 0.758 -> 0.822. Packed groups lost (groups-32
+    at 28x28 32.7 -> 35.0 µs over three rounds), so they keep the compares."""
+    return TAP_BITS and pack == 1 and 1 < math.prod(kernel) <= 32
 
 
 def swap_rule(dtype, config) -> bool:
