@@ -568,6 +568,29 @@ def test_tap_bits_match_float64(case, tap_bits, device, monkeypatch):
     assert tap_bits in seen
 
 
+@pytest.mark.parametrize("kernel", [(3, 3), (3, 5), (2, 7)], ids=str)
+def test_weight_gradient_tap_groups_with_and_without_a_tail(kernel, device, monkeypatch):
+    """Width-tap groups that divide the kernel's width (no tail check: ``TAP_TAIL`` off) and
+    that do not (the last group's extra taps load nothing), against float64, with padding on
+    both sides of the width; each asserted to have run as intended."""
+    seen = []
+    real = implicit_gemm.launch
+
+    def recording(kernel_fn, grid, *args, **meta):
+        if "TAP_GROUP" in meta:
+            seen.append((meta["TAP_GROUP"], meta["TAP_TAIL"]))
+        real(kernel_fn, grid, *args, **meta)
+
+    monkeypatch.setattr(implicit_gemm, "launch", recording)
+    tritonconv.clear_caches()
+    x = random_tensor((2, 12, 6, 9), torch.float32, device)  # (over 8 channels: not folded)
+    w = random_tensor((16, 12, *kernel), torch.float32, device)
+    with exact_fp32():
+        _check(x, w, None, padding=(1, kernel[1] // 2 + 1))
+    group = seen[0][0]
+    assert group > 1 and seen == [(group, kernel[1] % group != 0)]
+
+
 SWAP_CONFIGS = [implicit_gemm.Config(64, 32, 16, 4, 2), implicit_gemm.Config(256, 128, 64, 8, 3)]
 
 

@@ -819,6 +819,7 @@ def _launch_grad_weight(
         and _positions_flat(grad_out)
         and _positions_flat(x),
         TAP_GROUP=tap_group,
+        TAP_TAIL=kernel[2] % tap_group != 0,
         USE_DOT=x.dtype in DOT_DTYPES,
         DOT_PRECISION=precision,
         DOT_DTYPE=dot_dtype(torch.bfloat16 if precision == "bf16x3" else x.dtype),
