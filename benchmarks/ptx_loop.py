@@ -24,7 +24,8 @@ import subprocess
 import sys
 import tempfile
 
-# (input shape, weight shape, stride, padding): bf16 channels-last, as in the models suite
+# (input shape, weight shape, stride, padding[, dilation]): bf16 channels-last, as in the
+# models suite
 LAYERS = {
     "r50_3x3_56": ((32, 64, 56, 56), (64, 64, 3, 3), 1, 1),
     "r50_3x3_14": ((32, 256, 14, 14), (256, 256, 3, 3), 1, 1),
@@ -32,6 +33,7 @@ LAYERS = {
     "r50_1x1_14": ((32, 1024, 14, 14), (256, 1024, 1, 1), 1, 0),
     # few rows, a long reduction: the forward and input gradient split it (split_k)
     "r50_3x3_7_n2": ((2, 512, 7, 7), (512, 512, 3, 3), 1, 1),
+    "dil2_3x3_64": ((16, 256, 64, 64), (256, 256, 3, 3), 1, 2, 2),
 }
 
 
@@ -55,7 +57,7 @@ def record(layer: str, dtype: str = "bfloat16") -> list[dict]:
         launches.append({"module": fn.__module__, "name": fn.__name__, "args": values,
                          "meta": meta})  # fmt: skip
 
-    xs, ws, stride, pad = LAYERS[layer]
+    xs, ws, stride, pad, *dilation = LAYERS[layer]
     cl = torch.channels_last
     dtype = getattr(torch, dtype)  # float32: TF32 (PyTorch's default for convolutions)
     x = torch.randn(xs, dtype=dtype).to(memory_format=cl).requires_grad_()
@@ -64,7 +66,7 @@ def record(layer: str, dtype: str = "bfloat16") -> list[dict]:
     launch._interpret = recording
     undo = _gpu_launchers()
     try:
-        y = tc.conv2d(x, w, None, stride, pad, algo="implicit_gemm")
+        y = tc.conv2d(x, w, None, stride, pad, *dilation, algo="implicit_gemm")
         y.backward(torch.zeros_like(y))
     finally:
         launch._interpret = real
@@ -123,7 +125,22 @@ def compile_cubin(launch: dict) -> tuple[str, bytes]:
         target=GPUTarget("cuda", 90, 128),
         options=options,
     )
-    return f"{fn.__name__} {shown}", compiled.asm["cubin"]
+    return f"{fn.__name__} {shown} {resources(compiled.asm['cubin'])}", compiled.asm["cubin"]
+
+
+def resources(cubin: bytes) -> str:
+    """Registers per thread and shared memory of a cubin's kernel (``cuobjdump``), which
+    decide how many programs share a multiprocessor."""
+    from triton.backends.nvidia import compiler
+
+    cuobjdump = os.path.join(os.path.dirname(compiler.__file__), "bin", "cuobjdump")
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        text = subprocess.run([cuobjdump, "--dump-resource-usage", f.name],
+                              capture_output=True, text=True, check=True).stdout  # fmt: skip
+    found = re.search(r"REG:(\d+).*?SHARED:(\d+)", text)
+    return f"(registers {found[1]}, static shared {found[2]} B)" if found else ""
 
 
 def sass(cubin: bytes) -> list[str]:

@@ -591,6 +591,26 @@ def test_weight_gradient_tap_groups_with_and_without_a_tail(kernel, device, monk
     assert group > 1 and seen == [(group, kernel[1] % group != 0)]
 
 
+def test_weight_gradient_signed_bounds_rule():
+    """Dilated layers keep the signed compares and tail checks (session 22's measurements)."""
+    assert implicit_gemm.wgrad_signed_bounds((1, 2, 2))
+    assert implicit_gemm.wgrad_signed_bounds((1, 1, 12))
+    assert not implicit_gemm.wgrad_signed_bounds((1, 1, 1))
+
+
+@pytest.mark.parametrize("dilation", [1, 2])
+def test_weight_gradient_bounds_both_ways(dilation, device, monkeypatch):
+    """The weight gradient with each form of bounds check (the rule's choice and the other,
+    forced) against float64 on a padded, dilated and undilated, 3-wide layer."""
+    for signed in (False, True):
+        monkeypatch.setattr(implicit_gemm, "wgrad_signed_bounds", lambda dilation, s=signed: s)
+        tritonconv.clear_caches()
+        x = random_tensor((2, 12, 7, 9), torch.float32, device)
+        w = random_tensor((16, 12, 3, 3), torch.float32, device)
+        with exact_fp32():
+            _check(x, w, None, padding=dilation + 1, dilation=dilation)
+
+
 SWAP_CONFIGS = [implicit_gemm.Config(64, 32, 16, 4, 2), implicit_gemm.Config(256, 128, 64, 8, 3)]
 
 

@@ -100,11 +100,11 @@ def _aligned(value, ALIGN: tl.constexpr):
 
 
 @triton.jit
-def _within(v, n):
+def _within(v, n, UNSIGNED: tl.constexpr = True):
     """``0 <= v < n`` for int32 ``v`` and ``n >= 0`` as one unsigned comparison (a negative
     ``v`` reads as at least 2^31): half the compares of a bounds check. (``n`` may be a
     constant: the JIT makes an argument equal to 1 one.)"""
-    if v.dtype == tl.int32:
+    if UNSIGNED and v.dtype == tl.int32:
         return v.to(tl.uint32, bitcast=True) < (tl.zeros_like(v) + n).to(tl.uint32, bitcast=True)
     return (v >= 0) & (v < n)
 
@@ -445,7 +445,8 @@ def _bf16_split(v):
 @triton.jit
 def _wgrad_tap(
     acc, dy, dy_lo, x_rows, inside, i_w, j, kw0, KW, IW, dil_w, x_sw, ci_ok,
-    WINDOW: tl.constexpr, TAP_TAIL: tl.constexpr, EVEN_C: tl.constexpr, USE_DOT: tl.constexpr,
+    WINDOW: tl.constexpr, TAP_TAIL: tl.constexpr, UNSIGNED_BOUNDS: tl.constexpr,
+    EVEN_C: tl.constexpr, USE_DOT: tl.constexpr,
     DOT_PRECISION: tl.constexpr, DOT_DTYPE: tl.constexpr, ACC_DTYPE: tl.constexpr,
 ):  # fmt: skip
     """``acc + dy @ x`` for width tap ``kw0 + j`` (``x_rows``/``i_w``: tap ``kw0``'s addresses
@@ -459,7 +460,7 @@ def _wgrad_tap(
     ok = inside
     if WINDOW:
         col = i_w + j * dil_w
-        ok = ok & _within(col, IW)
+        ok = ok & _within(col, IW, UNSIGNED_BOUNDS)
         if TAP_TAIL:  # (a vector comparison: the interpreter takes no scalar in a mask)
             ok = ok & (tl.zeros_like(col) + kw0 + j < KW)
     if EVEN_C:  # one predicate per position row: no channel mask to combine per vector
@@ -538,6 +539,7 @@ def conv_igemm_wgrad_kernel(
     POINTWISE: tl.constexpr,
     TAP_GROUP: tl.constexpr,
     TAP_TAIL: tl.constexpr,
+    UNSIGNED_BOUNDS: tl.constexpr,
     USE_DOT: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
     DOT_DTYPE: tl.constexpr,
@@ -657,11 +659,11 @@ def conv_igemm_wgrad_kernel(
             dy_pos = p * dy_sw if FLAT_DY else n * dy_sn + od * dy_sd + oh * dy_sh + ow * dy_sw
             i_h = oh * stride_h + shift_h
             i_w = ow * stride_w + shift_w  # tap kw0's column; tap kw0 + j is j * dil_w further
-            inside = p_ok & _within(i_h, IH)
+            inside = p_ok & _within(i_h, IH, UNSIGNED_BOUNDS)
             x_pos = n * x_sn + i_h * x_sh + i_w * x_sw
             if THREE_D:
                 i_d = od * stride_d + shift_d
-                inside = inside & _within(i_d, ID)
+                inside = inside & _within(i_d, ID, UNSIGNED_BOUNDS)
                 x_pos += i_d * x_sd
             x_rows = x_cols[None, :] + x_pos[:, None]
         dy_mask = p_ok[None, :] if EVEN_C else co_ok[:, None] & p_ok[None, :]
@@ -671,15 +673,15 @@ def conv_igemm_wgrad_kernel(
             dy, dy_lo = _bf16_split(dy)
         # the dy tile and the coordinates above serve TAP_GROUP taps along the width
         acc0 = _wgrad_tap(acc0, dy, dy_lo, x_rows, inside, i_w, 0, kw0, KW, IW, dil_w, x_sw,
-                          ci_ok, not POINTWISE, TAP_TAIL, EVEN_C, USE_DOT, DOT_PRECISION, DOT_DTYPE,
+                          ci_ok, not POINTWISE, TAP_TAIL, UNSIGNED_BOUNDS, EVEN_C, USE_DOT, DOT_PRECISION, DOT_DTYPE,
                           ACC_DTYPE)  # fmt: skip
         if TAP_GROUP > 1:
             acc1 = _wgrad_tap(acc1, dy, dy_lo, x_rows, inside, i_w, 1, kw0, KW, IW, dil_w, x_sw,
-                              ci_ok, not POINTWISE, TAP_TAIL, EVEN_C, USE_DOT, DOT_PRECISION, DOT_DTYPE,
+                              ci_ok, not POINTWISE, TAP_TAIL, UNSIGNED_BOUNDS, EVEN_C, USE_DOT, DOT_PRECISION, DOT_DTYPE,
                               ACC_DTYPE)  # fmt: skip
         if TAP_GROUP > 2:
             acc2 = _wgrad_tap(acc2, dy, dy_lo, x_rows, inside, i_w, 2, kw0, KW, IW, dil_w, x_sw,
-                              ci_ok, not POINTWISE, TAP_TAIL, EVEN_C, USE_DOT, DOT_PRECISION, DOT_DTYPE,
+                              ci_ok, not POINTWISE, TAP_TAIL, UNSIGNED_BOUNDS, EVEN_C, USE_DOT, DOT_PRECISION, DOT_DTYPE,
                               ACC_DTYPE)  # fmt: skip
 
     tap0 = kd * p_skd + kh * p_skh + kw0 * p_skw

@@ -787,6 +787,7 @@ def _launch_grad_weight(
     positions = (*_position_strides(grad_out), *_position_strides(x))
     align = _alignment(*positions, in_g, out_g)
     precision = wgrad_precision(x.dtype)
+    signed_bounds = wgrad_signed_bounds(dil)
     launch(
         conv_igemm_wgrad_kernel,
         (tiles, groups * kernel[0] * kernel[1] * cdiv(kernel[2], tap_group), splits),
@@ -819,7 +820,8 @@ def _launch_grad_weight(
         and _positions_flat(grad_out)
         and _positions_flat(x),
         TAP_GROUP=tap_group,
-        TAP_TAIL=kernel[2] % tap_group != 0,
+        TAP_TAIL=signed_bounds or kernel[2] % tap_group != 0,
+        UNSIGNED_BOUNDS=not signed_bounds,
         USE_DOT=x.dtype in DOT_DTYPES,
         DOT_PRECISION=precision,
         DOT_DTYPE=dot_dtype(torch.bfloat16 if precision == "bf16x3" else x.dtype),
@@ -841,6 +843,19 @@ def _launch_grad_weight(
 # off-diagonal blocks too (tensor-core work, which a layer this narrow has to spare). Before
 # session 21 a program of ResNeXt's 8-channel groups ran 16 x 16 tiles over 16-byte loads: the
 # dense suite's groups-32 layer took 0.45x cuDNN's backward.
+
+
+def wgrad_signed_bounds(dilation) -> bool:
+    """Whether the weight-gradient kernel keeps two signed compares per bounds check and the
+    width-tap groups' tail check where the groups divide the width (the loop before session
+    22) instead of one unsigned compare and no tail check (``_within``, ``TAP_TAIL``): for
+    dilated layers. Measured (H100, bf16, kernel alone, two rounds): the undilated layers
+    gained with fewer instructions (ResNet-50's 3x3 at 7x7 24.3 -> 21.5 µs, at 14x14 29.0 ->
+    28.1), the dilated ones lost with them (dilation 2 202.5 -> 229.2, ASPP's dilation 12
+    186.7 -> 197.9), and only both changes undone restored dilation 2: the compiler's
+    schedule of the loop, not its instruction count, decides there."""
+    return max(dilation) > 1
+
 WGRAD_PACK_CHANNELS = 64
 # The same for fp32 with TF32 allowed, whose products are three bfloat16 ones (``bf16x3``).
 # Measured (session 21, H100, probe_grouped.py --dtype float32; cuDNN with TF32): 64 channels
