@@ -856,6 +856,7 @@ def wgrad_signed_bounds(dilation) -> bool:
     schedule of the loop, not its instruction count, decides there."""
     return max(dilation) > 1
 
+
 WGRAD_PACK_CHANNELS = 64
 # The same for fp32 with TF32 allowed, whose products are three bfloat16 ones (``bf16x3``).
 # Measured (session 21, H100, probe_grouped.py --dtype float32; cuDNN with TF32): 64 channels
