@@ -14,7 +14,7 @@ import torch.nn.functional as F
 import tritonconv
 from tritonconv.geometry import make_geometry
 from tritonconv.ops import implicit_gemm
-from tritonconv.testing import assert_close, poison_, random_tensor
+from tritonconv.testing import assert_close, exact_fp32, poison_, random_tensor, tolerance
 
 CONV = {1: (tritonconv.conv1d, F.conv1d), 2: (tritonconv.conv2d, F.conv2d),
         3: (tritonconv.conv3d, F.conv3d)}  # fmt: skip
@@ -108,6 +108,30 @@ def test_other_layers_keep_the_implicit_gemm(layout, device, kernels):
     assert_close(y, F.conv2d(x.double(), w.double(), **kw), reduction=C, name="output")
 
 
+@pytest.mark.parametrize("case", CASES[:2] + CASES[3:], ids=str)
+def test_tf32_forward(case, device, kernels):
+    """fp32 with TF32 allowed (PyTorch's default for convolutions): the forward takes the TMA
+    GEMM with TF32 products, within TF32's rounding of float64; the input gradient keeps
+    ``conv_igemm_kernel`` (its weight tile is not K-major)."""
+    N, C, spatial, K, bias = case
+    poison_(torch.empty(1 << 16, device=device))
+    x = _rows_layout(random_tensor((N, C, *spatial), torch.float32, device))
+    w = random_tensor((K, C, *[1] * len(spatial)), torch.float32, device)
+    b = random_tensor((K,), torch.float32, device) if bias else None
+    old = torch.backends.cudnn.allow_tf32
+    torch.backends.cudnn.allow_tf32 = True
+    try:
+        got, want = _run(x, w, b)
+    finally:
+        torch.backends.cudnn.allow_tf32 = old
+    assert kernels.count("pointwise_tma_kernel") == 1, kernels  # the forward only
+    positions = x.numel() // C
+    for name, g, r in zip(("output", "dx", "dW", "db"), got, want):
+        atol, rtol = tolerance(torch.float16, max(C, K, positions))  # (10 mantissa bits)
+        err = (g.double() - r).abs() - (atol + rtol * r.abs())
+        assert not g.isnan().any() and err.max() <= 0, name
+
+
 def _unaligned_like(t: torch.Tensor) -> torch.Tensor:
     """A copy of channels-last ``t`` with the same strides, 2 bytes past a 16-byte boundary."""
     N, C, H, W = t.shape
@@ -148,7 +172,7 @@ def test_input_gradient_of_unaligned_output_gradient(device):
         assert_close(dx, want, reduction=72, name="dx")
 
 
-def test_tma_rule():
+def test_tma_rule(monkeypatch):
     """Which shapes ``pointwise_tma_config`` takes (on this machine's device kind)."""
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     g1 = make_geometry((8, 8), (1, 1), (1, 1), (0, 0), (0, 0), (1, 1))
@@ -156,6 +180,14 @@ def test_tma_rule():
     expected = implicit_gemm._has_tma(device)
     assert (take(torch.bfloat16, 2048, 64, 256, g1, 1, device) is not None) == expected
     assert (take(torch.float16, 2048, 32, 64, g1, 1, device) is not None) == expected
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", True)  # (PyTorch's default)
+    tf32 = take(torch.float32, 2048, 64, 256, g1, 1, device)
+    assert (tf32 is not None) == expected
+    if tf32 is not None:  # the same 128-byte rows
+        assert tf32.block_k * 4 == take(torch.bfloat16, 2048, 64, 256, g1, 1, device).block_k * 2
+    with exact_fp32():  # TF32 off: fp32 products, which TMA's tensor-core tiles do not make
+        assert take(torch.float32, 2048, 64, 256, g1, 1, device) is None
+    monkeypatch.setattr(implicit_gemm, "TMA_TF32", False)
     assert take(torch.float32, 2048, 64, 256, g1, 1, device) is None
     assert take(torch.bfloat16, 2048, 64, 256, g1, 2, device) is None
     assert take(torch.bfloat16, 2048, 76, 256, g1, 1, device) is None  # rows not 16 bytes

@@ -712,6 +712,7 @@ def pointwise_tma_kernel(
     TRANSPOSED: tl.constexpr,
     HAS_BIAS: tl.constexpr,
     DOT_DTYPE: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
@@ -731,7 +732,9 @@ def pointwise_tma_kernel(
     walks tiles ``pid, pid + programs, ...`` (grouped by ``GROUP_M`` rows of tiles, so
     consecutive tiles share weight columns in L2), and the flattened loop lets the next
     tile's loads start while this one's result is stored. ``DOT_DTYPE``: the operands' own
-    type (fp32 for bfloat16 under the interpreter, ``ops.direct.dot_dtype``)."""
+    type (fp32 for bfloat16 under the interpreter, ``ops.direct.dot_dtype``);
+    ``DOT_PRECISION``: ``"tf32"`` for fp32 operands (TF32 allowed: the forward only, whose
+    operands are both K-major as TF32 products need)."""
     m_tiles = tl.cdiv(rows, BLOCK_M)
     n_tiles = tl.cdiv(C_dst, BLOCK_N)
     steps = tl.cdiv(C_src, BLOCK_K)
@@ -745,9 +748,10 @@ def pointwise_tma_kernel(
         for step in range(steps):
             a = src.load([m0, step * BLOCK_K]).to(DOT_DTYPE)
             if TRANSPOSED:
-                acc = tl.dot(a, w.load([step * BLOCK_K, n0]).to(DOT_DTYPE), acc)
+                b = w.load([step * BLOCK_K, n0]).to(DOT_DTYPE)
             else:
-                acc = tl.dot(a, w.load([n0, step * BLOCK_K]).to(DOT_DTYPE).T, acc)
+                b = w.load([n0, step * BLOCK_K]).to(DOT_DTYPE).T
+            acc = tl.dot(a, b, acc, input_precision=DOT_PRECISION)
         if HAS_BIAS:
             d = n0 + tl.arange(0, BLOCK_N)
             acc += tl.load(bias_ptr + d, mask=d < C_dst, other=0).to(tl.float32)[None, :]

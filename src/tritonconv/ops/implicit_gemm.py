@@ -373,9 +373,11 @@ def pointwise_tma_config(dtype, rows, src_channels, dst_channels, geometry: Geom
                          device) -> TmaConfig | None:  # fmt: skip
     """The tiles of ``pointwise_tma_kernel`` for a convolution (or its input gradient: source
     and destination channels swapped) of these shapes, or None where the kernel does not take
-    it: 16-bit, a 1x1 window at stride 1 unpadded, one group, channel counts that are
-    multiples of 8 (TMA's 16-byte row strides), at least 32 source and 64 destination
-    channels (below that ``conv_igemm_kernel``'s narrower tiles were as fast or faster).
+    it: 16-bit (or fp32 with TF32 allowed, ``TMA_TF32``: the forward only, see
+    :func:`_launch_pointwise_tma`), a 1x1 window at stride 1 unpadded, one group, channel
+    counts that are multiples of 8 (TMA's 16-byte row strides), at least 32 source and 64
+    destination channels (below that ``conv_igemm_kernel``'s narrower tiles were as fast or
+    faster). fp32 tiles take half the channels a step (the same 128-byte rows).
 
     Fitted to benchmarks/probe_tma_pointwise.py (H200, bf16, ResNet-50's and MobileNetV3's
     1x1 layers at batch 32, 12 tile configurations, forward and input gradient; session 20):
@@ -385,8 +387,9 @@ def pointwise_tma_config(dtype, rows, src_channels, dst_channels, geometry: Geom
     gradient) the pointer-load kernel's speed by kernel time, where the best tile of each
     layer would give 1.20x and 1.10x; ResNet-50's 64 -> 256 at 56x56 20.2 µs against 32.6
     (cuDNN 23.3), 96 -> 384 at 56x56 32.2 against 50.6 (cuDNN 32.4)."""
+    tf32 = TMA_TF32 and dtype == torch.float32 and dot_precision(dtype) == "tf32"
     if (
-        dtype not in (torch.float16, torch.bfloat16)
+        (dtype not in (torch.float16, torch.bfloat16) and not tf32)
         or groups != 1
         or any(k != 1 for k in geometry.kernel)
         or any(s != 1 for s in geometry.stride)
@@ -401,7 +404,20 @@ def pointwise_tma_config(dtype, rows, src_channels, dst_channels, geometry: Geom
     ):
         return None
     if INTERPRETER:  # small tiles: several of them, and persistent programs, on small tests
-        return TmaConfig(32, 64, 32, 4, 1, True)
+        config = TmaConfig(32, 64, 32, 4, 1, True)
+    else:
+        config = _pointwise_tma_tiles(rows, src_channels, dst_channels, device)
+    if tf32:  # 4-byte elements: the same rows of 128 bytes
+        config = config._replace(block_k=config.block_k // 2)
+    return config
+
+
+#: Whether fp32 1x1 forwards with TF32 allowed take ``pointwise_tma_kernel`` (session 22).
+TMA_TF32 = True
+
+
+def _pointwise_tma_tiles(rows: int, src_channels: int, dst_channels: int, device) -> TmaConfig:
+    """``pointwise_tma_config``'s tiles for 16-bit data (session 20's fit, its docstring)."""
     if dst_channels <= 64:
         return TmaConfig(128, 64, 64, 4, 4, True)
     sms = multiprocessor_count(device)
@@ -442,6 +458,9 @@ def _launch_pointwise_tma(src, weight, bias, dst, transposed: bool, config: TmaC
     c_src, c_dst = src.shape[1], dst.shape[1]
     if (
         tracing(src, weight, dst)
+        # TF32 products take K-major operands only: the input gradient's weight tile runs
+        # along its destination channels (conv_igemm_kernel reads a copy of the weight)
+        or (transposed and src.dtype == torch.float32)
         or not (_tma_rows(src) and _tma_rows(dst))
         or weight.stride(1) != 1
         or weight.stride(0) != weight.shape[1]
@@ -465,6 +484,7 @@ def _launch_pointwise_tma(src, weight, bias, dst, transposed: bool, config: TmaC
         TRANSPOSED=transposed,
         HAS_BIAS=bias is not None,
         DOT_DTYPE=dot_dtype(src.dtype),
+        DOT_PRECISION=dot_precision(src.dtype),
         BLOCK_M=block_m,
         BLOCK_N=block_n,
         BLOCK_K=block_k,
