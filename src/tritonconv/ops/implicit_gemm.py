@@ -409,6 +409,8 @@ def pointwise_tma_config(dtype, rows, src_channels, dst_channels, geometry: Geom
         config = _pointwise_tma_tiles(rows, src_channels, dst_channels, device)
     if tf32:  # 4-byte elements: the same rows of 128 bytes
         config = config._replace(block_k=config.block_k // 2)
+        if config.block_m == 256:  # (an fp32 256x128 output tile alone takes 128 KB to store)
+            config = config._replace(block_m=128)
     return config
 
 
