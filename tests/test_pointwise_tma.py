@@ -109,10 +109,10 @@ def test_other_layers_keep_the_implicit_gemm(layout, device, kernels):
 
 
 @pytest.mark.parametrize("case", CASES[:2] + CASES[3:], ids=str)
-def test_tf32_forward(case, device, kernels):
+def test_tf32_forward_and_input_gradient(case, device, kernels):
     """fp32 with TF32 allowed (PyTorch's default for convolutions): the forward takes the TMA
-    GEMM with TF32 products, within TF32's rounding of float64; the input gradient keeps
-    ``conv_igemm_kernel`` (its weight tile is not K-major)."""
+    GEMM with TF32 products, within TF32's rounding of float64, and so does the input
+    gradient (reading a transposed copy of the weight: TF32 tiles must be K-major)."""
     N, C, spatial, K, bias = case
     poison_(torch.empty(1 << 16, device=device))
     x = _rows_layout(random_tensor((N, C, *spatial), torch.float32, device))
@@ -121,15 +121,17 @@ def test_tf32_forward(case, device, kernels):
     old = torch.backends.cudnn.allow_tf32
     torch.backends.cudnn.allow_tf32 = True
     try:
-        got, want = _run(x, w, b)
+        for call in ("recorded", "replayed"):  # (the second call replays the launch plans)
+            got, want = _run(x, w, b)
+            if call == "recorded":
+                assert kernels.count("pointwise_tma_kernel") == 2, kernels  # forward and dx
+            positions = x.numel() // C
+            for name, g, r in zip(("output", "dx", "dW", "db"), got, want):
+                atol, rtol = tolerance(torch.float16, max(C, K, positions))  # (10 mantissa bits)
+                err = (g.double() - r).abs() - (atol + rtol * r.abs())
+                assert not g.isnan().any() and err.max() <= 0, f"{call} {name}"
     finally:
         torch.backends.cudnn.allow_tf32 = old
-    assert kernels.count("pointwise_tma_kernel") == 1, kernels  # the forward only
-    positions = x.numel() // C
-    for name, g, r in zip(("output", "dx", "dW", "db"), got, want):
-        atol, rtol = tolerance(torch.float16, max(C, K, positions))  # (10 mantissa bits)
-        err = (g.double() - r).abs() - (atol + rtol * r.abs())
-        assert not g.isnan().any() and err.max() <= 0, name
 
 
 def _unaligned_like(t: torch.Tensor) -> torch.Tensor:

@@ -733,8 +733,8 @@ def pointwise_tma_kernel(
     consecutive tiles share weight columns in L2), and the flattened loop lets the next
     tile's loads start while this one's result is stored. ``DOT_DTYPE``: the operands' own
     type (fp32 for bfloat16 under the interpreter, ``ops.direct.dot_dtype``);
-    ``DOT_PRECISION``: ``"tf32"`` for fp32 operands (TF32 allowed: the forward only, whose
-    operands are both K-major as TF32 products need)."""
+    ``DOT_PRECISION``: ``"tf32"`` for fp32 operands (TF32 allowed), launched untransposed
+    only: TF32 products need both operands K-major."""
     m_tiles = tl.cdiv(rows, BLOCK_M)
     n_tiles = tl.cdiv(C_dst, BLOCK_N)
     steps = tl.cdiv(C_src, BLOCK_K)

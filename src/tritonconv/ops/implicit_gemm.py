@@ -373,8 +373,8 @@ def pointwise_tma_config(dtype, rows, src_channels, dst_channels, geometry: Geom
                          device) -> TmaConfig | None:  # fmt: skip
     """The tiles of ``pointwise_tma_kernel`` for a convolution (or its input gradient: source
     and destination channels swapped) of these shapes, or None where the kernel does not take
-    it: 16-bit (or fp32 with TF32 allowed, ``TMA_TF32``: the forward only, see
-    :func:`_launch_pointwise_tma`), a 1x1 window at stride 1 unpadded, one group, channel
+    it: 16-bit (or fp32 with TF32 allowed, ``TMA_TF32``; its input gradient reads a
+    transposed copy of the weight, :func:`_launch_pointwise_tma`), a 1x1 window at stride 1 unpadded, one group, channel
     counts that are multiples of 8 (TMA's 16-byte row strides), at least 32 source and 64
     destination channels (below that ``conv_igemm_kernel``'s narrower tiles were as fast or
     faster). fp32 tiles take half the channels a step (the same 128-byte rows).
@@ -458,16 +458,15 @@ def _launch_pointwise_tma(src, weight, bias, dst, transposed: bool, config: TmaC
     addresses do not suit TMA (or a tracer is looking: compiled graphs keep
     ``conv_igemm_kernel``, whose launches Inductor analyses like any other)."""
     c_src, c_dst = src.shape[1], dst.shape[1]
-    if (
-        tracing(src, weight, dst)
-        # TF32 products take K-major operands only: the input gradient's weight tile runs
-        # along its destination channels (conv_igemm_kernel reads a copy of the weight)
-        or (transposed and src.dtype == torch.float32)
-        or not (_tma_rows(src) and _tma_rows(dst))
-        or weight.stride(1) != 1
-        or weight.stride(0) != weight.shape[1]
-        or weight.data_ptr() % 16
-    ):
+    if tracing(src, weight, dst) or not (_tma_rows(src) and _tma_rows(dst)):
+        return False
+    if transposed and src.dtype == torch.float32:
+        # TF32 products take K-major operands only, and the input gradient's weight tile runs
+        # along its destination channels: it reads the weight transposed instead (a copy of
+        # its size, as conv_igemm_kernel's TF32 input gradient does), as a forward's
+        weight = call(torch.Tensor.contiguous, weight.flatten(1).t())
+        transposed = False
+    if weight.stride(1) != 1 or weight.stride(0) != weight.shape[1] or weight.data_ptr() % 16:
         return False
     rows = dst.numel() // c_dst
     tiles = cdiv(rows, config.block_m) * cdiv(c_dst, config.block_n)
