@@ -20,7 +20,8 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 # Wheels carried to a machine without a package index (.whl/, git-ignored: pytest-xdist and
-# execnet run the suite on several workers) are unpacked next to the source.
+# execnet run the suite on several workers, expecttest the OpInfo tests) are unpacked next to
+# the source.
 if ls .whl/*.whl > /dev/null 2>&1; then
     python3 -m pip install -q --no-index --no-deps --upgrade --target /tmp/tritonconv-site .whl/*.whl \
         && export PYTHONPATH=/tmp/tritonconv-site${PYTHONPATH:+:$PYTHONPATH}
