@@ -430,7 +430,8 @@ def test_split_k_rule(monkeypatch):
 def test_tiles_under_one_wave(monkeypatch):
     """Layers whose 128-row tiles fill less than a wave get 64x64 tiles: 16-bit reductions
     shorter than SMALL_WAVE_LONG_REDUCTION in 64-channel steps of 4 stages, longer ones in
-    128-channel steps of 3 (session 12's H100 probe); fp32 keeps 64-channel steps of 3."""
+    128-channel steps of 3 (session 12's H100 probe); fp32 keeps 64-channel steps of 3, but
+    with TF32 short reductions take 32-channel steps of 4 (session 22's)."""
     monkeypatch.setattr(implicit_gemm, "INTERPRETER", False)
     monkeypatch.setattr(implicit_gemm, "multiprocessor_count", lambda device: 132)
     Config, bf16 = implicit_gemm.Config, torch.bfloat16
@@ -445,8 +446,11 @@ def test_tiles_under_one_wave(monkeypatch):
     assert tiles(bf16, 1024, 256, 14, 1) == Config(64, 64, 64, 4, 4)  # 1024 long
     assert tiles(bf16, 512, 512, 7, 3) == Config(64, 64, 128, 4, 3)  # 4608 long
     assert tiles(bf16, 2048, 512, 7, 1) == Config(64, 64, 64, 4, 4)  # (both equal there)
-    assert tiles(torch.float32, 256, 256, 14, 3) == Config(64, 64, 64, 4, 3)
+    assert tiles(torch.float32, 256, 256, 14, 3) == Config(64, 64, 64, 4, 3)  # (TF32 off)
     assert tiles(bf16, 128, 128, 28, 3) == Config(256, 128, 64, 8, 3)  # over a wave
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", True)  # TF32: shorter steps (s22)
+    assert tiles(torch.float32, 256, 256, 14, 3) == Config(64, 64, 32, 4, 4)
+    assert tiles(torch.float32, 512, 512, 7, 3) == Config(64, 64, 64, 4, 3)  # 4608 long
 
 
 def test_tiles_for_channel_counts_off_the_tile_grid(monkeypatch):

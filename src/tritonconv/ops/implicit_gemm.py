@@ -135,7 +135,13 @@ def forward_config(dtype, rows, src_per_group, dst_per_group, groups, device, ta
         # 3x3 256 at 14x14 29.8 -> 22.8 µs forward, 1x1 1024 -> 256 15.9 -> 11.4; 3x3 512 at
         # 7x7 27.4 against 30.8 with 64-channel steps).
         if src_per_group >= 128:
-            if fp32 or taps * src_per_group >= SMALL_WAVE_LONG_REDUCTION:
+            long = taps * src_per_group >= SMALL_WAVE_LONG_REDUCTION
+            if fp32 and not long and dot_precision(dtype) == "tf32":
+                # TF32, measured (session 22, benchmarks/probe_tf32_tiles.py, H100): ResNet-50's
+                # 3x3 256 at 14x14 55.8 -> 41.5 µs in 32-channel steps of 4 stages (cuDNN
+                # 30.4); its 3x3 512 at 7x7 (a long reduction) keeps 64-channel steps
+                return Config(64, 64, 32, 4, 4)
+            if fp32 or long:
                 return Config(64, 64, 64 if fp32 else 128, 4, 3)
             return Config(64, 64, 64, 4, 4)
         return Config(64, min(block_n, 64), block_k, 4, 4)

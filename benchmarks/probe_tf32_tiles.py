@@ -1,0 +1,89 @@
+"""Probe (issue 11): the implicit GEMM's forward tiles for fp32 with TF32 allowed.
+
+The fp32 forward rule (``forward_config``) was fitted before the loop changes of sessions 18-22
+and the dense suite has no benchmark-mode rows for fp32, so nothing re-checks it. This probe
+times the forward of the dense suite's channels-last layers (TF32 on, PyTorch's default) with
+the heuristic's tiles and with each of ``CONFIGS`` (kernel time, CUDA-graph replay), cuDNN's
+TF32 beside it, each result checked against the heuristic's (TF32 rounding).
+
+    PYTHONPATH=src python benchmarks/probe_tf32_tiles.py [--json FILE] [case ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+import torch
+import torch.nn.functional as F
+
+from tritonconv.bench.dense import CASES
+from tritonconv.geometry import make_geometry
+from tritonconv.ops import implicit_gemm as ig
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from probe_small_wave import ranked, time_or_run
+
+C = ig.Config
+CONFIGS = [C(64, 64, 64, 4, 3), C(64, 64, 32, 4, 4), C(64, 64, 32, 4, 3), C(128, 64, 32, 4, 4),
+           C(64, 128, 32, 4, 4), C(128, 128, 32, 8, 3), C(128, 128, 32, 8, 4),
+           C(128, 64, 32, 4, 3), C(64, 64, 16, 4, 5), C(128, 128, 16, 8, 4)]  # fmt: skip
+DEFAULT = ("r50_3x3_56", "r50_3x3_28", "r50_3x3_14", "r50_3x3_7", "dil2_3x3_64",
+           "grp32_3x3_28", "unet_3x3_128", "unet_3x3_256")  # fmt: skip
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("cases", nargs="*")
+    ap.add_argument("--json")
+    args = ap.parse_args()
+    torch.backends.cudnn.allow_tf32 = True
+    torch.backends.cudnn.benchmark = True
+    gpu = torch.cuda.is_available()
+    device = "cuda" if gpu else "cpu"
+    rows = []
+    for case in CASES:
+        if case.name not in (args.cases or DEFAULT):
+            continue
+        case = case if gpu else case.quick()
+        cl = torch.channels_last
+        x = torch.randn(case.input, device=device).to(memory_format=cl)
+        w = (torch.randn(case.weight, device=device) / (case.weight[1] * 9) ** 0.5).to(
+            memory_format=cl
+        )
+        s, p, d = (case.stride,) * 2, (case.padding,) * 2, (case.dilation,) * 2
+        geometry = make_geometry(case.input[2:], case.weight[2:], s, p, p, d)
+        kw = dict(stride=case.stride, padding=case.padding, dilation=case.dilation)
+        kw["groups"] = case.groups
+        cudnn = time_or_run(lambda x=x, w=w, kw=kw: F.conv2d(x, w, **kw))
+        reference = ig.conv_forward(x, w, None, geometry, case.groups).float()
+        scale = reference.abs().max().item()
+        timed = []
+
+        def forward(config, x=x, w=w, geometry=geometry, groups=case.groups):
+            return ig.conv_forward(x, w, None, geometry, groups, config)
+
+        for config in [None, *CONFIGS]:
+            try:
+                err = (forward(config).float() - reference).abs().max().item() / scale
+                us = time_or_run(lambda config=config: forward(config))
+            except Exception as error:  # a configuration that does not fit
+                print(f"  {case.name} {config}: {type(error).__name__}", flush=True)
+                continue
+            if err > 1e-2:
+                raise AssertionError(f"{case.name} {config}: error {err}")
+            timed.append((us, "rule" if config is None else str(config)))
+        table, cells = ranked(timed, cudnn, 5)
+        rule_us = table["rule"]
+        print(f"{case.name:14} cuDNN {cudnn:6.1f} | rule {rule_us:6.1f} ({cudnn / rule_us:.2f}x) | "
+              f"{cells}", flush=True)  # fmt: skip
+        rows.append(dict(case=case.name, cudnn=cudnn, runs=table))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
