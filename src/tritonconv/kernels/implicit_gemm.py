@@ -687,11 +687,11 @@ def conv_igemm_wgrad_kernel(
     tap0 = kd * p_skd + kh * p_skh + kw0 * p_skw
     dst = partial_ptr + split * partial_split_stride + tap0
     ok = co_ok[:, None] & ci_ok[None, :]
-    if PACK > 1:  # the block diagonal, at each input channel's place in its own group
-        dst += ((g * out_per_group + co) * p_so)[:, None] + ((ci % in_g) * p_si)[None, :]
+    # packed groups: each input channel at its place in its own group, the block diagonal only
+    ci_at = (ci % in_g) if PACK > 1 else ci
+    dst += ((g * out_per_group + co) * p_so)[:, None] + (ci_at * p_si)[None, :]
+    if PACK > 1:
         ok = ok & ((co // out_g)[:, None] == (ci // in_g)[None, :])
-    else:
-        dst += ((g * out_per_group + co) * p_so)[:, None] + (ci * p_si)[None, :]
     kw = tl.zeros_like(co)[:, None] + kw0  # tap kw0 as a tile, for the tail's masks
     tl.store(dst, acc0, mask=ok)
     if TAP_GROUP > 1:
