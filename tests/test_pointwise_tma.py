@@ -134,6 +134,34 @@ def test_tf32_forward_and_input_gradient(case, device, kernels):
         torch.backends.cudnn.allow_tf32 = old
 
 
+def test_tf32_input_gradient_plan_with_weight_and_bias_in_one_buffer(device, monkeypatch):
+    """The TF32 input gradient's transposed weight copy is recorded in the launch plan even
+    when the weight and the bias are slices of one flat buffer (as flat-parameter wrappers
+    keep them): the transposed 1x1 convolution with a bias is planned, and right."""
+    from tritonconv import launch
+
+    built = []
+    real = launch._build_plan
+
+    def recording(*args):
+        plan = real(*args)
+        built.append(plan is not launch.UNPLANNABLE)
+        return plan
+
+    monkeypatch.setattr(launch, "_build_plan", recording)
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", True)
+    tritonconv.clear_caches()
+    x = _rows_layout(random_tensor((2, 128, 5, 7), torch.float32, device))
+    flat = random_tensor((128 * 64 + 64,), torch.float32, device)
+    w, b = flat[: 128 * 64].view(128, 64, 1, 1), flat[128 * 64 :]
+    for _ in range(3):  # recorded, then replayed
+        y = tritonconv.conv_transpose2d(x, w, b, algo="implicit_gemm")
+        want = F.conv_transpose2d(x.double(), w.double(), b.double())
+        atol, rtol = tolerance(torch.float16, 128)  # (TF32: 10 mantissa bits)
+        assert ((y.double() - want).abs() <= atol + rtol * want.abs()).all()
+    assert built and all(built), built
+
+
 def _unaligned_like(t: torch.Tensor) -> torch.Tensor:
     """A copy of channels-last ``t`` with the same strides, 2 bytes past a 16-byte boundary."""
     N, C, H, W = t.shape

@@ -461,6 +461,14 @@ def _tma_rows(t: torch.Tensor) -> bool:
     )
 
 
+def _transposed_matrix(weight: torch.Tensor) -> torch.Tensor:
+    """A 1x1 weight ``(out, in, 1...)`` as a dense ``(in, out)`` matrix (a copy). Called through
+    ``launch.call`` on the weight itself, not a view of it: a plan finds an argument by
+    identity, a view only by the one argument whose storage it lies in (a weight and a bias
+    sliced from one flat buffer are two)."""
+    return weight.flatten(1).t().contiguous()
+
+
 def _launch_pointwise_tma(src, weight, bias, dst, transposed: bool, config: TmaConfig) -> bool:
     """``dst`` = the 1x1 convolution of ``src`` (``transposed``: its input gradient) by
     ``pointwise_tma_kernel``; False, launching nothing, where the tensors' layouts or
@@ -473,7 +481,7 @@ def _launch_pointwise_tma(src, weight, bias, dst, transposed: bool, config: TmaC
         # TF32 products take K-major operands only, and the input gradient's weight tile runs
         # along its destination channels: it reads the weight transposed instead (a copy of
         # its size, as conv_igemm_kernel's TF32 input gradient does), as a forward's
-        weight = call(torch.Tensor.contiguous, weight.flatten(1).t())
+        weight = call(_transposed_matrix, weight)
         transposed = False
     if weight.stride(1) != 1 or weight.stride(0) != weight.shape[1] or weight.data_ptr() % 16:
         return False
