@@ -104,8 +104,9 @@ def _within(v, n, UNSIGNED: tl.constexpr = True):
     """``0 <= v < n`` for int32 ``v`` and ``n >= 0`` as one unsigned comparison (a negative
     ``v`` reads as at least 2^31): half the compares of a bounds check. (``n`` may be a
     constant: the JIT makes an argument equal to 1 one.)"""
-    if UNSIGNED and v.dtype == tl.int32:
-        return v.to(tl.uint32, bitcast=True) < (tl.zeros_like(v) + n).to(tl.uint32, bitcast=True)
+    bound = tl.zeros_like(v) + n
+    if UNSIGNED and bound.dtype == tl.int32:  # (v and n both 32-bit: else two compares)
+        return v.to(tl.uint32, bitcast=True) < bound.to(tl.uint32, bitcast=True)
     return (v >= 0) & (v < n)
 
 
