@@ -461,14 +461,6 @@ def _tma_rows(t: torch.Tensor) -> bool:
     )
 
 
-def _transposed_matrix(weight: torch.Tensor) -> torch.Tensor:
-    """A 1x1 weight ``(out, in, 1...)`` as a dense ``(in, out)`` matrix (a copy). Called through
-    ``launch.call`` on the weight itself, not a view of it: a plan finds an argument by
-    identity, a view only by the one argument whose storage it lies in (a weight and a bias
-    sliced from one flat buffer are two)."""
-    return weight.flatten(1).t().contiguous()
-
-
 def _launch_pointwise_tma(src, weight, bias, dst, transposed: bool, config: TmaConfig) -> bool:
     """``dst`` = the 1x1 convolution of ``src`` (``transposed``: its input gradient) by
     ``pointwise_tma_kernel``; False, launching nothing, where the tensors' layouts or
@@ -479,9 +471,10 @@ def _launch_pointwise_tma(src, weight, bias, dst, transposed: bool, config: TmaC
         return False
     if transposed and src.dtype == torch.float32:
         # TF32 products take K-major operands only, and the input gradient's weight tile runs
-        # along its destination channels: it reads the weight transposed instead (a copy of
-        # its size, as conv_igemm_kernel's TF32 input gradient does), as a forward's
-        weight = call(_transposed_matrix, weight)
+        # along its destination channels: it reads the weight with its output channels
+        # innermost instead (a copy, as conv_igemm_kernel's TF32 input gradient does), as a
+        # forward's (in, out) matrix
+        weight = _innermost(weight, 0).flatten(1).t()
         transposed = False
     if weight.stride(1) != 1 or weight.stride(0) != weight.shape[1] or weight.data_ptr() % 16:
         return False
@@ -893,8 +886,6 @@ def wgrad_signed_bounds(dilation) -> bool:
 # off-diagonal blocks too (tensor-core work, which a layer this narrow has to spare). Before
 # session 21 a program of ResNeXt's 8-channel groups ran 16 x 16 tiles over 16-byte loads: the
 # dense suite's groups-32 layer took 0.45x cuDNN's backward.
-
-
 WGRAD_PACK_CHANNELS = 64
 # The same for fp32 with TF32 allowed, whose products are three bfloat16 ones (``bf16x3``).
 # Measured (session 21, H100, probe_grouped.py --dtype float32; cuDNN with TF32): 64 channels
