@@ -674,16 +674,16 @@ def conv_igemm_wgrad_kernel(
             dy, dy_lo = _bf16_split(dy)
         # the dy tile and the coordinates above serve TAP_GROUP taps along the width
         acc0 = _wgrad_tap(acc0, dy, dy_lo, x_rows, inside, i_w, 0, kw0, KW, IW, dil_w, x_sw,
-                          ci_ok, not POINTWISE, TAP_TAIL, UNSIGNED_BOUNDS, EVEN_C, USE_DOT, DOT_PRECISION, DOT_DTYPE,
-                          ACC_DTYPE)  # fmt: skip
+                          ci_ok, not POINTWISE, TAP_TAIL, UNSIGNED_BOUNDS, EVEN_C, USE_DOT,
+                          DOT_PRECISION, DOT_DTYPE, ACC_DTYPE)  # fmt: skip
         if TAP_GROUP > 1:
             acc1 = _wgrad_tap(acc1, dy, dy_lo, x_rows, inside, i_w, 1, kw0, KW, IW, dil_w, x_sw,
-                              ci_ok, not POINTWISE, TAP_TAIL, UNSIGNED_BOUNDS, EVEN_C, USE_DOT, DOT_PRECISION, DOT_DTYPE,
-                              ACC_DTYPE)  # fmt: skip
+                              ci_ok, not POINTWISE, TAP_TAIL, UNSIGNED_BOUNDS, EVEN_C, USE_DOT,
+                              DOT_PRECISION, DOT_DTYPE, ACC_DTYPE)  # fmt: skip
         if TAP_GROUP > 2:
             acc2 = _wgrad_tap(acc2, dy, dy_lo, x_rows, inside, i_w, 2, kw0, KW, IW, dil_w, x_sw,
-                              ci_ok, not POINTWISE, TAP_TAIL, UNSIGNED_BOUNDS, EVEN_C, USE_DOT, DOT_PRECISION, DOT_DTYPE,
-                              ACC_DTYPE)  # fmt: skip
+                              ci_ok, not POINTWISE, TAP_TAIL, UNSIGNED_BOUNDS, EVEN_C, USE_DOT,
+                              DOT_PRECISION, DOT_DTYPE, ACC_DTYPE)  # fmt: skip
 
     tap0 = kd * p_skd + kh * p_skh + kw0 * p_skw
     dst = partial_ptr + split * partial_split_stride + tap0
