@@ -18,7 +18,8 @@ import argparse
 import ast
 import importlib
 import json
-import math
+import os
+import sys
 
 import torch
 
@@ -26,9 +27,8 @@ from tritonconv import functional
 from tritonconv.bench import Options, overridden
 from tritonconv.bench.dense import CASES, _inputs, _times, precision
 
-
-def _geomean(values: list[float]) -> float:
-    return math.exp(sum(map(math.log, values)) / len(values)) if values else float("nan")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from compare_bench import _geomean
 
 
 def _outputs(case, dtype) -> torch.Tensor:
@@ -56,7 +56,8 @@ def main() -> None:
     opts = Options(reps=30, dtypes=(args.dtype,))
     cases = [c for c in CASES if not args.cases or c.name in args.cases]
     best: dict = {}  # (case, value index) -> [fwd, bwd, ref fwd, ref bwd] kernel ms, minima
-    diffs: dict = {}
+    first: dict = {}  # case -> the first setting's outputs
+    diffs: dict = {}  # case -> the largest difference of a setting's outputs from the first's
     for _ in range(args.rounds):
         for i, value in enumerate(values):
             with overridden(module, **{args.knob: value}), precision(True):
@@ -67,12 +68,11 @@ def main() -> None:
                         got = [times["ours"][0], times["ours"][1], times["ref"][0], times["ref"][1]]
                     old = best.get((case.name, i))
                     best[case.name, i] = got if old is None else list(map(min, old, got))
-                    if (case.name, i) not in diffs:  # each setting's results, against the first's
+                    if old is None:  # each setting's results (first round), against the first's
                         out = _outputs(case, dtype)
-                        first = diffs.setdefault((case.name, 0), out)
-                        diffs[case.name, i] = out
-                        scale = first.abs().max().clamp_min(1e-30)
-                        diffs[case.name, i, "diff"] = ((out - first).abs().max() / scale).item()
+                        ref = first.setdefault(case.name, out)
+                        diff = ((out - ref).abs().max() / ref.abs().max().clamp_min(1e-30)).item()
+                        diffs[case.name] = max(diffs.get(case.name, 0.0), diff)
     print(f"{args.knob} = {' | '.join(map(repr, values))}: kernel µs, (× cuDNN)")
     header = f"{'case':16} {'cuDNN fwd':>9} " + " ".join(f"{'fwd ' + repr(v):>16}" for v in values)
     header += f" {'cuDNN bwd':>9} " + " ".join(f"{'bwd ' + repr(v):>16}" for v in values)
@@ -90,11 +90,11 @@ def main() -> None:
             speed[i][1].append(ref_b / b)
             cells_f.append(f"{1000 * f:8.1f} ({ref_f / f:.2f})")
             cells_b.append(f"{1000 * b:8.1f} ({ref_b / b:.2f})")
-        diff = max(diffs.get((case.name, i, "diff"), 0.0) for i in range(len(values)))
+        diff = diffs[case.name]
         print(line + " ".join(cells_f) + f" {1000 * ref_b:9.1f} " + " ".join(cells_b)
               + f"  {diff:.1e}")  # fmt: skip
-        rows.append(dict(case=case.name, cudnn=[ref_f, ref_b], diff=diff,
-                         ours={repr(v): best[case.name, i][:2] for i, v in enumerate(values)}))  # fmt: skip
+        ours = {repr(v): best[case.name, i][:2] for i, v in enumerate(values)}
+        rows.append(dict(case=case.name, cudnn=[ref_f, ref_b], diff=diff, ours=ours))
     for i, value in enumerate(values):
         print(f"geomean × cuDNN, {args.knob}={value!r}: forward {_geomean(speed[i][0]):.3f}, "
               f"backward {_geomean(speed[i][1]):.3f}")  # fmt: skip
