@@ -422,6 +422,75 @@ def test_direct_launcher_only_where_it_is_exact(triton_36, monkeypatch):
     assert launch._direct_launcher(_Compiled(_Wrapper36())) is None
 
 
+def wrap_handle_tensordesc(launcher, tensordesc_indices, tensordesc_meta):
+    """Stands in for Triton 3.6's descriptor wrapper of the same name: a closure over the C
+    launcher, the descriptor parameters' positions and their compile-time layouts."""
+
+    def inner(*args):
+        raise AssertionError(
+            ("the direct launcher expands descriptors itself", launcher),
+            (tensordesc_indices, tensordesc_meta),
+        )
+
+    return inner
+
+
+class _Desc:
+    def __init__(self, base, shape, strides, padding="zero"):
+        self.base, self.shape, self.strides, self.padding = base, shape, strides, padding
+
+
+def _tma_meta(block):
+    return {"swizzle": 3, "elem_size": 2, "elem_type": 9, "block_size": block, "fp4_padded": 0}
+
+
+def test_direct_launcher_expands_descriptors_encoding_each_once(triton_36, monkeypatch):
+    """Triton 3.6 wraps a kernel's C launcher in a closure that encodes every TMA descriptor
+    argument on every launch. The direct launcher passes the C launcher the same expansion
+    (encoded map, shape, strides, in place of each descriptor), encoding a descriptor once
+    per base address and layout; a new address or layout is encoded anew."""
+    encoded = []
+
+    def encode(address, swizzle, elem_size, elem_type, block, shape, strides, padding):
+        encoded.append((address, shape, strides))
+        return ("map", address, swizzle, elem_size, elem_type, tuple(block), padding)
+
+    monkeypatch.setattr(launch, "_tensor_map_encoder", lambda: encode)
+    wrapper = _Wrapper36()
+    metas = [_tma_meta([64, 32]), _tma_meta([32, 64])]
+    wrapper.launch = wrap_handle_tensordesc(lambda *args: wrapper.calls.append(args), {1, 3}, metas)
+    direct = launch._direct_launcher(_Compiled(wrapper))
+    a, b, c = torch.empty(64), torch.empty(64), torch.empty(64)
+    head = (3, 2, 1, 77, "fn", False, True, None, None, ("meta",), None, None, None)
+    for _ in range(3):
+        direct(3, 2, 1, 77, 5, _Desc(a, (4, 8), (8, 1)), 6, _Desc(b, [8, 4], [4, 1], "nan"), 7)
+    map_a = ("map", a.data_ptr(), 3, 2, 8, (64, 32), 0)  # (element type 9 is the host's 8)
+    map_b = ("map", b.data_ptr(), 3, 2, 8, (32, 64), 1)
+    assert wrapper.calls == [(*head, 5, map_a, 4, 8, 8, 1, 6, map_b, 8, 4, 4, 1, 7)] * 3
+    assert len(encoded) == 2
+    direct(3, 2, 1, 77, 5, _Desc(c, (4, 8), (8, 1)), 6, _Desc(b, (8, 2), (4, 1), "nan"), 7)
+    assert len(encoded) == 4  # a new address, a new shape
+    assert wrapper.calls[-1][14][1] == c.data_ptr() and wrapper.calls[-1][21:23] == (8, 2)
+    monkeypatch.setattr(launch, "TENSOR_MAP_CACHE_SIZE", 2)  # bounded: emptied when full
+    for t in (a, b, c, a):
+        direct(3, 2, 1, 77, 5, _Desc(t, (4, 8), (8, 1)), 6, _Desc(b, (8, 2), (4, 1), "nan"), 7)
+    # a hits; b fills the full cache after emptying it, c joins it, a empties it again
+    assert [address for address, _, _ in encoded[4:]] == [t.data_ptr() for t in (b, c, a)]
+
+
+def test_described_launcher_only_where_every_layout_is_known(triton_36, monkeypatch):
+    """Descriptors whose compile-time layout the wrapper does not hold (or holds in a form
+    this was not written for: fp4 padding) keep Triton's wrapper."""
+    monkeypatch.setattr(launch, "_tensor_map_encoder", lambda: None)
+    for metas in ([None], [{**_tma_meta([8, 8]), "fp4_padded": 1}], [{"swizzle": 1}]):
+        wrapper = _Wrapper36()
+        wrapper.launch = wrap_handle_tensordesc(lambda *args: None, {0}, metas)
+        direct = launch._direct_launcher(_Compiled(wrapper))
+        assert launch._unwrap_descriptors(wrapper.launch) is None
+        with pytest.raises(AssertionError, match="expands descriptors itself"):
+            direct(1, 1, 1, 0, "descriptor")  # (the plain direct launcher: the wrapper runs)
+
+
 def test_replayed_launches_pass_addresses_to_the_c_launcher(monkeypatch):
     """A replayed launch gives Triton's C launcher each tensor's address as an int (no
     data_ptr call and driver check per pointer there); Triton's own wrapper, where the direct

@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 
 import tritonconv
+from tritonconv import launch
 from tritonconv.geometry import make_geometry
 from tritonconv.ops import implicit_gemm
 from tritonconv.testing import assert_close, exact_fp32, poison_, random_tensor, tolerance
@@ -170,6 +171,35 @@ def _unaligned_like(t: torch.Tensor) -> torch.Tensor:
     u.copy_(t)
     assert u.stride() == t.stride() and u.data_ptr() % 16
     return u
+
+
+@pytest.mark.skipif(tritonconv.INTERPRETER, reason="compiled launches only")
+def test_replays_encode_each_descriptor_once_per_address(device, monkeypatch):
+    """Replayed TMA launches reuse each descriptor's encoded tensor map while its tensor's
+    address and layout repeat, encode a new address anew, and compute the right outputs
+    either way (from poisoned memory: a map left pointing at another tensor would show)."""
+    tritonconv.clear_caches()
+    encoded = []
+    if launch._direct_triton():  # (where the direct launcher encodes the descriptors)
+        encode = launch._tensor_map_encoder()
+
+        def counting(address, *rest):
+            encoded.append(address)
+            return encode(address, *rest)
+
+        monkeypatch.setattr(launch, "_tensor_map_encoder", lambda: counting)
+    w = random_tensor((64, 64, 1, 1), torch.bfloat16, device)
+    xs = [_rows_layout(random_tensor((2, 64, 5, 7), torch.bfloat16, device)) for _ in range(3)]
+    with torch.no_grad():
+        for _ in range(3):
+            for x in xs:
+                poison_(torch.empty(1 << 16, device=device))
+                y = tritonconv.conv2d(x, w, algo="implicit_gemm")
+                assert_close(y, F.conv2d(x.double(), w.double()), reduction=64, name="output")
+    if launch._direct_triton():
+        # the first call launched through Triton's own path; the others replayed
+        inputs = sorted(x.data_ptr() for x in xs)
+        assert sorted(a for a in encoded if a in inputs) == inputs, "each input encoded once"
 
 
 def test_plans_are_not_replayed_on_unaligned_tensors(device, kernels):

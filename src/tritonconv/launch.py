@@ -344,6 +344,10 @@ def _direct_launcher(compiled):
     if scratch or not callable(c_launch):
         return None
     function, metadata = compiled.function, compiled.packed_metadata
+    described = _unwrap_descriptors(c_launch)
+    if described is not None:
+        c_launch, encoders = described
+        return _described_direct(c_launch, encoders, function, flags, metadata)
 
     def direct(gx, gy, gz, stream, *args):
         # (..., scratch pointers, packed metadata, launch metadata, enter and exit hooks, args)
@@ -352,6 +356,115 @@ def _direct_launcher(compiled):
         )
 
     return direct
+
+
+def _described_direct(c_launch, encoders: list, function, flags, metadata):
+    """The direct launcher of a kernel with TMA descriptor parameters: each descriptor
+    argument expanded as Triton 3.6's wrapper does (the encoded ``CUtensorMap``, then the
+    shape and strides), the encoding reused from its :class:`_TensorMaps` cache."""
+
+    def direct(gx, gy, gz, stream, *args):
+        args = list(args)
+        for position, encoder in encoders:  # (last position first: the splices shift later ones)
+            args[position : position + 1] = encoder.expand(args[position])
+        c_launch(
+            gx, gy, gz, stream, function, *flags, None, None, metadata, None, None, None, *args
+        )
+
+    direct.tensor_maps = [maps for _, maps in encoders[::-1]]  # (for tests and probes)
+    return direct
+
+
+# Bound on each descriptor parameter's cache of encoded tensor maps (:class:`_TensorMaps`).
+TENSOR_MAP_CACHE_SIZE = 256
+
+
+class _TensorMaps:
+    """The encoded TMA descriptors (``CUtensorMap``) of one descriptor parameter of one
+    compiled kernel, by base address, shape, strides and padding.
+
+    Triton 3.6's launch wrapper encodes every descriptor argument on every launch
+    (``make_tensordesc_arg``: a Python call into the driver's ``cuTensorMapEncodeTiled``),
+    ~11 µs a launch of three descriptors on the H100 machine's host (benchmarks/NOTES.md,
+    session 23). The encoding depends only on those four and on the kernel's own block,
+    swizzle and element type (``tensordesc_meta``, fixed per compiled kernel): a training
+    step's activations come back at the same addresses from PyTorch's caching allocator, so
+    a replay finds its encodings here. A map is a value (the launch copies it into the
+    kernel's parameters), so reusing one for a new tensor at the same address and layout is
+    exact. Bounded: emptied when full."""
+
+    __slots__ = ("encode", "maps", "meta")
+
+    def __init__(self, encode, meta: dict):
+        self.encode, self.meta, self.maps = encode, meta, {}
+
+    def expand(self, d) -> list:
+        """``d``'s launch arguments: its encoded map, shape and strides."""
+        address = d.base.data_ptr()
+        key = (address, tuple(d.shape), tuple(d.strides), d.padding)
+        expanded = self.maps.get(key)
+        if expanded is None:
+            m = self.meta
+            shape, strides = list(d.shape), list(d.strides)
+            encoded = self.encode(
+                address,
+                m["swizzle"],
+                m["elem_size"],
+                _host_tma_dtype(m["elem_type"]),
+                m["block_size"],
+                shape,
+                strides,
+                1 if d.padding == "nan" else 0,
+            )
+            expanded = [encoded, *shape, *strides]
+            if len(self.maps) >= TENSOR_MAP_CACHE_SIZE:
+                self.maps.clear()
+            self.maps[key] = expanded
+        return expanded
+
+
+def _host_tma_dtype(device_type: int) -> int:
+    """The host's TMA element-type code of the kernel's (Triton numbers a few differently)."""
+    from triton.backends.nvidia.driver import TMA_DTYPE_DEVICE_TO_HOST
+
+    return TMA_DTYPE_DEVICE_TO_HOST[device_type]
+
+
+# The qualified name of Triton 3.6's descriptor-expanding wrapper around its C launcher.
+_DESCRIPTOR_WRAPPER = "wrap_handle_tensordesc.<locals>.inner"
+
+
+def _unwrap_descriptors(c_launch) -> tuple | None:
+    """``(C launcher, [(argument position, _TensorMaps)], last position first)`` when
+    ``c_launch`` is Triton 3.6's descriptor wrapper (``wrap_handle_tensordesc``) with every
+    descriptor's compile-time layout known; None otherwise (no descriptors: the C launcher
+    itself; a form this was not written against: Triton's wrapper stays)."""
+    if getattr(c_launch, "__qualname__", None) != _DESCRIPTOR_WRAPPER:
+        return None
+    try:
+        free = inspect.getclosurevars(c_launch).nonlocals
+        launcher, positions, metas = (
+            free["launcher"],
+            sorted(free["tensordesc_indices"]),
+            list(free["tensordesc_meta"]),
+        )
+        encode = _tensor_map_encoder()
+    except (KeyError, TypeError, ValueError, AttributeError, ImportError):
+        return None
+    keys = ("swizzle", "elem_size", "elem_type", "block_size")
+    if len(metas) != len(positions) or not all(
+        isinstance(m, dict) and all(k in m for k in keys) and not m.get("fp4_padded") for m in metas
+    ):
+        return None
+    encoders = [(p, _TensorMaps(encode, m)) for p, m in zip(positions, metas, strict=True)]
+    return launcher, encoders[::-1]
+
+
+def _tensor_map_encoder():
+    """Triton's ``fill_tma_descriptor`` (the driver utility its wrapper encodes with)."""
+    import triton
+
+    return triton.runtime.driver.active.utils.fill_tma_descriptor
 
 
 def _tail(kernel, leading: int, meta: dict) -> tuple | None:
@@ -709,9 +822,10 @@ def _build_plan(events, tensors: list, result) -> _Plan | None:
         bases = slots_of((i, a.base) for i, a in enumerate(args) if _is_descriptor(a))
         if slots is None or bases is None:
             return UNPLANNABLE
-        descriptors = [
-            (i, index, args[i].shape, args[i].strides, args[i].block_shape, args[i].padding)
+        descriptors = [  # (tuples: a replay's descriptor cache keys on them as they are)
+            (i, index, tuple(d.shape), tuple(d.strides), tuple(d.block_shape), d.padding)
             for i, index in bases
+            for d in (args[i],)
         ]
         steps.append(_Launch(kernel, grid, args, meta, slots, descriptors))
         names = getattr(kernel, "aligned_pointers", ())

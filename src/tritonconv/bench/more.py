@@ -1,11 +1,13 @@
-"""Suite ``more``: conv1d, conv_transpose2d, conv3d, conv_transpose3d, causal_conv1d and 3-D
-unfold/fold against PyTorch (issues 11 and 12).
+"""Suite ``more``: conv1d, conv_transpose1d/2d/3d, conv3d, causal_conv1d and 3-D unfold/fold
+against PyTorch (issues 11 and 12).
 
-Cases from the networks these ops serve: a wav2vec2-style feature-encoder conv1d, a UNet
-decoder's 2x2/stride-2 transposed convolution and a GAN generator's 4x4/stride-2 one, a Mamba
-block's causal depthwise conv1d (width 4, SiLU), and the 3-D layers of issue 12's targets (video
-3×3×3, (2+1)D's 1×3×3, a 3-D UNet's 2×2×2 up-convolution) in channels_last_3d. Forward and
-backward (every input's gradient), ours (``algo="auto"``) against PyTorch on the same inputs
+Cases from the networks these ops serve, issue 12's target list: wav2vec2's first
+feature-encoder conv1d (1 → 512, k10 s5) and a later one, a k3 conv1d at 512 channels, a UNet
+decoder's 2x2/stride-2 transposed convolution, a GAN generator's 4x4/stride-2 one, a decoder's
+3×3/stride-2 one with output padding (2-D cases channels-last), a vocoder's k4/stride-2
+transposed conv1d, a Mamba block's causal depthwise conv1d (width 4, SiLU), and the 3-D
+layers (video 3×3×3, (2+1)D's 1×3×3, a 3-D UNet's 2×2×2 up-convolution) in
+channels_last_3d. Forward and backward (every input's gradient), ours (``algo="auto"``) against PyTorch on the same inputs
 (``cudnn.benchmark`` on, TF32 off for fp32); the causal reference is the causal-conv1d package's
 formula in PyTorch (``F.conv1d(padding=width - 1)[..., :seqlen]``, then SiLU). ``Options.quick``
 shrinks every case to a toy size (the CPU path).
@@ -42,6 +44,12 @@ def _t(shape, dtype, scale=1.0):
     return (torch.randn(shape, device=DEVICE) * scale).to(dtype).requires_grad_()
 
 
+def _t2(shape, dtype, scale=1.0):
+    """A 4-D tensor in channels_last (the layout issue 12's 2-D targets are measured in)."""
+    t = (torch.randn(shape, device=DEVICE) * scale).to(dtype)
+    return t.to(memory_format=torch.channels_last).requires_grad_()
+
+
 def _t3(shape, dtype, scale=1.0):
     """A 5-D tensor in channels_last_3d (the layout video/medical nets run in under AMP)."""
     t = (torch.randn(shape, device=DEVICE) * scale).to(dtype)
@@ -75,6 +83,28 @@ def _causal_ref(x, w, b):
 
 CASES = [
     Case(
+        "wav2vec_first_conv1d",
+        "N8 C1 L16000 → K512 k10 s5",
+        lambda q, dt: (
+            _t((1, 1, 64) if q else (8, 1, 16000), dt),
+            _t((8, 1, 10) if q else (512, 1, 10), dt, 0.3),
+            None,
+        ),
+        lambda x, w, b: functional.conv1d(x, w, b, stride=5),
+        lambda x, w, b: F.conv1d(x, w, b, stride=5),
+    ),
+    Case(
+        "conv1d_k3",
+        "N16 C512 L4096 → K512 k3 p1",
+        lambda q, dt: (
+            _t((1, 8, 32) if q else (16, 512, 4096), dt),
+            _t((8, 8, 3) if q else (512, 512, 3), dt, 0.05),
+            _t((8,) if q else (512,), dt),
+        ),
+        lambda x, w, b: functional.conv1d(x, w, b, padding=1),
+        lambda x, w, b: F.conv1d(x, w, b, padding=1),
+    ),
+    Case(
         "wav2vec_conv1d",
         "N4 C512 L3199 → K512 k3 s2",
         lambda q, dt: (
@@ -89,8 +119,8 @@ CASES = [
         "unet_up_2x2",
         "N8 C128 64² → C64 2×2 s2",
         lambda q, dt: (
-            _t((1, 4, 6, 6) if q else (8, 128, 64, 64), dt),
-            _t((4, 2, 2, 2) if q else (128, 64, 2, 2), dt, 0.1),
+            _t2((1, 4, 6, 6) if q else (8, 128, 64, 64), dt),
+            _t2((4, 2, 2, 2) if q else (128, 64, 2, 2), dt, 0.1),
             _t((2,) if q else (64,), dt),
         ),
         lambda x, w, b: functional.conv_transpose2d(x, w, b, stride=2),
@@ -100,12 +130,34 @@ CASES = [
         "gan_up_4x4",
         "N16 C256 16² → C128 4×4 s2 p1",
         lambda q, dt: (
-            _t((1, 4, 5, 5) if q else (16, 256, 16, 16), dt),
-            _t((4, 2, 4, 4) if q else (256, 128, 4, 4), dt, 0.05),
+            _t2((1, 4, 5, 5) if q else (16, 256, 16, 16), dt),
+            _t2((4, 2, 4, 4) if q else (256, 128, 4, 4), dt, 0.05),
             None,
         ),
         lambda x, w, b: functional.conv_transpose2d(x, w, b, stride=2, padding=1),
         lambda x, w, b: F.conv_transpose2d(x, w, b, stride=2, padding=1),
+    ),
+    Case(
+        "up_3x3_s2",
+        "N16 C128 32² → C64 3×3 s2 p1 op1",
+        lambda q, dt: (
+            _t2((1, 4, 5, 5) if q else (16, 128, 32, 32), dt),
+            _t2((4, 2, 3, 3) if q else (128, 64, 3, 3), dt, 0.05),
+            _t((2,) if q else (64,), dt),
+        ),
+        lambda x, w, b: functional.conv_transpose2d(x, w, b, stride=2, padding=1, output_padding=1),
+        lambda x, w, b: F.conv_transpose2d(x, w, b, stride=2, padding=1, output_padding=1),
+    ),
+    Case(
+        "vocoder_up_k4",
+        "N8 C256 L4096 → C128 k4 s2 p1",
+        lambda q, dt: (
+            _t((1, 4, 16) if q else (8, 256, 4096), dt),
+            _t((4, 2, 4) if q else (256, 128, 4), dt, 0.05),
+            None,
+        ),
+        lambda x, w, b: functional.conv_transpose1d(x, w, b, stride=2, padding=1),
+        lambda x, w, b: F.conv_transpose1d(x, w, b, stride=2, padding=1),
     ),
     Case(
         "mamba_causal_conv1d",
