@@ -814,12 +814,23 @@ def test_torch_compile_one_graph(device):
             assert_close(g, r, reduction=144)
 
 
-def test_nchw_images_run_as_channels_last(device):
+def test_nchw_images_run_as_channels_last(device, monkeypatch):
     """NCHW images (and output gradients) are relaid channels-last before the kernels, which
     read tiles along channels (only a stride-1 channel axis lets Triton vectorise and pipeline
     those loads): the launch plans hold that copy, and the results equal the channels-last
-    input's bitwise, forward and both gradients, in the caller's layout."""
+    input's bitwise, forward and both gradients, in the caller's layout. The backward relays
+    the output gradient once for both of its kernels."""
     from tritonconv import functional
+    from tritonconv.ops import implicit_gemm
+
+    relaid = []  # the (address, strides) of every tensor the backward copies channels-last
+    crop_into = implicit_gemm.crop_into
+
+    def spy(source, target, offsets):
+        relaid.append((source.data_ptr(), source.stride()))
+        return crop_into(source, target, offsets)
+
+    monkeypatch.setattr(implicit_gemm, "crop_into", spy)
 
     x = random_tensor((2, 16, 7, 6), torch.float32, device)
     w = random_tensor((24, 16, 3, 3), torch.float32, device)
@@ -834,7 +845,11 @@ def test_nchw_images_run_as_channels_last(device):
         tritonconv.clear_caches()
         with exact_fp32():
             y = tritonconv.conv2d(xs, ws, padding=1, algo="implicit_gemm")
+            relaid.clear()
             dx, dw = torch.autograd.grad(y, (xs, ws), grad.contiguous(memory_format=fmt))
+            assert len(relaid) == len(set(relaid)), "a tensor relaid twice in one backward"
+            # dy; the weight (neither channel axis innermost); x for dW
+            assert len(relaid) == (3 if layout == "nchw" else 0), relaid
             y2 = tritonconv.conv2d(xs.detach(), ws.detach(), padding=1, algo="implicit_gemm")
         assert y.is_contiguous(memory_format=fmt) and dx.is_contiguous(memory_format=fmt)
         (plan,) = functional._CONV_PLANS.entries.values()

@@ -265,6 +265,8 @@ def conv_implicit_gemm_backward(
     tensor. ``config`` is the forward's: the gradients use their own heuristic tiles."""
     geometry = _conv_geometry(input.shape, weight.shape, stride, pad_before, pad_after, dilation)
     grad_input = grad_weight = None
+    if output_mask[0] and output_mask[1]:  # both kernels read it channels-last: one relayout
+        grad_output = implicit_gemm.channels_innermost(grad_output)
     if output_mask[0]:
         grad_input = implicit_gemm.conv_grad_input(grad_output, weight, input, geometry, groups)
     if output_mask[1]:

@@ -251,6 +251,13 @@ def _innermost(t: torch.Tensor, dim: int) -> torch.Tensor:
     return copy
 
 
+def channels_innermost(t: torch.Tensor) -> torch.Tensor:
+    """An image ``t`` (N, C, *spatial) as the kernels read it: itself when its channels are
+    innermost, else a copy that has them so (one relayout, shared by an input gradient and
+    a weight gradient that would each make their own)."""
+    return _innermost(t, 1)
+
+
 def _row_grid(dst_spatial, stride, transposed: bool) -> tuple:
     """Positions per sample the kernel's rows walk: the output (forward), or one stride phase
     of it (input gradient: ``ceil(size / stride)`` per axis)."""
