@@ -139,8 +139,6 @@ def test_tf32_input_gradient_plan_with_weight_and_bias_in_one_buffer(device, mon
     """The TF32 input gradient's transposed weight copy is recorded in the launch plan even
     when the weight and the bias are slices of one flat buffer (as flat-parameter wrappers
     keep them): the transposed 1x1 convolution with a bias is planned, and right."""
-    from tritonconv import launch
-
     built = []
     real = launch._build_plan
 

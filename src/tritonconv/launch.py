@@ -371,7 +371,6 @@ def _described_direct(c_launch, encoders: list, function, flags, metadata):
             gx, gy, gz, stream, function, *flags, None, None, metadata, None, None, None, *args
         )
 
-    direct.tensor_maps = [maps for _, maps in encoders[::-1]]  # (for tests and probes)
     return direct
 
 

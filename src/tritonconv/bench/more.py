@@ -7,10 +7,11 @@ decoder's 2x2/stride-2 transposed convolution, a GAN generator's 4x4/stride-2 on
 3×3/stride-2 one with output padding (2-D cases channels-last), a vocoder's k4/stride-2
 transposed conv1d, a Mamba block's causal depthwise conv1d (width 4, SiLU), and the 3-D
 layers (video 3×3×3, (2+1)D's 1×3×3, a 3-D UNet's 2×2×2 up-convolution) in
-channels_last_3d. Forward and backward (every input's gradient), ours (``algo="auto"``) against PyTorch on the same inputs
-(``cudnn.benchmark`` on, TF32 off for fp32); the causal reference is the causal-conv1d package's
-formula in PyTorch (``F.conv1d(padding=width - 1)[..., :seqlen]``, then SiLU). ``Options.quick``
-shrinks every case to a toy size (the CPU path).
+channels_last_3d. Forward and backward (every input's gradient), ours (``algo="auto"``)
+against PyTorch on the same inputs (``cudnn.benchmark`` on, TF32 off for fp32); the causal
+reference is the causal-conv1d package's formula in PyTorch
+(``F.conv1d(padding=width - 1)[..., :seqlen]``, then SiLU). ``Options.quick`` shrinks every
+case to a toy size (the CPU path).
 """
 
 from __future__ import annotations
@@ -44,16 +45,13 @@ def _t(shape, dtype, scale=1.0):
     return (torch.randn(shape, device=DEVICE) * scale).to(dtype).requires_grad_()
 
 
-def _t2(shape, dtype, scale=1.0):
-    """A 4-D tensor in channels_last (the layout issue 12's 2-D targets are measured in)."""
+def _t_last(shape, dtype, scale=1.0):
+    """A 4-D tensor in channels_last or a 5-D one in channels_last_3d: the layouts issue 12's
+    2-D and 3-D targets are measured in (the ones image, video and medical nets run in under
+    AMP)."""
     t = (torch.randn(shape, device=DEVICE) * scale).to(dtype)
-    return t.to(memory_format=torch.channels_last).requires_grad_()
-
-
-def _t3(shape, dtype, scale=1.0):
-    """A 5-D tensor in channels_last_3d (the layout video/medical nets run in under AMP)."""
-    t = (torch.randn(shape, device=DEVICE) * scale).to(dtype)
-    return t.to(memory_format=torch.channels_last_3d).requires_grad_()
+    last = torch.channels_last if len(shape) == 4 else torch.channels_last_3d
+    return t.to(memory_format=last).requires_grad_()
 
 
 def _one_hot_window(channels: int, kernel: tuple, dtype) -> torch.Tensor:
@@ -119,8 +117,8 @@ CASES = [
         "unet_up_2x2",
         "N8 C128 64² → C64 2×2 s2",
         lambda q, dt: (
-            _t2((1, 4, 6, 6) if q else (8, 128, 64, 64), dt),
-            _t2((4, 2, 2, 2) if q else (128, 64, 2, 2), dt, 0.1),
+            _t_last((1, 4, 6, 6) if q else (8, 128, 64, 64), dt),
+            _t_last((4, 2, 2, 2) if q else (128, 64, 2, 2), dt, 0.1),
             _t((2,) if q else (64,), dt),
         ),
         lambda x, w, b: functional.conv_transpose2d(x, w, b, stride=2),
@@ -130,8 +128,8 @@ CASES = [
         "gan_up_4x4",
         "N16 C256 16² → C128 4×4 s2 p1",
         lambda q, dt: (
-            _t2((1, 4, 5, 5) if q else (16, 256, 16, 16), dt),
-            _t2((4, 2, 4, 4) if q else (256, 128, 4, 4), dt, 0.05),
+            _t_last((1, 4, 5, 5) if q else (16, 256, 16, 16), dt),
+            _t_last((4, 2, 4, 4) if q else (256, 128, 4, 4), dt, 0.05),
             None,
         ),
         lambda x, w, b: functional.conv_transpose2d(x, w, b, stride=2, padding=1),
@@ -141,8 +139,8 @@ CASES = [
         "up_3x3_s2",
         "N16 C128 32² → C64 3×3 s2 p1 op1",
         lambda q, dt: (
-            _t2((1, 4, 5, 5) if q else (16, 128, 32, 32), dt),
-            _t2((4, 2, 3, 3) if q else (128, 64, 3, 3), dt, 0.05),
+            _t_last((1, 4, 5, 5) if q else (16, 128, 32, 32), dt),
+            _t_last((4, 2, 3, 3) if q else (128, 64, 3, 3), dt, 0.05),
             _t((2,) if q else (64,), dt),
         ),
         lambda x, w, b: functional.conv_transpose2d(x, w, b, stride=2, padding=1, output_padding=1),
@@ -176,8 +174,8 @@ CASES = [
         "conv3d_3x3x3",
         "N8 C64 16×56² → K64 3×3×3 p1 NDHWC",
         lambda q, dt: (
-            _t3((1, 16, 4, 6, 6) if q else (8, 64, 16, 56, 56), dt),
-            _t3((16, 16, 3, 3, 3) if q else (64, 64, 3, 3, 3), dt, 0.02),
+            _t_last((1, 16, 4, 6, 6) if q else (8, 64, 16, 56, 56), dt),
+            _t_last((16, 16, 3, 3, 3) if q else (64, 64, 3, 3, 3), dt, 0.02),
             None,
         ),
         lambda x, w, b: functional.conv3d(x, w, b, padding=1),
@@ -187,8 +185,8 @@ CASES = [
         "conv3d_1x3x3",
         "N8 C64 16×56² → K144 1×3×3 p(0,1,1) NDHWC",
         lambda q, dt: (
-            _t3((1, 16, 4, 6, 6) if q else (8, 64, 16, 56, 56), dt),
-            _t3((16, 16, 1, 3, 3) if q else (144, 64, 1, 3, 3), dt, 0.04),
+            _t_last((1, 16, 4, 6, 6) if q else (8, 64, 16, 56, 56), dt),
+            _t_last((16, 16, 1, 3, 3) if q else (144, 64, 1, 3, 3), dt, 0.04),
             None,
         ),
         lambda x, w, b: functional.conv3d(x, w, b, padding=(0, 1, 1)),
@@ -198,8 +196,8 @@ CASES = [
         "conv_transpose3d_2x2x2",
         "N2 C128 16×32² → C64 2×2×2 s2 NDHWC",
         lambda q, dt: (
-            _t3((1, 16, 3, 4, 4) if q else (2, 128, 16, 32, 32), dt),
-            _t3((16, 16, 2, 2, 2) if q else (128, 64, 2, 2, 2), dt, 0.05),
+            _t_last((1, 16, 3, 4, 4) if q else (2, 128, 16, 32, 32), dt),
+            _t_last((16, 16, 2, 2, 2) if q else (128, 64, 2, 2, 2), dt, 0.05),
             None,
         ),
         lambda x, w, b: functional.conv_transpose3d(x, w, b, stride=2),
