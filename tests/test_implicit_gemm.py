@@ -1048,6 +1048,110 @@ def test_tf32_weight_gradient_of_packed_groups(width, device, monkeypatch):
     assert err < 2**-13, err
 
 
+@pytest.mark.parametrize(
+    "splits, dtype, groups",
+    [
+        (2, torch.float32, 1),
+        (3, torch.bfloat16, 1),
+        (5, torch.float32, 2),
+        (7, torch.int32, 1),
+        (12, torch.float32, 1),
+    ],
+)
+def test_weight_gradient_splits_are_added_by_their_own_programs(
+    splits, dtype, groups, device, monkeypatch
+):
+    """The weight gradient's programs add their splits themselves (``FUSED_SUM``: one launch,
+    no ``sum_partials``), as a fixed tree: right against float64 for split counts that leave a
+    node without a sibling on some levels (3, 5, 7, 12), bitwise the same on a second call (the
+    order of arrival does not matter), and every counter zero again after each launch."""
+    from tritonconv.geometry import make_geometry
+    from tritonconv.kernels.reduce import sum_partials_kernel
+
+    launched, counters = [], []
+    real_launch, real_counters = implicit_gemm.launch, implicit_gemm.split_counters
+
+    def spy(kernel, grid, *args, **meta):
+        launched.append((kernel, grid, meta.get("FUSED_SUM")))
+        return real_launch(kernel, grid, *args, **meta)
+
+    def counting(device, numel):
+        counters.append(real_counters(device, numel))
+        return counters[-1]
+
+    monkeypatch.setattr(implicit_gemm, "launch", spy)
+    monkeypatch.setattr(implicit_gemm, "split_counters", counting)
+    monkeypatch.setattr(implicit_gemm, "_splits", lambda *a: splits)
+    tritonconv.clear_caches()
+    geometry = make_geometry((9, 7), (3, 3), (1, 1), (1, 1), (1, 1), (1, 1))
+    x = _channels_innermost(random_tensor((3, 8 * groups, 9, 7), dtype, device))
+    dy = _channels_innermost(random_tensor((3, 12 * groups, 9, 7), dtype, device))
+    w = _channels_innermost(random_tensor((12 * groups, 8, 3, 3), dtype, device))
+    args = (dy, x, list(w.shape), geometry, groups, implicit_gemm.Config(16, 16, 16, 4, 2))
+    with exact_fp32():
+        first = implicit_gemm.conv_grad_weight(*args, w.stride())
+        second = implicit_gemm.conv_grad_weight(*args, w.stride())
+    grids = [
+        grid for kernel, grid, fused in launched if kernel is implicit_gemm.conv_igemm_wgrad_kernel
+    ]
+    assert [grid[2] for grid in grids] == [splits], grids  # (the second call: the plan's replay)
+    assert all(
+        fused for kernel, _, fused in launched if kernel is implicit_gemm.conv_igemm_wgrad_kernel
+    )
+    assert not any(kernel is sum_partials_kernel for kernel, _, _ in launched)
+    assert len(counters) == 2 and all(int(c.count_nonzero()) == 0 for c in counters), counters
+    assert torch.equal(first, second), "the split sum depends on the order of arrival"
+    reference = torch.ops.aten.convolution_backward(
+        dy.double(), x.double(), w.double(), None, (1, 1), (1, 1), (1, 1), False, (0, 0), groups,
+        (False, True, False),
+    )[1]  # fmt: skip
+    if dtype == torch.int32:
+        assert torch.equal(first.double(), reference)
+    else:
+        assert_close(first, reference, reduction=3 * 9 * 7, name="dW")
+
+
+def test_weight_gradient_split_tree_races_on_the_gpu(device):
+    """On the GPU the programs of a split tree really race: a layer whose weight gradient
+    takes dozens of splits (ResNet-50's 1x1 at 56 pixels: 66 on an H100), twenty calls on two
+    streams at once, each bitwise equal to the first, right against float64, and the streams'
+    counters zero afterwards."""
+    if device == "cpu":
+        pytest.skip("programs run one at a time in the interpreter")
+    from tritonconv.geometry import make_geometry
+    from tritonconv.ops import common
+
+    geometry = make_geometry((56, 56), (1, 1), (1, 1), (0, 0), (1, 1), (1, 1))
+    x = random_tensor((32, 64, 56, 56), torch.bfloat16, device)
+    dy = random_tensor((32, 256, 56, 56), torch.bfloat16, device)
+    x, dy = (t.to(memory_format=torch.channels_last) for t in (x, dy))
+    w = torch.empty((256, 64, 1, 1), dtype=torch.bfloat16, device=device)
+    w = w.to(memory_format=torch.channels_last)
+
+    def grad():
+        return implicit_gemm.conv_grad_weight(dy, x, list(w.shape), geometry, 1, None, w.stride())
+
+    first = grad()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    results = []
+    for _ in range(10):
+        results.append(grad())
+        with torch.cuda.stream(side):
+            results.append(grad())
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    for got in results:
+        assert torch.equal(got, first), "the split sum depends on the order of arrival"
+    reference = torch.ops.aten.convolution_backward(
+        dy.double(), x.double(), w.double(), None, (1, 1), (1, 1), (0, 0), False, (0, 0), 1,
+        (False, True, False),
+    )[1]  # fmt: skip
+    assert_close(first, reference, reduction=32 * 56 * 56, name="dW")
+    assert len(common._counters) >= 2
+    assert all(int(c.count_nonzero()) == 0 for c in common._counters.values())
+
+
 @pytest.mark.parametrize("dims", [1, 2, 3])
 def test_weight_gradient_kernel_writes_input_channels_innermost(dims, device, monkeypatch):
     """Whatever layout dW is asked in, the weight-gradient kernel's output (dW itself or each
