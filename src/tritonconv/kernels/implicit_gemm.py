@@ -33,9 +33,7 @@ k*dil``: both walk ``source = base + j*step`` per axis.
 ``conv_igemm_wgrad_kernel``: ``dW[g, co, ci, tap] = sum over positions p of dy[p, co] *
 x[p shifted by the tap, ci]``, a GEMM per (group, tap) reducing over ``N * output positions``.
 The positions are cut into fixed *splits*, each program writes its split's fp32 partial tile,
-and the splits are added in a fixed order: deterministic, bitwise reproducible. Either
-``sum_partials`` adds them (a second launch), or, with ``FUSED_SUM``, the kernel's own programs
-do, as a fixed binary tree (:func:`_climb_split_tree`): no second launch, no waiting.
+and ``sum_partials`` adds the splits in a fixed order: deterministic, bitwise reproducible.
 Its reduction axis is the flattened ``(n, d, h, w)`` position, so every step needs each
 position's coordinates: dividing a ``[BLOCK_K]`` vector of positions by the output sizes costs
 a 32-bit division per element per axis, which GPUs emulate in ~25 instructions, and made the
@@ -487,14 +485,9 @@ def conv_igemm_wgrad_kernel(
     dy_ptr,
     x_ptr,
     partial_ptr,
-    out_ptr,
-    counter_ptr,
     # sizes
     M,
     positions_per_split,
-    splits,
-    tree_levels,
-    counter_stride,
     ID,
     IH,
     IW,
@@ -558,8 +551,6 @@ def conv_igemm_wgrad_kernel(
     INDEX_64: tl.constexpr,
     ALIGN: tl.constexpr = 1,
     PACK: tl.constexpr = 1,
-    FUSED_SUM: tl.constexpr = False,
-    SUM_ROWS: tl.constexpr = 1,
 ):
     """partial[split, g*Cout_g + co, ci, tap] = sum over the split's positions p of
     dy[p, g*Cout_g + co] * x[p shifted by tap, g*Cin_g + ci]; ``partial`` is
@@ -576,13 +567,7 @@ def conv_igemm_wgrad_kernel(
     PACK*out_g`` channels (``groups`` in the grid counts packs): each step's loads are
     ``PACK`` times wider, and only the tile's block diagonal (input channel ``c`` and output
     channel ``o`` of the same group, ``c // in_g == o // out_g``) is stored, at input channel
-    ``c % in_g``.
-
-    ``FUSED_SUM``: the programs of one tile (its ``splits`` splits) add their partials
-    themselves and write the sum to ``out`` (laid out as each split of ``partial``), cast to
-    its dtype; ``counter_ptr``: ``counter_stride`` zeroed int32 counters per tile, left zeroed
-    (:func:`_climb_split_tree`, ``tree_levels`` levels, ``SUM_ROWS`` output channels a
-    step)."""
+    ``c % in_g``."""
     if ALIGN > 1:
         dy_sn = _aligned(dy_sn, ALIGN)
         dy_sd = _aligned(dy_sd, ALIGN)
@@ -700,113 +685,20 @@ def conv_igemm_wgrad_kernel(
                               ci_ok, not POINTWISE, TAP_TAIL, UNSIGNED_BOUNDS, EVEN_C, USE_DOT,
                               DOT_PRECISION, DOT_DTYPE, ACC_DTYPE)  # fmt: skip
 
-    # the tile's place in one split of ``partial`` (and in ``out``, laid out the same)
-    cell = kd * p_skd + kh * p_skh + kw0 * p_skw
+    tap0 = kd * p_skd + kh * p_skh + kw0 * p_skw
+    dst = partial_ptr + split * partial_split_stride + tap0
     ok = co_ok[:, None] & ci_ok[None, :]
     # packed groups: each input channel at its place in its own group, the block diagonal only
     ci_at = (ci % in_g) if PACK > 1 else ci
-    cell += ((g * out_per_group + co) * p_so)[:, None] + (ci_at * p_si)[None, :]
+    dst += ((g * out_per_group + co) * p_so)[:, None] + (ci_at * p_si)[None, :]
     if PACK > 1:
         ok = ok & ((co // out_g)[:, None] == (ci // in_g)[None, :])
     kw = tl.zeros_like(co)[:, None] + kw0  # tap kw0 as a tile, for the tail's masks
-    ok1 = ok & (kw + 1 < KW)
-    ok2 = ok & (kw + 2 < KW)
-    dst = partial_ptr + split * partial_split_stride + cell
     tl.store(dst, acc0, mask=ok)
     if TAP_GROUP > 1:
-        tl.store(dst + p_skw, acc1, mask=ok1)
+        tl.store(dst + p_skw, acc1, mask=ok & (kw + 1 < KW))
     if TAP_GROUP > 2:
-        tl.store(dst + 2 * p_skw, acc2, mask=ok2)
-    if FUSED_SUM:
-        # this tile at tap kw0 in split 0 (from the group's first output channel), and in dW
-        at = g * out_per_group * p_so + kd * p_skd + kh * p_skh + kw0 * p_skw
-        co0 = (pid_tile // n_blocks) * BLOCK_M
-        counters = counter_ptr + (pid_tap * tl.num_programs(0) + pid_tile) * counter_stride
-        if _climb_split_tree(
-            partial_ptr + at, partial_split_stride, counters, split, splits, tree_levels,
-            co0, ci_at * p_si, ci_ok, ci // in_g, out_per_group, out_g, p_so, p_skw, KW - kw0,
-            BLOCK_M, SUM_ROWS, TAP_GROUP, PACK,
-        ):  # fmt: skip
-            tl.debug_barrier()  # the sum of every split, in split 0's place: dW's tile, cast
-            _tile_rows(
-                partial_ptr + at, out_ptr + at, False,
-                co0, ci_at * p_si, ci_ok, ci // in_g, out_per_group, out_g, p_so, p_skw, KW - kw0,
-                BLOCK_M, SUM_ROWS, TAP_GROUP, PACK,
-            )  # fmt: skip
-
-
-@triton.jit
-def _tile_rows(
-    src, dst, ADD: tl.constexpr,
-    co0, ci_off, ci_ok, ci_group, out_per_group, out_g, p_so, p_skw, taps,
-    BLOCK_M: tl.constexpr, ROWS: tl.constexpr, TAP_GROUP: tl.constexpr, PACK: tl.constexpr,
-):  # fmt: skip
-    """``dst = src`` (cast to dst's dtype), or with ``ADD`` ``dst += src``, over one weight-
-    gradient tile of ``TAP_GROUP`` width taps (those of ``taps`` that the kernel has) laid out
-    as the kernel stores it (``src``, ``dst``: its first output channel of the group, first
-    tap), ``ROWS`` output channels at a time: tiles held in registers through the split tree
-    cost the kernel's loop its occupancy (214-255 registers a thread against 158-164 without,
-    Triton 3.6 for sm_90). Loads and stores through L2 (``.cg``): the other split's values
-    were written by another multiprocessor."""
-    for r0 in range(0, BLOCK_M, ROWS):
-        co = co0 + r0 + tl.arange(0, ROWS)
-        ok = (co < out_per_group)[:, None] & ci_ok[None, :]
-        if PACK > 1:
-            ok = ok & ((co // out_g)[:, None] == ci_group[None, :])
-        offsets = (co * p_so)[:, None] + ci_off[None, :]
-        for j in tl.static_range(TAP_GROUP):
-            if j < taps:
-                value = tl.load(src + offsets + j * p_skw, mask=ok, cache_modifier=".cg")
-                if ADD:
-                    value += tl.load(dst + offsets + j * p_skw, mask=ok, cache_modifier=".cg")
-                value = value.to(dst.dtype.element_ty)
-                tl.store(dst + offsets + j * p_skw, value, mask=ok, cache_modifier=".cg")
-
-
-@triton.jit
-def _climb_split_tree(
-    tile, split_stride, counters, split, splits, levels,
-    co0, ci_off, ci_ok, ci_group, out_per_group, out_g, p_so, p_skw, taps,
-    BLOCK_M: tl.constexpr, ROWS: tl.constexpr, TAP_GROUP: tl.constexpr, PACK: tl.constexpr,
-):  # fmt: skip
-    """Whether this program ends holding the sum of one tile's splits, added by the programs
-    that computed them as a fixed binary tree, in place in the partial buffer (``tile``: the
-    tile in split 0, as :func:`_tile_rows` takes it; every program has stored its split). At
-    level ``l`` node ``i`` is the sum of splits ``i * 2**l`` to ``(i + 1) * 2**l - 1``, kept
-    in split ``i * 2**l``'s place. The two programs holding a pair of sibling nodes each count
-    themselves in on the pair's counter, an acquire-release atomic after a barrier (every
-    lane's stores visible before it); the first to arrive is done, the second zeroes the
-    counter for the next launch, adds the right node into the left one (their parent) and
-    climbs on with it. A node without a sibling (the last of an odd level) is its own
-    parent. Nobody waits, and each node is one fixed sum of two (addition commutes): the
-    result is bitwise the same on every run, whoever arrives first.
-
-    The counter of the pair above node ``i`` at level ``l`` is ``(i // 2) * 2**(l + 1) +
-    2**l - 1`` (low ``l`` bits ones, bit ``l`` zero: distinct over every level), under the
-    next power of two of ``splits``."""
-    node = split
-    count = splits + split * 0  # nodes on this level
-    width = split * 0 + 1  # splits per node on this level
-    active = split >= 0
-    for _ in range(levels):
-        if active:
-            if (node ^ 1) < count:
-                tl.debug_barrier()
-                pair = counters + (node // 2) * (2 * width) + width - 1
-                if tl.atomic_add(pair, 1, sem="acq_rel", scope="gpu") == 0:
-                    active = node < 0  # (False:) the sibling, still running, adds this node
-                else:
-                    tl.atomic_xchg(pair, 0, sem="relaxed", scope="gpu")
-                    left = tile + (node // 2) * (2 * width) * split_stride
-                    _tile_rows(
-                        left + width * split_stride, left, True,
-                        co0, ci_off, ci_ok, ci_group, out_per_group, out_g, p_so, p_skw, taps,
-                        BLOCK_M, ROWS, TAP_GROUP, PACK,
-                    )  # fmt: skip
-            node = node // 2
-        count = (count + 1) // 2
-        width = width * 2
-    return active
+        tl.store(dst + 2 * p_skw, acc2, mask=ok & (kw + 2 < KW))
 
 
 @triton.jit

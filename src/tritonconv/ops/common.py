@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import functools
 import math
-import threading
 
 import torch
 import triton.language as tl
@@ -102,37 +101,6 @@ def sum_partials(
         INDEX_64=needs_int64(partial, out) or reach > INDEX32_LIMIT,
         num_warps=num_warps,
     )
-
-
-# Zeroed int32 counters by (device, stream) for kernels whose programs count themselves in
-# (the weight gradient's split sum, ``kernels.implicit_gemm._climb_split_tree``).
-_counters: dict = {}
-_counters_lock = threading.Lock()
-
-
-def split_counters(device: torch.device, numel: int) -> torch.Tensor:
-    """At least ``numel`` int32 counters, zero, for a launch on ``device``'s current stream.
-    The kernels that take them leave them zero, and a stream runs its launches one after the
-    other, so one buffer a stream serves them all without a fill per launch. (A larger one
-    replaces it; the caching allocator frees the old one in stream order.) A stream being
-    captured into a CUDA graph gets a buffer of its own, zeroed within the graph; so does
-    every interpreted launch (CPU tensors: an interrupted interpretation leaves no counter
-    behind).
-
-    Planned functions get it through ``launch.call``, so a replay asks again: the stream is
-    the replay's."""
-    if device.type != "cuda" or torch.cuda.is_current_stream_capturing():
-        return torch.zeros(numel, dtype=torch.int32, device=device)
-    stream = torch._C._cuda_getCurrentRawStream(device.index)
-    buffer = _counters.get((device, stream))
-    if buffer is None or buffer.numel() < numel:
-        with _counters_lock:
-            buffer = _counters.get((device, stream))
-            if buffer is None or buffer.numel() < numel:
-                size = max(numel, 4096, 0 if buffer is None else 2 * buffer.numel())
-                buffer = torch.zeros(size, dtype=torch.int32, device=device)
-                _counters[(device, stream)] = buffer
-    return buffer
 
 
 def channel_sum(t: torch.Tensor) -> torch.Tensor:

@@ -53,9 +53,7 @@ from .common import (
     empty_like_format,
     multiprocessor_count,
     needs_int64,
-    next_power_of_2,
     partial_dtype,
-    split_counters,
     sum_partials,
 )
 from .crop import crop_into, empty_in_order
@@ -71,9 +69,6 @@ DTYPES = FLOAT_DTYPES + INT_DTYPES
 WGRAD_PROGRAMS_PER_SM = 2
 # Cap on the weight gradient's fp32 partial sums, in elements (splits x weight numel).
 WGRAD_PARTIAL_LIMIT = 1 << 24
-# The weight gradient's programs add their splits themselves (``FUSED_SUM``: one launch a
-# weight gradient, not two); False: a ``sum_partials`` launch, as traced graphs always take.
-FUSE_SPLIT_SUM = True
 
 # The forward and the input gradient split their reduction (fp32 partials, then
 # ``sum_partials``) when their tiles fill less than one wave of the GPU and each program would
@@ -812,12 +807,8 @@ def conv_grad_input(
 
 @launch_plan
 def _launch_grad_weight(
-    grad_out, x, partial, geometry: Geometry, groups: int, config, tap_group: int, pack: int = 1,
-    out=None,
-):  # fmt: skip
-    """``conv_igemm_wgrad_kernel`` writing each split's tile into ``partial``; with ``out``
-    its programs also add the splits into ``out`` (``FUSED_SUM``: their counters from
-    :func:`split_counters`)."""
+    grad_out, x, partial, geometry: Geometry, groups: int, config, tap_group: int, pack: int = 1
+):
     grad_out, x = _innermost(grad_out, 1), _innermost(x, 1)
     N, C = x.shape[:2]
     C_out = grad_out.shape[1]
@@ -835,23 +826,14 @@ def _launch_grad_weight(
     align = _alignment(*positions, in_g, out_g)
     precision = wgrad_precision(x.dtype)
     signed_bounds = wgrad_signed_bounds(dil)
-    grid = (tiles, groups * kernel[0] * kernel[1] * cdiv(kernel[2], tap_group), splits)
-    counters = partial  # (unread without FUSED_SUM)
-    if out is not None:
-        counters = call(split_counters, x.device, grid[0] * grid[1] * next_power_of_2(splits))
     launch(
         conv_igemm_wgrad_kernel,
-        grid,
+        (tiles, groups * kernel[0] * kernel[1] * cdiv(kernel[2], tap_group), splits),
         grad_out,
         x,
         partial,
-        partial if out is None else out,
-        counters,
         rows,
         per_split,
-        splits,
-        (splits - 1).bit_length(),  # the split tree's levels
-        next_power_of_2(splits),  # counters a tile
         *_spatial3(x.shape[2:], 1),
         *out_sizes,
         in_per_group,
@@ -888,8 +870,6 @@ def _launch_grad_weight(
         INDEX_64=needs_int64(grad_out, x, partial),
         ALIGN=align,
         PACK=pack,
-        FUSED_SUM=out is not None,
-        SUM_ROWS=max(1, min(block_m, 1024 // block_n)),  # about 8 values a lane a step
         num_warps=num_warps,
         num_stages=num_stages,
     )
@@ -1164,13 +1144,8 @@ def conv_grad_weight(
         parts = partial
         if fold_width:  # each split's partial laid out as dW: the same view of each
             parts = partial.as_strided((splits, *target.shape), (weight_numel, *target.stride()))
-        if not FUSE_SPLIT_SUM or tracing(grad_out, x):  # (a graph gets no stream's counters)
-            _launch_grad_weight(grad_out, x, parts, geometry, groups, config, tap_group, pack)
-            sum_partials(partial, grad_weight)
-        else:  # the kernel's programs add the splits themselves: one launch
-            _launch_grad_weight(
-                grad_out, x, parts, geometry, groups, config, tap_group, pack, target
-            )
+        _launch_grad_weight(grad_out, x, parts, geometry, groups, config, tap_group, pack)
+        sum_partials(partial, grad_weight)
     if result is not grad_weight:
         call(torch.Tensor.copy_, result, grad_weight)
     return result
