@@ -255,3 +255,123 @@ def test_tma_rule(monkeypatch):
                                 ((1, 1), (1, 1), (1, 1))):  # fmt: skip
         g = make_geometry((8, 8), kernel, stride, pad, pad, (1, 1))
         assert take(torch.bfloat16, 2048, 64, 256, g, 1, device) is None
+
+
+# ---------------------------------------------------------------------------------------------
+# Transposed convolutions whose kernel equals their stride: one GEMM, scattered by tap
+# ---------------------------------------------------------------------------------------------
+
+TRANSPOSED = {1: (tritonconv.conv_transpose1d, F.conv_transpose1d),
+              2: (tritonconv.conv_transpose2d, F.conv_transpose2d),
+              3: (tritonconv.conv_transpose3d, F.conv_transpose3d)}  # fmt: skip
+
+
+@pytest.fixture
+def scatters(monkeypatch):
+    """Each ``pointwise_tma_kernel`` launch's ``SCATTER`` (plans cleared: none replays), and
+    outputs allocated poisoned (an element the epilogue misses shows as NaN)."""
+    tritonconv.clear_caches()
+    seen = []
+    original = implicit_gemm.launch
+
+    def spy(kernel, grid, *args, **meta):
+        if kernel is implicit_gemm.pointwise_tma_kernel:
+            seen.append(meta.get("SCATTER", False))
+        return original(kernel, grid, *args, **meta)
+
+    monkeypatch.setattr(implicit_gemm, "launch", spy)
+    empty, empty_strided = torch.empty, torch.empty_strided
+    monkeypatch.setattr(launch.torch, "empty", lambda *a, **k: poison_(empty(*a, **k)))
+    monkeypatch.setattr(
+        launch.torch, "empty_strided", lambda *a, **k: poison_(empty_strided(*a, **k))
+    )
+    return seen
+
+
+# (N, C_in, spatial, C_out, kernel = stride, bias, weight channels-last)
+TAP_CASES = [
+    (2, 16, (5,), 24, (4,), True, False),
+    (2, 32, (3, 5), 16, (2, 2), True, True),
+    (1, 24, (4, 3), 40, (3, 2), False, False),
+    (2, 16, (2, 3, 4), 16, (2, 2, 2), True, True),
+    (1, 8, (3, 2, 2), 32, (1, 2, 3), False, False),
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("case", TAP_CASES, ids=str)
+def test_transposed_kernel_equal_to_stride_is_one_gemm(case, dtype, device, scatters):
+    """A transposed convolution whose kernel equals its stride (UNet's and the video nets'
+    2x2(x2) s2 upsampling): every output position takes one tap of one input position, so
+    the forward is one GEMM of the input's rows by the ``[C_in, taps * C_out]`` weight whose
+    epilogue scatters each tap's columns (``SCATTER``), for 1 to 3 spatial axes, kernels not
+    the same along each axis, with and without bias, either weight layout. Against float64,
+    from poisoned outputs, forward and every gradient."""
+    N, C, spatial, K, kernel, bias, last = case
+    dims = len(spatial)
+    ours, ref = TRANSPOSED[dims]
+    x = _rows_layout(random_tensor((N, C, *spatial), dtype, device))
+    w = random_tensor((C, K, *kernel), dtype, device)
+    if last:
+        w = _rows_layout(w)
+    b = random_tensor((K,), dtype, device) if bias else None
+    leaves = [t.detach().requires_grad_() if t is not None else None for t in (x, w, b)]
+    refs = [t.detach().double().requires_grad_() if t is not None else None for t in (x, w, b)]
+    y = ours(*leaves, stride=kernel, algo="implicit_gemm")
+    want = ref(*refs, stride=kernel)
+    assert scatters == [True], scatters
+    dy = _rows_layout(random_tensor(y.shape, dtype, device))
+    got = torch.autograd.grad(y, [t for t in leaves if t is not None], dy)
+    wanted = torch.autograd.grad(want, [t for t in refs if t is not None], dy.double())
+    positions = x.numel() // C
+    for name, g, r in zip(("output", "dx", "dW", "db"), (y, *got), (want, *wanted)):
+        assert not g.isnan().any(), name
+        assert_close(g, r, reduction=max(C, K, positions), name=name)
+    if dims > 1:
+        assert y.stride() == _rows_layout(y).stride(), "output left channels-last"
+
+
+@pytest.mark.parametrize("dims", [1, 2, 3])
+def test_patch_convolution_input_gradient_is_one_gemm(dims, device, scatters):
+    """A convolution whose kernel equals its stride (a patch embedding, ConvNeXt's stem) has
+    that transposed convolution for its input gradient: it takes the same GEMM."""
+    ours, ref = CONV[dims]
+    kernel = (2, 4, 2)[-dims:]
+    x = _rows_layout(random_tensor((2, 16, *(6, 8, 4)[-dims:]), torch.bfloat16, device))
+    w = random_tensor((32, 16, *kernel), torch.bfloat16, device)
+    leaves = [t.detach().requires_grad_() for t in (x, w)]
+    refs = [t.detach().double().requires_grad_() for t in (x, w)]
+    y = ours(*leaves, stride=kernel, algo="implicit_gemm")
+    want = ref(*refs, stride=kernel)
+    dy = _rows_layout(random_tensor(y.shape, torch.bfloat16, device))
+    (dx,) = torch.autograd.grad(y, leaves[:1], dy)
+    (want_dx,) = torch.autograd.grad(want, refs[:1], dy.double())
+    assert scatters == [True], scatters
+    assert not dx.isnan().any()
+    assert_close(dx, want_dx, reduction=32, name="dx")
+
+
+@pytest.mark.parametrize(
+    "variant", ["output_padding", "padding", "groups", "channels12", "nchw", "fp32", "stride"]
+)
+def test_transposed_kernel_equal_to_stride_elsewhere(variant, device, scatters):
+    """Where one tap a position does not hold (output padding, padding, a stride below the
+    kernel) or TMA cannot take the tensors (channel counts not multiples of 8, NCHW, fp32),
+    the transposed convolution keeps ``conv_igemm_kernel``'s phases, and is right."""
+    dtype = torch.float32 if variant == "fp32" else torch.bfloat16
+    C, K = (12, 16) if variant == "channels12" else (16, 16)
+    x = random_tensor((2, C, 4, 5), dtype, device)
+    if variant != "nchw":
+        x = _rows_layout(x)
+    groups = 2 if variant == "groups" else 1
+    w = random_tensor((C, K // groups, 2, 2), dtype, device)
+    kw = {"stride": 1 if variant == "stride" else 2, "groups": groups}
+    if variant == "output_padding":
+        kw["output_padding"] = 1
+    if variant == "padding":
+        kw["padding"] = 1
+    y = tritonconv.conv_transpose2d(x, w, algo="implicit_gemm", **kw)
+    assert True not in scatters, scatters
+    want = F.conv_transpose2d(x.double(), w.double(), **kw)
+    assert not y.isnan().any()
+    assert_close(y, want, reduction=C * 4, name="output")

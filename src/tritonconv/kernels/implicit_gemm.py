@@ -710,6 +710,17 @@ def pointwise_tma_kernel(
     rows,
     C_src,
     C_dst,
+    # SCATTER only: the source's width and height, the destination's row and column strides
+    W_src,
+    H_src,
+    row_sd,
+    row_sh,
+    row_sw,
+    C_phase,
+    PW,
+    PH,
+    col_sd,
+    col_sh,
     TRANSPOSED: tl.constexpr,
     HAS_BIAS: tl.constexpr,
     DOT_DTYPE: tl.constexpr,
@@ -718,6 +729,7 @@ def pointwise_tma_kernel(
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
     GROUP_M: tl.constexpr,
+    SCATTER: tl.constexpr = False,
 ):
     """A 1x1 stride-1 unpadded one-group convolution over channels-last rows as a GEMM whose
     tiles move by TMA: ``dst[rows, C_dst] = src[rows, C_src] @ w^T (+ bias)``, ``w`` the
@@ -735,7 +747,18 @@ def pointwise_tma_kernel(
     tile's loads start while this one's result is stored. ``DOT_DTYPE``: the operands' own
     type (fp32 for bfloat16 under the interpreter, ``ops.direct.dot_dtype``);
     ``DOT_PRECISION``: ``"tf32"`` for fp32 operands (TF32 allowed), launched untransposed
-    only: TF32 products need both operands K-major."""
+    only: TF32 products need both operands K-major.
+
+    ``SCATTER`` (a transposed convolution whose kernel equals its stride, unpadded: every
+    output position takes exactly one tap, so it is one GEMM of the input's rows by the
+    ``[C_in, taps * C_out]`` weight): ``dst`` is a pointer to the channels-last output, and
+    GEMM column ``j = tap * C_phase + co`` of source row ``(nd, h, w)`` (the input's flattened
+    position: ``W_src`` wide, ``H_src`` high) lands at ``nd * row_sd + h * row_sh + w *
+    row_sw + (tap's depth) * col_sd + (tap's height) * col_sh + (tap's width) * C_phase +
+    co``, taps ``PH`` high and ``PW`` wide. The taps along the width lie side by side in the
+    output, so ``PW * C_phase`` consecutive columns are consecutive addresses; the launcher
+    picks ``BLOCK_N`` dividing that, so each tile's row is one contiguous run (and no tile
+    has columns past the last). Bias: ``bias[co]``."""
     m_tiles = tl.cdiv(rows, BLOCK_M)
     n_tiles = tl.cdiv(C_dst, BLOCK_N)
     steps = tl.cdiv(C_src, BLOCK_K)
@@ -755,5 +778,18 @@ def pointwise_tma_kernel(
             acc = tl.dot(a, b, acc, input_precision=DOT_PRECISION)
         if HAS_BIAS:
             d = n0 + tl.arange(0, BLOCK_N)
+            if SCATTER:
+                d = d % C_phase
             acc += tl.load(bias_ptr + d, mask=d < C_dst, other=0).to(tl.float32)[None, :]
-        dst.store([m0, n0], acc.to(dst.dtype))
+        if SCATTER:
+            m = m0.to(tl.int64) + tl.arange(0, BLOCK_M)
+            t = m // W_src
+            row = (t // H_src) * row_sd + (t % H_src) * row_sh + (m % W_src) * row_sw
+            run = PW * C_phase  # columns of one run: the width taps of one (depth, height) tap
+            tap = n0 // run
+            first = (tap // PH) * col_sd + (tap % PH) * col_sh + n0 % run
+            col = tl.multiple_of(first, BLOCK_N) + tl.arange(0, BLOCK_N)
+            ptrs = dst + tl.multiple_of(row, 8)[:, None] + col[None, :]
+            tl.store(ptrs, acc.to(dst.dtype.element_ty), mask=(m < rows)[:, None])
+        else:
+            dst.store([m0, n0], acc.to(dst.dtype))
