@@ -729,7 +729,7 @@ def pointwise_tma_kernel(
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
     GROUP_M: tl.constexpr,
-    SCATTER: tl.constexpr = False,
+    SCATTER: tl.constexpr,
 ):
     """A 1x1 stride-1 unpadded one-group convolution over channels-last rows as a GEMM whose
     tiles move by TMA: ``dst[rows, C_dst] = src[rows, C_src] @ w^T (+ bias)``, ``w`` the

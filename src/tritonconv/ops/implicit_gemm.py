@@ -513,10 +513,15 @@ def _launch_pointwise_tma(src, weight, bias, dst, transposed: bool, config: TmaC
         BLOCK_N=block_n,
         BLOCK_K=block_k,
         GROUP_M=8,
+        SCATTER=False,
         num_warps=config.num_warps,
         num_stages=config.num_stages,
     )
     return True
+
+
+#: Tiles ``_launch_tap_gemm`` takes instead of its rule's (a ``TmaConfig``; for probes).
+TAP_GEMM_TILES = None
 
 
 def _launch_tap_gemm(src, weight, bias, dst, geometry: Geometry, groups: int) -> bool:
@@ -553,7 +558,9 @@ def _launch_tap_gemm(src, weight, bias, dst, geometry: Geometry, groups: int) ->
         return False
     taps = math.prod(kernel)
     rows = src.numel() // c_src
-    if INTERPRETER:
+    if TAP_GEMM_TILES is not None:
+        config = TAP_GEMM_TILES
+    elif INTERPRETER:
         config = TmaConfig(32, 32, 32, 4, 1, True)
     else:
         config = _pointwise_tma_tiles(rows, c_src, taps * c_phase, src.device)
