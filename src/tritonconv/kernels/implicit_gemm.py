@@ -707,6 +707,7 @@ def pointwise_tma_kernel(
     w,
     bias_ptr,
     dst,
+    dst1,
     rows,
     C_src,
     C_dst,
@@ -730,6 +731,8 @@ def pointwise_tma_kernel(
     BLOCK_K: tl.constexpr,
     GROUP_M: tl.constexpr,
     SCATTER: tl.constexpr,
+    TAP_BOXES: tl.constexpr,
+    BOX_W: tl.constexpr,
 ):
     """A 1x1 stride-1 unpadded one-group convolution over channels-last rows as a GEMM whose
     tiles move by TMA: ``dst[rows, C_dst] = src[rows, C_src] @ w^T (+ bias)``, ``w`` the
@@ -758,11 +761,22 @@ def pointwise_tma_kernel(
     co``, taps ``PH`` high and ``PW`` wide. The taps along the width lie side by side in the
     output, so ``PW * C_phase`` consecutive columns are consecutive addresses; the launcher
     picks ``BLOCK_N`` dividing that, so each tile's row is one contiguous run (and no tile
-    has columns past the last). Bias: ``bias[co]``."""
+    has columns past the last). Bias: ``bias[co]``.
+
+    ``TAP_BOXES`` (1 or 2; 0: the pointer stores above): the scattered tiles are stored by TMA
+    too, through ``TAP_BOXES`` descriptors of the output, one per height tap ``b`` (``dst``,
+    ``dst1``), each viewing it as ``[n*D + d, depth tap a, h, w, run]`` (strides ``row_sd,
+    col_sd, row_sh, row_sw, 1``; ``run = PW * C_phase`` columns), so that a ``[BLOCK_M,
+    BLOCK_N]`` tile is the box ``[1, 1, BLOCK_M // BOX_W, BOX_W, BLOCK_N]``: the launcher
+    takes this form only where every row tile covers ``BLOCK_M // BOX_W`` whole input rows
+    of ``BOX_W = W_src`` positions (or ``BOX_W = BLOCK_M`` positions of one row) within one
+    ``n*D + d``. A TMA store leaves the program free for the next tile while it drains."""
     m_tiles = tl.cdiv(rows, BLOCK_M)
     n_tiles = tl.cdiv(C_dst, BLOCK_N)
     steps = tl.cdiv(C_src, BLOCK_K)
-    for tile in tl.range(tl.program_id(0), m_tiles * n_tiles, tl.num_programs(0), flatten=True):
+    for tile in tl.range(
+        tl.program_id(0), m_tiles * n_tiles, tl.num_programs(0), flatten=TAP_BOXES < 2
+    ):
         width = GROUP_M * n_tiles
         first_m = (tile // width) * GROUP_M
         rows_here = tl.minimum(m_tiles - first_m, GROUP_M)
@@ -781,7 +795,20 @@ def pointwise_tma_kernel(
             if SCATTER:
                 d = d % C_phase
             acc += tl.load(bias_ptr + d, mask=d < C_dst, other=0).to(tl.float32)[None, :]
-        if SCATTER:
+        if SCATTER and TAP_BOXES > 0:
+            run = PW * C_phase
+            tap = n0 // run
+            t = m0 // W_src
+            at = [t // H_src, tap // PH, t % H_src, m0 % W_src, n0 % run]
+            box = acc.to(dst.dtype).reshape([1, 1, BLOCK_M // BOX_W, BOX_W, BLOCK_N])
+            if TAP_BOXES == 2:  # (a constexpr test of its own: dst1 is None otherwise)
+                if tap % PH == 0:
+                    dst.store(at, box)
+                else:
+                    dst1.store(at, box)
+            else:
+                dst.store(at, box)
+        elif SCATTER:
             m = m0.to(tl.int64) + tl.arange(0, BLOCK_M)
             t = m // W_src
             row = (t // H_src) * row_sd + (t % H_src) * row_sh + (m % W_src) * row_sw
