@@ -163,7 +163,12 @@ def forward_config(dtype, rows, src_per_group, dst_per_group, groups, device, ta
         # 128-wide tiles would pad the columns by far more than 64-wide ones (144 channels:
         # 256 against 192); measured (probe_small_wave.py --odd, r2plus1d's 144-channel
         # (2+1)D layers at batch 8): 128x64x32 tiles 303 / 157 µs against 332 / 201 with
-        # 256x128x64
+        # 256x128x64. 16-bit 64-channel steps since the loops of sessions 18-22: 3 stages,
+        # as the 64-wide tiles above (session 23's probe_more_layers.py, H100, bf16: the
+        # 144-channel layer at 16x56x56, 270.3 µs in 32-channel steps of 4 stages against
+        # 244.7 in 64-channel steps of 3; cuDNN 186.9)
+        if not fp32 and block_k == 64:
+            return Config(128, 64, 64, 4, 3)
         return Config(128, 64, min(block_k, 32), 4, 4)
     if not fp32 and block_k == 64 and rows >= 16384:
         return Config(256, 128, 64, 8, 3)
