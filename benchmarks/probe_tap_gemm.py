@@ -70,7 +70,7 @@ def _layer(name, shape, c_out, kernel, opts) -> dict:
         times = {}
         for config in CONFIGS:
             for boxes in (True, False):
-                with overridden(implicit_gemm, TAP_GEMM_TILES=config, TAP_BOXES=boxes):
+                with overridden(implicit_gemm, TAP_GEMM_TILES=config, TAP_BOX=boxes):
                     got = ours(x, w, stride=kernel, algo="implicit_gemm").float()
                     err = ((got - want).abs().max() / want.abs().max()).item()
                     ms = kernel_ms(

@@ -276,7 +276,7 @@ def scatters(monkeypatch):
 
     def spy(kernel, grid, *args, **meta):
         if kernel is implicit_gemm.pointwise_tma_kernel:
-            seen.append(meta["SCATTER"] and ("boxes" if meta["TAP_BOXES"] else meta["BLOCK_M"]))
+            seen.append(meta["SCATTER"] and ("boxes" if meta["TAP_BOX"] else meta["BLOCK_M"]))
         return original(kernel, grid, *args, **meta)
 
     monkeypatch.setattr(implicit_gemm, "launch", spy)
@@ -303,8 +303,10 @@ TAP_CASES = [
     (2, 8, (2, 4, 8), 16, (2, 2, 2), True, True),
     (2, 16, (16, 16), 32, (2, 2), True, True),
     (1, 16, (2, 16, 32), 16, (2, 2, 2), False, True),
+    (1, 16, (4, 8), 16, (3, 2), True, False),
+    (1, 16, (2, 4, 8), 16, (3, 1, 2), False, True),
 ]
-BOXED = {(64,), (8, 4), (3, 16, 8), (2, 4, 8), (16, 16), (2, 16, 32)}
+BOXED = {(64,), (8, 4), (3, 16, 8), (2, 4, 8), (16, 16), (2, 16, 32), (4, 8)}
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
@@ -329,9 +331,9 @@ def test_transposed_kernel_equal_to_stride_is_one_gemm(case, dtype, device, scat
     y = ours(*leaves, stride=kernel, algo="implicit_gemm")
     want = ref(*refs, stride=kernel)
     (how,) = scatters  # "boxes", or the row tile of pointer stores
-    if how != "boxes":  # only where the row tile is no box, or for three height taps or more
+    if how != "boxes":  # only where the row tile is no box
         height, width = (1, 1, *spatial)[-2:]
-        assert (1, 1, *kernel)[-2] > 2 or not implicit_gemm._tap_box_width(how, height, width)
+        assert not implicit_gemm._tap_box_width(how, height, width), scatters
     if tritonconv.INTERPRETER:  # (32-row tiles)
         assert (how == "boxes") == (spatial in BOXED), scatters
     dy = _rows_layout(random_tensor(y.shape, dtype, device))

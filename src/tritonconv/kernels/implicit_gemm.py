@@ -707,7 +707,6 @@ def pointwise_tma_kernel(
     w,
     bias_ptr,
     dst,
-    dst1,
     rows,
     C_src,
     C_dst,
@@ -720,6 +719,7 @@ def pointwise_tma_kernel(
     C_phase,
     PW,
     PH,
+    PD,
     col_sd,
     col_sh,
     TRANSPOSED: tl.constexpr,
@@ -731,7 +731,7 @@ def pointwise_tma_kernel(
     BLOCK_K: tl.constexpr,
     GROUP_M: tl.constexpr,
     SCATTER: tl.constexpr,
-    TAP_BOXES: tl.constexpr,
+    TAP_BOX: tl.constexpr,
     BOX_W: tl.constexpr,
 ):
     """A 1x1 stride-1 unpadded one-group convolution over channels-last rows as a GEMM whose
@@ -763,20 +763,19 @@ def pointwise_tma_kernel(
     picks ``BLOCK_N`` dividing that, so each tile's row is one contiguous run (and no tile
     has columns past the last). Bias: ``bias[co]``.
 
-    ``TAP_BOXES`` (1 or 2; 0: the pointer stores above): the scattered tiles are stored by TMA
-    too, through ``TAP_BOXES`` descriptors of the output, one per height tap ``b`` (``dst``,
-    ``dst1``), each viewing it as ``[n*D + d, depth tap a, h, w, run]`` (strides ``row_sd,
-    col_sd, row_sh, row_sw, 1``; ``run = PW * C_phase`` columns), so that a ``[BLOCK_M,
-    BLOCK_N]`` tile is the box ``[1, 1, BLOCK_M // BOX_W, BOX_W, BLOCK_N]``: the launcher
-    takes this form only where every row tile covers ``BLOCK_M // BOX_W`` whole input rows
-    of ``BOX_W = W_src`` positions (or ``BOX_W = BLOCK_M`` positions of one row) within one
-    ``n*D + d``. A TMA store leaves the program free for the next tile while it drains."""
+    ``TAP_BOX`` (else the pointer stores above): the scattered tiles are stored by TMA too,
+    ``dst`` a descriptor of the output as ``[(n*D + d)*PD + a, h, b, w, run]`` (depth tap ``a``,
+    height tap ``b``, ``run = PW * C_phase`` columns; ``(n*D + d)*PD + a`` is the output depth
+    ``n*OD + od``, a box one deep takes any), so that a ``[BLOCK_M, BLOCK_N]`` tile is the box
+    ``[1, BLOCK_M // BOX_W, 1, BOX_W, BLOCK_N]``: the launcher takes this form only where every
+    row tile covers ``BLOCK_M // BOX_W`` whole input rows of ``BOX_W = W_src`` positions (or
+    ``BOX_W = BLOCK_M`` positions of one row) within one ``n*D + d``. A TMA store leaves the
+    program free for the next tile while it drains.
+    """
     m_tiles = tl.cdiv(rows, BLOCK_M)
     n_tiles = tl.cdiv(C_dst, BLOCK_N)
     steps = tl.cdiv(C_src, BLOCK_K)
-    for tile in tl.range(
-        tl.program_id(0), m_tiles * n_tiles, tl.num_programs(0), flatten=TAP_BOXES < 2
-    ):
+    for tile in tl.range(tl.program_id(0), m_tiles * n_tiles, tl.num_programs(0), flatten=True):
         width = GROUP_M * n_tiles
         first_m = (tile // width) * GROUP_M
         rows_here = tl.minimum(m_tiles - first_m, GROUP_M)
@@ -795,19 +794,12 @@ def pointwise_tma_kernel(
             if SCATTER:
                 d = d % C_phase
             acc += tl.load(bias_ptr + d, mask=d < C_dst, other=0).to(tl.float32)[None, :]
-        if SCATTER and TAP_BOXES > 0:
+        if SCATTER and TAP_BOX:
             run = PW * C_phase
-            tap = n0 // run
+            tap = n0 // run  # (depth tap, height tap) = (tap // PH, tap % PH)
             t = m0 // W_src
-            at = [t // H_src, tap // PH, t % H_src, m0 % W_src, n0 % run]
-            box = acc.to(dst.dtype).reshape([1, 1, BLOCK_M // BOX_W, BOX_W, BLOCK_N])
-            if TAP_BOXES == 2:  # (a constexpr test of its own: dst1 is None otherwise)
-                if tap % PH == 0:
-                    dst.store(at, box)
-                else:
-                    dst1.store(at, box)
-            else:
-                dst.store(at, box)
+            at = [(t // H_src) * PD + tap // PH, t % H_src, tap % PH, m0 % W_src, n0 % run]
+            dst.store(at, acc.to(dst.dtype).reshape([1, BLOCK_M // BOX_W, 1, BOX_W, BLOCK_N]))
         elif SCATTER:
             m = m0.to(tl.int64) + tl.arange(0, BLOCK_M)
             t = m // W_src

@@ -362,7 +362,7 @@ def tuning_configs(dtype, *launch_args) -> list[tuple]:
 #: Multiprocessors the persistent TMA GEMM assumes under the interpreter: a few, so that its
 #: programs walk several tiles there too.
 INTERPRETER_TMA_PROGRAMS = 3
-needs_aligned(pointwise_tma_kernel, "src", "w", "dst", "dst1")
+needs_aligned(pointwise_tma_kernel, "src", "w", "dst")
 
 
 @functools.cache
@@ -506,11 +506,10 @@ def _launch_pointwise_tma(src, weight, bias, dst, transposed: bool, config: TmaC
         TensorDescriptor(weight, list(weight.shape[:2]), [weight.shape[1], 1], w_box),
         bias if bias is not None else weight,
         TensorDescriptor(dst, [rows, c_dst], [c_dst, 1], [block_m, block_n]),
-        None,
         rows,
         c_src,
         c_dst,
-        *(1,) * 10,  # (SCATTER's sizes and strides)
+        *(1,) * 11,  # (SCATTER's sizes and strides)
         TRANSPOSED=transposed,
         HAS_BIAS=bias is not None,
         DOT_DTYPE=dot_dtype(src.dtype),
@@ -520,7 +519,7 @@ def _launch_pointwise_tma(src, weight, bias, dst, transposed: bool, config: TmaC
         BLOCK_K=block_k,
         GROUP_M=8,
         SCATTER=False,
-        TAP_BOXES=0,
+        TAP_BOX=False,
         BOX_W=0,
         num_warps=config.num_warps,
         num_stages=config.num_stages,
@@ -531,7 +530,7 @@ def _launch_pointwise_tma(src, weight, bias, dst, transposed: bool, config: TmaC
 #: Tiles ``_launch_tap_gemm`` takes instead of its rule's (a ``TmaConfig``; for probes).
 TAP_GEMM_TILES = None
 #: Whether the tap GEMM stores by TMA where its row tiles are boxes (False: pointer stores).
-TAP_BOXES = True
+TAP_BOX = True
 
 
 def _launch_tap_gemm(src, weight, bias, dst, geometry: Geometry, groups: int) -> bool:
@@ -593,23 +592,24 @@ def _launch_tap_gemm(src, weight, bias, dst, geometry: Geometry, groups: int) ->
     depth, height, width = src_spatial
     row_sd = n_stride // depth  # (n, d) flattened: the batch stride is depth's times D
     row_sh, row_sw = stride[1] * s_h, stride[2] * s_w
-    # TMA stores: one descriptor per height tap, where each row tile is a box of whole rows
-    box_w = _tap_box_width(block_m, height, width) if stride[1] <= 2 and TAP_BOXES else 0
-    dsts = [dst, None]
+    # TMA stores where each row tile is a box of whole input rows: the output viewed as
+    # [n*OD + od, h, b, w, run] (od = d*PD + a; sizes 1 take any stride)
+    box_w = _tap_box_width(block_m, height, width) if TAP_BOX else 0
+    out = dst
     if box_w:
-        flat = dst.movedim(1, -1).reshape(-1)  # (a view: dst is dense channels-last)
-        shape = [src.shape[0] * depth, stride[0], height, width, run]
-        strides = [row_sd, s_d or row_sd, row_sh or row_sd, row_sw, 1]  # (any, for size 1)
-        box = [1, 1, block_m // box_w, box_w, block_n]
-        for b in range(stride[1]):
-            dsts[b] = TensorDescriptor(flat[b * s_h :], shape, strides, box)
+        out_depth = depth * stride[0]
+        shape = [src.shape[0] * out_depth, height, stride[1], width, run]
+        first = n_stride // out_depth
+        strides = [first, row_sh or first, s_h or first, row_sw, 1]
+        box = [1, block_m // box_w, 1, box_w, block_n]
+        out = TensorDescriptor(dst.movedim(1, -1).reshape(-1), shape, strides, box)
     launch(
         pointwise_tma_kernel,
         (_tma_programs(config, tiles, src.device),),
         TensorDescriptor(src, [rows, c_src], [c_src, 1], [block_m, block_k]),
         TensorDescriptor(matrix, [c_src, taps * c_phase], [taps * c_phase, 1], [block_k, block_n]),
         bias if bias is not None else matrix,
-        *dsts,
+        out,
         rows,
         c_src,
         taps * c_phase,
@@ -621,6 +621,7 @@ def _launch_tap_gemm(src, weight, bias, dst, geometry: Geometry, groups: int) ->
         c_phase,
         stride[2],
         stride[1],
+        stride[0],
         s_d,
         s_h,
         TRANSPOSED=True,
@@ -632,7 +633,7 @@ def _launch_tap_gemm(src, weight, bias, dst, geometry: Geometry, groups: int) ->
         BLOCK_K=block_k,
         GROUP_M=8,
         SCATTER=True,
-        TAP_BOXES=stride[1] if box_w else 0,
+        TAP_BOX=bool(box_w),
         BOX_W=box_w,
         num_warps=config.num_warps,
         num_stages=config.num_stages,
@@ -642,7 +643,7 @@ def _launch_tap_gemm(src, weight, bias, dst, geometry: Geometry, groups: int) ->
 
 def _tap_box_width(block_m: int, height: int, width: int) -> int:
     """Input positions along the width of a ``block_m``-row tile of the tap GEMM stored as a
-    TMA box (``pointwise_tma_kernel``'s ``TAP_BOXES``): ``block_m`` where the width is a
+    TMA box (``pointwise_tma_kernel``'s ``TAP_BOX``): ``block_m`` where the width is a
     multiple of it (a tile within one row), the width where ``block_m`` is a multiple of it
     and the rows a tile covers divide the height (a tile within one image plane); else 0
     (pointer stores)."""
