@@ -2,24 +2,27 @@
 
 For each chosen case of ``tritonconv.bench.more`` (full size, bf16 unless ``--dtype``), one
 forward and one backward (every input's gradient) of ours (``algo="auto"``) and of PyTorch
-under ``torch.profiler`` after warm-up: each CUDA kernel's device time per pass (the mean over
-``--reps`` passes), ours and cuDNN's side by side. The suite's rows give the totals; this says
-which kernel of a pass holds a layer back (the input gradient or the weight gradient, a
-relayout, a reduction).
+under ``torch.profiler`` after warm-up: each CUDA kernel's device time per pass (the mean
+over ``profile_dense_kernels.STEPS`` passes), ours and cuDNN's side by side. The suite's rows
+give the totals; this says which kernel of a pass holds a layer back (the input gradient or
+the weight gradient, a relayout, a reduction).
 
     PYTHONPATH=src python benchmarks/profile_more_kernels.py [--case gan_up_4x4 ...]
-        [--dtype bfloat16] [--reps 10]
+        [--dtype bfloat16]
 """
 
 from __future__ import annotations
 
 import argparse
-import collections
+import os
+import sys
 
 import torch
-from torch.profiler import ProfilerActivity, profile
 
 from tritonconv.bench.more import CASES
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from profile_dense_kernels import _kernels
 
 
 def _passes(case, dtype):
@@ -43,27 +46,10 @@ def _passes(case, dtype):
     return out
 
 
-def _kernels(fn, reps: int) -> dict:
-    """Device µs per call of each kernel ``fn`` launches, averaged over ``reps`` calls."""
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(reps):
-            fn()
-        torch.cuda.synchronize()
-    times: dict = collections.defaultdict(float)
-    for event in prof.events():
-        if event.device_type == torch.autograd.DeviceType.CUDA:
-            times[event.name] += event.device_time / reps
-    return dict(times)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--case", action="append", help="only this case (repeatable)")
     parser.add_argument("--dtype", default="bfloat16")
-    parser.add_argument("--reps", type=int, default=10)
     args = parser.parse_args()
     dtype = getattr(torch, args.dtype)
     torch.backends.cudnn.benchmark = True
@@ -74,7 +60,7 @@ def main() -> None:
         for index, label in enumerate(("forward", "backward")):
             print(f"\n{case.name} ({case.shape}), {label}, {args.dtype}: device µs per pass")
             for side in ("ours", "torch"):
-                kernels = _kernels(passes[side][index], args.reps)
+                kernels = _kernels(passes[side][index])
                 total = sum(kernels.values())
                 print(f"  {side:5} total {total:8.1f}")
                 for name, us in sorted(kernels.items(), key=lambda kv: -kv[1])[:6]:

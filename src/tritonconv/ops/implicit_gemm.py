@@ -483,7 +483,7 @@ def _launch_pointwise_tma(src, weight, bias, dst, transposed: bool, config: TmaC
     ``pointwise_tma_kernel``; False, launching nothing, where the tensors' layouts or
     addresses do not suit TMA (or a tracer is looking: compiled graphs keep
     ``conv_igemm_kernel``, whose launches Inductor analyses like any other)."""
-    c_src, c_dst = src.shape[1], dst.shape[1]
+    c_dst = dst.shape[1]
     if tracing(src, weight, dst) or not (_tma_rows(src) and _tma_rows(dst)):
         return False
     if transposed and src.dtype == torch.float32:
@@ -496,35 +496,47 @@ def _launch_pointwise_tma(src, weight, bias, dst, transposed: bool, config: TmaC
     if weight.stride(1) != 1 or weight.stride(0) != weight.shape[1] or weight.data_ptr() % 16:
         return False
     rows = dst.numel() // c_dst
+    w_box = [config.block_k, config.block_n] if transposed else [config.block_n, config.block_k]
+    w = TensorDescriptor(weight, list(weight.shape[:2]), [weight.shape[1], 1], w_box)
+    out = TensorDescriptor(dst, [rows, c_dst], [c_dst, 1], [config.block_m, config.block_n])
+    _launch_tma_gemm(src, w, bias, out, rows, c_dst, config, transposed)
+    return True
+
+
+def _launch_tma_gemm(
+    src, w, bias, dst, rows: int, c_dst: int, config: TmaConfig, transposed: bool,
+    scatter: tuple = (), box_w: int = 0,
+):  # fmt: skip
+    """``pointwise_tma_kernel`` on ``src``'s ``[rows, channels]`` matrix (dense channels-last),
+    the weight descriptor ``w`` and ``dst`` (a descriptor; with ``scatter``, the kernel's
+    ``SCATTER`` sizes and strides, a pointer or, ``box_w`` set, a ``TAP_BOX`` descriptor)."""
+    c_src = src.shape[1]
     tiles = cdiv(rows, config.block_m) * cdiv(c_dst, config.block_n)
-    block_m, block_n, block_k = config.block_m, config.block_n, config.block_k
-    w_box = [block_k, block_n] if transposed else [block_n, block_k]
     launch(
         pointwise_tma_kernel,
         (_tma_programs(config, tiles, src.device),),
-        TensorDescriptor(src, [rows, c_src], [c_src, 1], [block_m, block_k]),
-        TensorDescriptor(weight, list(weight.shape[:2]), [weight.shape[1], 1], w_box),
-        bias if bias is not None else weight,
-        TensorDescriptor(dst, [rows, c_dst], [c_dst, 1], [block_m, block_n]),
+        TensorDescriptor(src, [rows, c_src], [c_src, 1], [config.block_m, config.block_k]),
+        w,
+        bias if bias is not None else src,
+        dst,
         rows,
         c_src,
         c_dst,
-        *(1,) * 11,  # (SCATTER's sizes and strides)
+        *(scatter or (1,) * 11),
         TRANSPOSED=transposed,
         HAS_BIAS=bias is not None,
         DOT_DTYPE=dot_dtype(src.dtype),
         DOT_PRECISION=dot_precision(src.dtype),
-        BLOCK_M=block_m,
-        BLOCK_N=block_n,
-        BLOCK_K=block_k,
+        BLOCK_M=config.block_m,
+        BLOCK_N=config.block_n,
+        BLOCK_K=config.block_k,
         GROUP_M=8,
-        SCATTER=False,
-        TAP_BOX=False,
-        BOX_W=0,
+        SCATTER=bool(scatter),
+        TAP_BOX=bool(box_w),
+        BOX_W=box_w,
         num_warps=config.num_warps,
         num_stages=config.num_stages,
     )
-    return True
 
 
 #: Tiles ``_launch_tap_gemm`` takes instead of its rule's (a ``TmaConfig``; for probes).
@@ -588,7 +600,6 @@ def _launch_tap_gemm(src, weight, bias, dst, geometry: Geometry, groups: int) ->
         return False
     n_stride, _, s_d, s_h, s_w = _strides3(dst)
     block_m, block_k = config.block_m, config.block_k
-    tiles = cdiv(rows, block_m) * cdiv(taps * c_phase, block_n)
     depth, height, width = src_spatial
     row_sd = n_stride // depth  # (n, d) flattened: the batch stride is depth's times D
     row_sh, row_sw = stride[1] * s_h, stride[2] * s_w
@@ -603,41 +614,9 @@ def _launch_tap_gemm(src, weight, bias, dst, geometry: Geometry, groups: int) ->
         strides = [first, row_sh or first, s_h or first, row_sw, 1]
         box = [1, block_m // box_w, 1, box_w, block_n]
         out = TensorDescriptor(dst.movedim(1, -1).reshape(-1), shape, strides, box)
-    launch(
-        pointwise_tma_kernel,
-        (_tma_programs(config, tiles, src.device),),
-        TensorDescriptor(src, [rows, c_src], [c_src, 1], [block_m, block_k]),
-        TensorDescriptor(matrix, [c_src, taps * c_phase], [taps * c_phase, 1], [block_k, block_n]),
-        bias if bias is not None else matrix,
-        out,
-        rows,
-        c_src,
-        taps * c_phase,
-        width,
-        height,
-        row_sd,
-        row_sh,
-        row_sw,
-        c_phase,
-        stride[2],
-        stride[1],
-        stride[0],
-        s_d,
-        s_h,
-        TRANSPOSED=True,
-        HAS_BIAS=bias is not None,
-        DOT_DTYPE=dot_dtype(src.dtype),
-        DOT_PRECISION=dot_precision(src.dtype),
-        BLOCK_M=block_m,
-        BLOCK_N=block_n,
-        BLOCK_K=block_k,
-        GROUP_M=8,
-        SCATTER=True,
-        TAP_BOX=bool(box_w),
-        BOX_W=box_w,
-        num_warps=config.num_warps,
-        num_stages=config.num_stages,
-    )
+    w = TensorDescriptor(matrix, [c_src, taps * c_phase], [taps * c_phase, 1], [block_k, block_n])
+    scatter = (width, height, row_sd, row_sh, row_sw, c_phase, *stride[::-1], s_d, s_h)
+    _launch_tma_gemm(src, w, bias, out, rows, taps * c_phase, config, True, scatter, box_w)
     return True
 
 
