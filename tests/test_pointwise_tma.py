@@ -330,6 +330,9 @@ def test_transposed_kernel_equal_to_stride_is_one_gemm(case, dtype, device, scat
     refs = [t.detach().double().requires_grad_() if t is not None else None for t in (x, w, b)]
     y = ours(*leaves, stride=kernel, algo="implicit_gemm")
     want = ref(*refs, stride=kernel)
+    with torch.no_grad():  # a second forward replays the launch plan the first recorded
+        again = ours(x, w, b, stride=kernel, algo="implicit_gemm")
+    assert torch.equal(again, y.detach()), "the replayed forward differs"
     (how,) = scatters  # "boxes", or the row tile of pointer stores
     if how != "boxes":  # only where the row tile is no box
         height, width = (1, 1, *spatial)[-2:]
@@ -373,21 +376,61 @@ def test_patch_convolution_input_gradient_is_one_gemm(dims, device, scatters):
 def test_transposed_kernel_equal_to_stride_elsewhere(variant, device, scatters):
     """Where one tap a position does not hold (output padding, padding, a stride below the
     kernel) or TMA cannot take the tensors (channel counts not multiples of 8, NCHW, fp32),
-    the transposed convolution keeps ``conv_igemm_kernel``'s phases, and is right."""
+    the transposed convolution keeps ``conv_igemm_kernel``'s phases, and is right. (Padding 1
+    with output padding 2 at kernel = stride = 3: the output is still three times the input,
+    so only the padding check refuses it.)"""
     dtype = torch.float32 if variant == "fp32" else torch.bfloat16
     C, K = (12, 16) if variant == "channels12" else (16, 16)
     x = random_tensor((2, C, 4, 5), dtype, device)
     if variant != "nchw":
         x = _rows_layout(x)
     groups = 2 if variant == "groups" else 1
-    w = random_tensor((C, K // groups, 2, 2), dtype, device)
-    kw = {"stride": 1 if variant == "stride" else 2, "groups": groups}
+    k = 3 if variant == "padding" else 2
+    w = random_tensor((C, K // groups, k, k), dtype, device)
+    kw = {"stride": 1 if variant == "stride" else k, "groups": groups}
     if variant == "output_padding":
         kw["output_padding"] = 1
     if variant == "padding":
-        kw["padding"] = 1
+        kw["padding"], kw["output_padding"] = 1, 2
     y = tritonconv.conv_transpose2d(x, w, algo="implicit_gemm", **kw)
     assert not any(scatters), scatters
     want = F.conv_transpose2d(x.double(), w.double(), **kw)
+    if variant == "padding":
+        assert y.shape[2:] == tuple(3 * n for n in x.shape[2:])
     assert not y.isnan().any()
-    assert_close(y, want, reduction=C * 4, name="output")
+    assert_close(y, want, reduction=C * k * k, name="output")
+
+
+def test_pointwise_input_gradient_is_not_scattered(device, scatters):
+    """A 1x1 stride-1 layer's kernel equals its stride too, but its input gradient is the
+    plain TMA GEMM (a scattered one would store by pointers wherever rows do not tile)."""
+    x = _rows_layout(random_tensor((2, 64, 5, 7), torch.bfloat16, device)).requires_grad_()
+    w = random_tensor((64, 64, 1, 1), torch.bfloat16, device).requires_grad_()
+    y = tritonconv.conv2d(x, w, algo="implicit_gemm")
+    (dx,) = torch.autograd.grad(y, (x,), torch.ones_like(y))
+    assert scatters == [False, False], scatters  # forward, input gradient
+    assert_close(dx, F.conv_transpose2d(torch.ones_like(y).double(), w.double()), reduction=64)
+
+
+@pytest.mark.parametrize("boxes", [True, False], ids=["tma", "pointers"])
+def test_tap_gemm_checks_the_output_it_is_given(boxes, device, scatters, monkeypatch):
+    """The tap GEMM takes only a dense channels-last output: a slice of a wider one is
+    refused (the phase kernel writes it), and a batch of one whose batch stride is anything
+    (PyTorch's layout checks ignore it) is written at the strides its sizes give, by TMA
+    boxes and by pointers."""
+    monkeypatch.setattr(implicit_gemm, "TAP_BOX", boxes)  # (64-row tiles: 8 rows of 8 a box)
+    monkeypatch.setattr(
+        implicit_gemm, "TAP_GEMM_TILES", implicit_gemm.TmaConfig(64, 32, 32, 4, 2, True)
+    )
+    geometry = make_geometry((4, 16, 16), (2, 2, 2), (2, 2, 2), (0,) * 3, (0,) * 3, (1,) * 3)
+    x = _rows_layout(random_tensor((1, 16, 2, 8, 8), torch.bfloat16, device))
+    w = _rows_layout(random_tensor((16, 16, 2, 2, 2), torch.bfloat16, device))
+    want = F.conv_transpose3d(x.double(), w.double(), stride=2)
+    wide = _rows_layout(torch.zeros((1, 32, 4, 16, 16), dtype=torch.bfloat16, device=device))
+    assert not implicit_gemm._launch_tap_gemm(x, w, None, wide[:, :16], geometry, 1)
+    odd = torch.empty_strided((1, 16, 4, 16, 16), (16384 + 8, 1, 4096, 256, 16),
+                              dtype=torch.bfloat16, device=device)  # fmt: skip
+    poison_(odd)
+    assert implicit_gemm._launch_tap_gemm(x, w, None, odd, geometry, 1)
+    assert scatters == ["boxes" if boxes else 64], scatters
+    assert_close(odd, want, reduction=16, name="output")

@@ -744,7 +744,7 @@ def pointwise_tma_kernel(
     (session 20, benchmarks/NOTES.md).
 
     Boxes past the last row or channel are zero-filled on load and clipped on store, so no
-    tile needs a mask. A grid smaller than the tile count makes the programs persistent: each
+    tile needs a mask (but ``SCATTER``'s pointer stores, below, mask rows). A grid smaller than the tile count makes the programs persistent: each
     walks tiles ``pid, pid + programs, ...`` (grouped by ``GROUP_M`` rows of tiles, so
     consecutive tiles share weight columns in L2), and the flattened loop lets the next
     tile's loads start while this one's result is stored. ``DOT_DTYPE``: the operands' own
@@ -754,14 +754,14 @@ def pointwise_tma_kernel(
 
     ``SCATTER`` (a transposed convolution whose kernel equals its stride, unpadded: every
     output position takes exactly one tap, so it is one GEMM of the input's rows by the
-    ``[C_in, taps * C_out]`` weight): ``dst`` is a pointer to the channels-last output, and
-    GEMM column ``j = tap * C_phase + co`` of source row ``(nd, h, w)`` (the input's flattened
+    ``[C_in, taps * C_out]`` weight): ``dst`` is a pointer to the dense channels-last
+    output, and GEMM column ``j = ((a * PH + b) * PW + c) * C_phase + co`` (tap ``(a, b, c)``
+    of a kernel ``PD x PH x PW``) of source row ``(nd, h, w)`` (the input's flattened
     position: ``W_src`` wide, ``H_src`` high) lands at ``nd * row_sd + h * row_sh + w *
-    row_sw + (tap's depth) * col_sd + (tap's height) * col_sh + (tap's width) * C_phase +
-    co``, taps ``PH`` high and ``PW`` wide. The taps along the width lie side by side in the
-    output, so ``PW * C_phase`` consecutive columns are consecutive addresses; the launcher
-    picks ``BLOCK_N`` dividing that, so each tile's row is one contiguous run (and no tile
-    has columns past the last). Bias: ``bias[co]``.
+    row_sw + a * col_sd + b * col_sh + c * C_phase + co``. The width taps ``c`` lie side by
+    side in the output, so a run of ``PW * C_phase`` columns (one ``(a, b)``) is consecutive
+    addresses; the launcher picks ``BLOCK_N`` dividing that, so each tile's row is one
+    contiguous run (and no tile has columns past the last). Bias: ``bias[co]``.
 
     ``TAP_BOX`` (else the pointer stores above): the scattered tiles are stored by TMA too,
     ``dst`` a descriptor of the output as ``[(n*D + d)*PD + a, h, b, w, run]`` (depth tap ``a``,
@@ -791,22 +791,22 @@ def pointwise_tma_kernel(
             acc = tl.dot(a, b, acc, input_precision=DOT_PRECISION)
         if HAS_BIAS:
             d = n0 + tl.arange(0, BLOCK_N)
-            if SCATTER:
-                d = d % C_phase
-            acc += tl.load(bias_ptr + d, mask=d < C_dst, other=0).to(tl.float32)[None, :]
+            if SCATTER:  # (every column a channel of some tap)
+                acc += tl.load(bias_ptr + d % C_phase).to(tl.float32)[None, :]
+            else:
+                acc += tl.load(bias_ptr + d, mask=d < C_dst, other=0).to(tl.float32)[None, :]
+        if SCATTER:
+            run = PW * C_phase  # columns of one (depth, height) tap: its width taps side by side
+            ab = n0 // run  # the tile's (depth tap, height tap) = (ab // PH, ab % PH)
         if SCATTER and TAP_BOX:
-            run = PW * C_phase
-            tap = n0 // run  # (depth tap, height tap) = (tap // PH, tap % PH)
             t = m0 // W_src
-            at = [(t // H_src) * PD + tap // PH, t % H_src, tap % PH, m0 % W_src, n0 % run]
+            at = [(t // H_src) * PD + ab // PH, t % H_src, ab % PH, m0 % W_src, n0 % run]
             dst.store(at, acc.to(dst.dtype).reshape([1, BLOCK_M // BOX_W, 1, BOX_W, BLOCK_N]))
         elif SCATTER:
             m = m0.to(tl.int64) + tl.arange(0, BLOCK_M)
             t = m // W_src
             row = (t // H_src) * row_sd + (t % H_src) * row_sh + (m % W_src) * row_sw
-            run = PW * C_phase  # columns of one run: the width taps of one (depth, height) tap
-            tap = n0 // run
-            first = (tap // PH) * col_sd + (tap % PH) * col_sh + n0 % run
+            first = (ab // PH) * col_sd + (ab % PH) * col_sh + n0 % run  # (the launcher: < 2**31)
             col = tl.multiple_of(first, BLOCK_N) + tl.arange(0, BLOCK_N)
             ptrs = dst + tl.multiple_of(row, 8)[:, None] + col[None, :]
             tl.store(ptrs, acc.to(dst.dtype.element_ty), mask=(m < rows)[:, None])

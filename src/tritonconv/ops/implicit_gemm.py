@@ -539,9 +539,12 @@ def _launch_tma_gemm(
     )
 
 
-#: Tiles ``_launch_tap_gemm`` takes instead of its rule's (a ``TmaConfig``; for probes).
+#: Tiles ``_launch_tap_gemm`` takes instead of its rule's (a ``TmaConfig``; for probes, set
+#: through ``bench.overridden``: launch plans do not key on it).
 TAP_GEMM_TILES = None
-#: Whether the tap GEMM stores by TMA where its row tiles are boxes (False: pointer stores).
+#: Whether the tap GEMM stores by TMA where its row tiles are boxes (False: pointer stores;
+#: set as ``TAP_GEMM_TILES`` is). Measured (session 24, H100, bf16, kernel µs, TMA against
+#: pointer stores): conv_transpose3d 2x2x2 18.2 against 37.7, UNet's 2x2 up 9.5 against 19.3.
 TAP_BOX = True
 
 
@@ -553,28 +556,31 @@ def _launch_tap_gemm(src, weight, bias, dst, geometry: Geometry, groups: int) ->
     output padding), each output position takes exactly one tap of one input position, so
     the whole convolution is ``src``'s rows times the ``[C_src, taps * C_dst]`` weight. False,
     launching nothing, where that does not hold or the tensors do not suit TMA: 16-bit,
-    dense channels-last ``src`` and ``dst`` with channel counts multiples of 8 (16-byte rows).
+    dense channels-last ``src`` and ``dst`` with channel counts multiples of 8 (16-byte rows),
+    under 2**31 elements. A stride of 1 (a 1x1 kernel) is the plain GEMM of
+    :func:`_launch_pointwise_tma` instead.
 
     What it replaces: ``conv_igemm_kernel``'s stride phases, one program per phase and row
     tile, each loading the same input tile again for a reduction of a few steps
     (conv_transpose3d 2x2x2 at 0.64x cuDNN's forward, session 23)."""
     kernel, stride, pad, dil = _window3(geometry)
     src_spatial = _spatial3(src.shape[2:], 1)
+    out_spatial = tuple(n * s for n, s in zip(src_spatial, stride, strict=True))
     c_src, c_phase = src.shape[1], dst.shape[1]
     if (
         groups != 1
         or kernel != stride
+        or math.prod(stride) == 1
         or any(pad)
         or any(d != 1 for d in dil)
-        or _spatial3(dst.shape[2:], 1) != tuple(n * s for n, s in zip(src_spatial, stride))
+        or _spatial3(dst.shape[2:], 1) != out_spatial
         or src.dtype not in (torch.float16, torch.bfloat16)
         or c_src % 8
         or c_phase % 8
-        or src.numel() >= 2**31
+        or dst.numel() >= 2**31
         or tracing(src, weight, dst)
         or not _has_tma(src.device)
-        or not _tma_rows(src)
-        or not (dst.stride(1) == 1 and _positions_flat(dst) and dst.data_ptr() % 16 == 0)
+        or not (_tma_rows(src) and _tma_rows(dst))
     ):
         return False
     taps = math.prod(kernel)
@@ -598,22 +604,23 @@ def _launch_tap_gemm(src, weight, bias, dst, geometry: Geometry, groups: int) ->
     matrix = weight.permute(order).view(c_src, -1)
     if matrix.data_ptr() % 16:
         return False
-    n_stride, _, s_d, s_h, s_w = _strides3(dst)
     block_m, block_k = config.block_m, config.block_k
-    depth, height, width = src_spatial
-    row_sd = n_stride // depth  # (n, d) flattened: the batch stride is depth's times D
-    row_sh, row_sw = stride[1] * s_h, stride[2] * s_w
+    height, width = src_spatial[1:]
+    # dst's strides (dense channels-last, as checked) from its sizes: those of its size-1
+    # axes are arbitrary, and flattening (n, d) needs the batch stride to be depth's times D
+    s_h = out_spatial[2] * c_phase
+    s_d = out_spatial[1] * s_h
+    row_sd, row_sh, row_sw = stride[0] * s_d, stride[1] * s_h, run
     # TMA stores where each row tile is a box of whole input rows: the output viewed as
-    # [n*OD + od, h, b, w, run] (od = d*PD + a; sizes 1 take any stride)
+    # [n*OD + od, h, height tap, w, run] (od = d*PD + depth tap)
     box_w = _tap_box_width(block_m, height, width) if TAP_BOX else 0
     out = dst
     if box_w:
-        out_depth = depth * stride[0]
-        shape = [src.shape[0] * out_depth, height, stride[1], width, run]
-        first = n_stride // out_depth
-        strides = [first, row_sh or first, s_h or first, row_sw, 1]
+        shape = [src.shape[0] * out_spatial[0], height, stride[1], width, run]
         box = [1, block_m // box_w, 1, box_w, block_n]
-        out = TensorDescriptor(dst.movedim(1, -1).reshape(-1), shape, strides, box)
+        out = TensorDescriptor(
+            dst.movedim(1, -1).view(-1), shape, [s_d, row_sh, s_h, row_sw, 1], box
+        )
     w = TensorDescriptor(matrix, [c_src, taps * c_phase], [taps * c_phase, 1], [block_k, block_n])
     scatter = (width, height, row_sd, row_sh, row_sw, c_phase, *stride[::-1], s_d, s_h)
     _launch_tma_gemm(src, w, bias, out, rows, taps * c_phase, config, True, scatter, box_w)
