@@ -348,6 +348,11 @@ def test_transposed_kernel_equal_to_stride_is_one_gemm(case, dtype, device, scat
         assert_close(g, r, reduction=max(C, K, positions), name=name)
     if dims > 1:
         assert y.stride() == _rows_layout(y).stride(), "output left channels-last"
+    if dims == 2:  # explain says so (its signature takes 1-D and 2-D)
+        told = tritonconv.explain(x, w, stride=kernel, transposed=True, algo="auto")
+        assert told.algo != "implicit_gemm" or "scattered by tap" in told.reason, told
+        told = tritonconv.explain(x, w, stride=kernel, transposed=True, algo="implicit_gemm")
+        assert "scattered by tap" in told.reason, told
 
 
 @pytest.mark.parametrize("dims", [1, 2, 3])

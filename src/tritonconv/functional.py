@@ -754,8 +754,16 @@ def explain(
     tma = implicit_gemm.pointwise_tma_config(
         input.dtype, rows, *sides, g, args.groups, input.device
     )
+    tap = transposed and implicit_gemm.tap_gemm_config(
+        input.dtype, args.batch, *sides, g, args.groups, input.device
+    )
     if found.config:
         tiles = f"{implicit_gemm.describe(input.dtype, found.config)} (measured)"
+    elif tap:
+        tiles = (
+            f"{tap} as one TMA GEMM scattered by tap (a kernel equal to its stride: "
+            "where input and output are dense channels-last and 16-byte aligned)"
+        )
     elif tma is not None:
         tiles = (
             f"{tma} as one TMA GEMM (a 1x1 layer: where "

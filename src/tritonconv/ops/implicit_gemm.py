@@ -548,6 +548,46 @@ TAP_GEMM_TILES = None
 TAP_BOX = True
 
 
+def tap_gemm_config(dtype, batch: int, src_channels: int, dst_channels: int,
+                    geometry: Geometry, groups: int, device) -> TmaConfig | None:  # fmt: skip
+    """The tiles of the tap GEMM (:func:`_launch_tap_gemm`) for the input gradient of a
+    convolution of these shapes (a transposed convolution: ``geometry.output`` is its input,
+    ``geometry.input`` its output), or None where the GEMM does not take it: the kernel must
+    equal a stride above 1, unpadded and undilated, in one group, the output exactly
+    ``stride`` times the input (no output padding), 16-bit, channel counts multiples of 8
+    (16-byte rows), under 2**31 elements, on a GPU with TMA. (A stride of 1, a 1x1 kernel,
+    is the plain GEMM of :func:`_launch_pointwise_tma`.) ``BLOCK_N`` divides a run of the
+    width taps' columns."""
+    kernel, stride, pad, dil = _window3(geometry)
+    src_spatial = _spatial3(geometry.output, 1)
+    out_spatial = _spatial3(geometry.input, 1)
+    taps = math.prod(kernel)
+    if (
+        groups != 1
+        or kernel != stride
+        or taps == 1
+        or any(pad)
+        or any(d != 1 for d in dil)
+        or out_spatial != tuple(n * s for n, s in zip(src_spatial, stride, strict=True))
+        or dtype not in (torch.float16, torch.bfloat16)
+        or src_channels % 8
+        or dst_channels % 8
+        or batch * math.prod(out_spatial) * dst_channels >= 2**31
+        or not _has_tma(device)
+    ):
+        return None
+    rows = batch * math.prod(src_spatial)
+    if TAP_GEMM_TILES is not None:
+        config = TAP_GEMM_TILES
+    elif INTERPRETER:
+        config = TmaConfig(32, 32, 32, 4, 1, True)
+    else:
+        config = _pointwise_tma_tiles(rows, src_channels, taps * dst_channels, device)
+    run = stride[2] * dst_channels  # consecutive columns that are consecutive addresses
+    block_n = next((n for n in (config.block_n, 64, 32, 16) if run % n == 0), None)
+    return None if block_n is None else config._replace(block_n=block_n)
+
+
 def _launch_tap_gemm(src, weight, bias, dst, geometry: Geometry, groups: int) -> bool:
     """``dst`` = the input gradient of a convolution of ``src`` (a transposed convolution) as
     one ``pointwise_tma_kernel`` GEMM whose epilogue scatters each tap's columns to its
@@ -555,47 +595,25 @@ def _launch_tap_gemm(src, weight, bias, dst, geometry: Geometry, groups: int) ->
     unpadded and undilated, in one group, and ``dst`` is exactly ``stride`` times ``src`` (no
     output padding), each output position takes exactly one tap of one input position, so
     the whole convolution is ``src``'s rows times the ``[C_src, taps * C_dst]`` weight. False,
-    launching nothing, where that does not hold or the tensors do not suit TMA: 16-bit,
-    dense channels-last ``src`` and ``dst`` with channel counts multiples of 8 (16-byte rows),
-    under 2**31 elements. A stride of 1 (a 1x1 kernel) is the plain GEMM of
-    :func:`_launch_pointwise_tma` instead.
+    launching nothing, where that does not hold (:func:`tap_gemm_config`) or the tensors do
+    not suit TMA: dense channels-last ``src`` and ``dst``, 16-byte aligned.
 
     What it replaces: ``conv_igemm_kernel``'s stride phases, one program per phase and row
     tile, each loading the same input tile again for a reduction of a few steps
     (conv_transpose3d 2x2x2 at 0.64x cuDNN's forward, session 23)."""
-    kernel, stride, pad, dil = _window3(geometry)
-    src_spatial = _spatial3(src.shape[2:], 1)
-    out_spatial = tuple(n * s for n, s in zip(src_spatial, stride, strict=True))
     c_src, c_phase = src.shape[1], dst.shape[1]
-    if (
-        groups != 1
-        or kernel != stride
-        or math.prod(stride) == 1
-        or any(pad)
-        or any(d != 1 for d in dil)
-        or _spatial3(dst.shape[2:], 1) != out_spatial
-        or src.dtype not in (torch.float16, torch.bfloat16)
-        or c_src % 8
-        or c_phase % 8
-        or dst.numel() >= 2**31
-        or tracing(src, weight, dst)
-        or not _has_tma(src.device)
-        or not (_tma_rows(src) and _tma_rows(dst))
-    ):
+    config = tap_gemm_config(
+        src.dtype, src.shape[0], c_src, c_phase, geometry, groups, src.device
+    )  # fmt: skip
+    if config is None or tracing(src, weight, dst) or not (_tma_rows(src) and _tma_rows(dst)):
         return False
-    taps = math.prod(kernel)
+    _, stride, _, _ = _window3(geometry)
+    src_spatial = _spatial3(src.shape[2:], 1)
+    out_spatial = _spatial3(dst.shape[2:], 1)
+    taps = math.prod(stride)
     rows = src.numel() // c_src
-    if TAP_GEMM_TILES is not None:
-        config = TAP_GEMM_TILES
-    elif INTERPRETER:
-        config = TmaConfig(32, 32, 32, 4, 1, True)
-    else:
-        config = _pointwise_tma_tiles(rows, c_src, taps * c_phase, src.device)
-    run = stride[2] * c_phase  # consecutive columns that are consecutive addresses
-    block_n = next((n for n in (config.block_n, 64, 32, 16) if run % n == 0), None)
-    if block_n is None:
-        return False
-    config = config._replace(block_n=block_n)
+    run = stride[2] * c_phase
+    block_n = config.block_n
     # the weight as [C_src, taps * C_dst], the destination channels innermost (a view of a
     # weight laid out so, as a channels-last one is; else of a copy)
     order = (0, *range(2, weight.dim()), 1)
