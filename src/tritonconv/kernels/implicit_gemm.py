@@ -744,10 +744,11 @@ def pointwise_tma_kernel(
     (session 20, benchmarks/NOTES.md).
 
     Boxes past the last row or channel are zero-filled on load and clipped on store, so no
-    tile needs a mask (but ``SCATTER``'s pointer stores, below, mask rows). A grid smaller than the tile count makes the programs persistent: each
-    walks tiles ``pid, pid + programs, ...`` (grouped by ``GROUP_M`` rows of tiles, so
-    consecutive tiles share weight columns in L2), and the flattened loop lets the next
-    tile's loads start while this one's result is stored. ``DOT_DTYPE``: the operands' own
+    tile needs a mask (but ``SCATTER``'s pointer stores, below, mask rows). A grid smaller
+    than the tile count makes the programs persistent: each walks tiles ``pid, pid +
+    programs, ...`` (grouped by ``GROUP_M`` rows of tiles, so consecutive tiles share weight
+    columns in L2), and the flattened loop lets the next tile's loads start while this one's
+    result is stored. ``DOT_DTYPE``: the operands' own
     type (fp32 for bfloat16 under the interpreter, ``ops.direct.dot_dtype``);
     ``DOT_PRECISION``: ``"tf32"`` for fp32 operands (TF32 allowed), launched untransposed
     only: TF32 products need both operands K-major.
