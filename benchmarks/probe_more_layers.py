@@ -41,10 +41,20 @@ LAYERS = {
     "video_3x3x3_64": (8, 64, (16, 56, 56), 64, (3, 3, 3), 1, (1, 1, 1), False),
     # r2plus1d_18's second stage: 288 channels, 256 + 32 (session 24)
     "r2plus1d_1x3x3_288": (8, 128, (8, 28, 28), 288, (1, 3, 3), 1, (0, 1, 1), False),
+    # DCGAN's 4x4 s2 p1 transposed convolution (suite more): its input gradient is this
+    # forward, dy (N16 C128 32x32) -> dx (C256 16x16) (session 25)
+    # a 3x3 64 -> 192 layer: 128 + 64 columns against three 64-wide tiles (session 25)
+    "conv_3x3_192": (32, 64, (1, 56, 56), 192, (1, 3, 3), 1, (0, 1, 1), False),
+    "dcgan_dx_4x4_s2": (16, 128, (1, 32, 32), 256, (1, 4, 4), (1, 2, 2), (0, 1, 1), False),
 }
 EXTRA = [C(256, 64, 64, 8, 3), C(128, 64, 64, 4, 3), C(64, 64, 64, 4, 3), C(256, 128, 64, 8, 3),
          C(128, 128, 64, 8, 3), C(128, 64, 128, 4, 3), C(256, 64, 128, 8, 3),
          C(128, 64, 32, 4, 4)]  # fmt: skip
+# Column tiles of 128 + 16/32 channels, a second accumulator (BLOCK_N2, session 25): for
+# destination widths 128 does not divide
+TAIL = [C(128, 128, 64, 8, 3, 16), C(128, 128, 64, 4, 3, 16), C(128, 128, 32, 8, 4, 16),
+        C(64, 128, 64, 4, 3, 16), C(256, 128, 64, 8, 3, 16), C(128, 128, 64, 8, 2, 16),
+        C(128, 128, 64, 8, 3, 32), C(128, 64, 64, 4, 3, 16), C(128, 128, 64, 8, 3, 64)]  # fmt: skip
 # (main part's tiles, rest's tiles) of the column split
 SPLITS = [
     (C(256, 128, 64, 8, 3), C(128, 16, 64, 4, 3)),
@@ -66,7 +76,7 @@ def probe(name: str, shape, device) -> dict:
     if not gpu:  # toy sizes: a check of the script under the interpreter
         n, c, k, spatial = 1, 16, k // 8, tuple(max(s // 8, 2) for s in spatial)
     dtype, cl = torch.bfloat16, torch.channels_last_3d
-    strides = (stride,) * 3
+    strides = (stride,) * 3 if isinstance(stride, int) else stride
     if transposed:  # the convolution whose input gradient this is: k -> c channels
         geometry = make_geometry([s * stride for s in spatial], kernel, strides, pad, pad, (1,) * 3)
         x = torch.randn(n, c, *spatial, device=device, dtype=dtype).to(memory_format=cl)
@@ -86,7 +96,7 @@ def probe(name: str, shape, device) -> dict:
         x = torch.randn(n, c, *spatial, device=device, dtype=dtype).to(memory_format=cl)
         w = torch.randn(k, c, *kernel, device=device, dtype=dtype) / (c * math.prod(kernel)) ** 0.5
         w = w.to(memory_format=cl)
-        ref = functools.partial(F.conv3d, x, w, padding=pad)
+        ref = functools.partial(F.conv3d, x, w, stride=strides, padding=pad)
         heuristic = ig.launch_config(
             dtype, n, c, k, geometry.output, strides, kernel, 1, False, device
         )
@@ -99,8 +109,9 @@ def probe(name: str, shape, device) -> dict:
     cudnn = time_or_run(ref)
     print(f"{name}: cuDNN {cudnn:.1f} µs, heuristic {heuristic}", flush=True)
     timed = {}
-    configs = [heuristic, *ig.TUNING_CONFIGS["16-bit"], *EXTRA]
-    for cfg in dict.fromkeys(C(*c) for c in configs) if gpu else [C(32, 16, 16, 4, 1)]:
+    configs = [heuristic, *ig.TUNING_CONFIGS["16-bit"], *EXTRA, *(TAIL if k % 128 else ())]
+    toy = [C(32, 16, 16, 4, 1), C(32, 16, 16, 4, 1, 16)]
+    for cfg in dict.fromkeys(C(*c) for c in configs) if gpu else toy:
         try:
             got = ours(cfg)
         except Exception as error:  # a configuration that does not fit

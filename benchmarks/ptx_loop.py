@@ -34,6 +34,8 @@ LAYERS = {
     # few rows, a long reduction: the forward and input gradient split it (split_k)
     "r50_3x3_7_n2": ((2, 512, 7, 7), (512, 512, 3, 3), 1, 1),
     "dil2_3x3_64": ((16, 256, 64, 64), (256, 256, 3, 3), 1, 2, 2),
+    # (2+1)D's 1x3x3 64 -> 144 at 16x56x56, batch 8, as the 2-D layer it is (session 25)
+    "r2p1d_144": ((128, 64, 56, 56), (144, 64, 3, 3), 1, 1),
 }
 
 

@@ -461,8 +461,9 @@ def test_tiles_under_one_wave(monkeypatch):
 
 def test_tiles_for_channel_counts_off_the_tile_grid(monkeypatch):
     """Reductions of 144 channels step 32 at a time (160 padded) rather than 16; 144 output
-    columns take 64-wide tiles (192 padded) rather than 128-wide (256); channel counts the
-    tiles divide, or nearly, keep their tiles (session 12's H100 probe)."""
+    columns take a 128 + 16 column tile (none padded), 192 one of 128 + 64 (session 25);
+    widths no such tile divides (200), or that the tiles divide, keep their tiles (session
+    12's H100 probe)."""
     monkeypatch.setattr(implicit_gemm, "INTERPRETER", False)
     monkeypatch.setattr(implicit_gemm, "multiprocessor_count", lambda device: 132)
     k_block, Config, bf16 = implicit_gemm._k_block, implicit_gemm.Config, torch.bfloat16
@@ -477,9 +478,10 @@ def test_tiles_for_channel_counts_off_the_tile_grid(monkeypatch):
         )
 
     # (64-channel steps of 3 stages since session 24; fp32 and 32-channel steps keep 4)
-    assert tiles(64, 144) == Config(128, 64, 64, 4, 3)
-    assert tiles(64, 192) == Config(128, 64, 64, 4, 3)
-    assert tiles(144, 144) == Config(128, 64, 32, 4, 4)
+    assert tiles(64, 144) == Config(128, 128, 64, 8, 3, 16)  # a second accumulator (session 25)
+    assert tiles(64, 192) == Config(128, 128, 64, 8, 3, 64)
+    assert tiles(144, 144) == Config(128, 128, 32, 8, 4, 16)
+    assert tiles(64, 200) == Config(256, 128, 64, 8, 3)  # (no 128 + 16/32/64 divides 200)
     assert tiles(64, 256) == Config(256, 128, 64, 8, 3)
     assert tiles(64, 921) == Config(256, 128, 64, 8, 3)  # 1024 against 960: close enough
 
@@ -1076,3 +1078,78 @@ def test_weight_gradient_kernel_writes_input_channels_innermost(dims, device, mo
     assert got.stride() == w.stride()
     (partial,) = outputs
     assert partial.stride(2) == 1, partial.stride()  # (splits, C_out, C_in, taps...)
+
+
+TAIL_CONFIGS = [
+    implicit_gemm.Config(32, 32, 16, 4, 1, 16),
+    implicit_gemm.Config(16, 16, 16, 4, 1, 32),
+]
+
+
+@pytest.mark.parametrize("config", TAIL_CONFIGS, ids=str)
+@pytest.mark.parametrize("split", [False, True], ids=["whole", "split"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        # (N, C, spatial, K, kernel, stride, padding, dilation)
+        (2, 16, (16, 12), 48, (3, 3), 1, 1, 1),  # one column tile of 48; over GROUP_M row tiles
+        (1, 24, (7, 6), 40, (3, 2), 2, 1, 2),  # the second accumulator's columns partly masked
+        (2, 20, (5, 6), 96, (1, 1), 1, 0, 1),  # two column tiles, one tap
+        (1, 12, (3, 5, 4), 48, (3, 3, 3), (1, 2, 1), 1, 1),  # 3-D
+    ],
+    ids=["48", "40-strided", "96-1x1", "3d"],
+)
+def test_second_accumulator_matches_float64(case, split, config, device, monkeypatch):
+    """Column tiles of ``block_n + block_n2`` channels (``BLOCK_N2``): forward with bias and
+    the input gradient (its stride phases), into poisoned outputs, whole and with the
+    reduction split, against float64; every column of both accumulators written."""
+    N, C, spatial, K, kernel, stride, padding, dilation = case
+    rank = len(spatial)
+    stride, padding, dilation = ((v,) * rank if isinstance(v, int) else v
+                                 for v in (stride, padding, dilation))  # fmt: skip
+    geo = tritonconv.geometry.make_geometry(spatial, kernel, stride, padding, padding, dilation)
+    cl = torch.channels_last if rank == 2 else torch.channels_last_3d
+    conv = F.conv2d if rank == 2 else F.conv3d
+    x = random_tensor((N, C, *spatial), torch.float32, device).to(memory_format=cl)
+    w = random_tensor((K, C, *kernel), torch.float32, device).to(memory_format=cl)
+    b = random_tensor((K,), torch.float32, device)
+    dy = random_tensor((N, K, *geo.output), torch.float32, device).to(memory_format=cl)
+    if split:
+        monkeypatch.setattr(implicit_gemm, "INTERPRETER_MULTIPROCESSORS", 64)
+        monkeypatch.setattr(implicit_gemm, "multiprocessor_count", lambda device: 1 << 20)
+        monkeypatch.setattr(implicit_gemm, "SPLIT_K_MIN_REDUCTION", 1)
+        monkeypatch.setattr(implicit_gemm, "SPLIT_K_MIN_STEPS", 1)
+    splits = []
+    real = implicit_gemm.split_k
+    monkeypatch.setattr(implicit_gemm, "split_k", lambda *a: splits.append(real(*a)) or splits[-1])
+    tritonconv.clear_caches()  # (launch plans recorded with other split rules)
+    want_y = conv(x.double(), w.double(), b.double(), stride, padding, dilation)
+    want_dx = torch.ops.aten.convolution_backward(
+        dy.double(), x.double(), w.double(), None, stride, padding, dilation,
+        False, (0,) * rank, 1, (True, False, False),
+    )[0]  # fmt: skip
+    y = poison_(torch.empty_like(want_y, dtype=torch.float32).to(memory_format=cl))
+    dx = poison_(torch.empty_like(x))
+    with exact_fp32():
+        implicit_gemm._launch_conv(x, w, b, y, geo, 1, False, config)
+        implicit_gemm._launch_conv(dy, w, None, dx, geo, 1, True, config)
+    tritonconv.clear_caches()
+    assert (max(splits) > 1) == split
+    assert_close(y, want_y, reduction=C * math.prod(kernel), name="output")
+    assert_close(dx, want_dx, reduction=K * math.prod(kernel), name="dx")
+
+
+def test_tail_columns_rule(monkeypatch):
+    """Widths 128-wide tiles pad take a 128 + 16/32/64 column tile that divides them (the
+    (2+1)D widths 144, 288, 576); widths 128 divides (1152) or no such tile divides, fp32 and
+    the switched-off rule take none; packed groups and 256-row tiles never see one."""
+    rule, bf16 = implicit_gemm.tail_columns, torch.bfloat16
+    assert [rule(bf16, c) for c in (144, 288, 576, 160, 320, 192, 960)] == [
+        16, 16, 16, 32, 32, 64, 32,
+    ]  # fmt: skip
+    assert [rule(bf16, c) for c in (128, 1152, 256, 96, 200, 448, 64, 16)] == [0] * 8
+    assert rule(torch.float32, 144) == 0 and rule(torch.float16, 144) == 16
+    monkeypatch.setattr(implicit_gemm, "TAIL_COLUMNS", False)
+    assert rule(bf16, 144) == 0
+    assert not implicit_gemm.swap_rule(bf16, implicit_gemm.Config(256, 128, 64, 8, 3, 16))
+    assert str(implicit_gemm.Config(128, 128, 64, 8, 3, 16)) == "128x(128+16)x64 w8 s3"

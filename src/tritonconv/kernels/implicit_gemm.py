@@ -184,6 +184,7 @@ def conv_igemm_kernel(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
+    BLOCK_N2: tl.constexpr,
     GROUP_M: tl.constexpr,
     PACK: tl.constexpr,
     INDEX_64: tl.constexpr,
@@ -230,7 +231,12 @@ def conv_igemm_kernel(
     the source (not its zero padding) is worked out once, before the loop, as one bit per tap
     in an int32 per row; a step then tests its tap's bit instead of comparing the row's
     source coordinates with the bounds (four compares and the selects that merge them, per
-    row and step: ~16 SASS instructions per 16-byte load, the loop's largest share)."""
+    row and step: ~16 SASS instructions per 16-byte load, the loop's largest share).
+
+    ``BLOCK_N2 > 0`` (not with ``SWAP`` or ``PACK``): a column tile is ``BLOCK_N + BLOCK_N2``
+    destination channels wide, a width Triton's power-of-two blocks cannot have (144 = 128 +
+    16): a second accumulator of ``BLOCK_N2`` columns takes the same source tile each step, so
+    no column is padded and the source is read once for all of them."""
     if ALIGN > 1:
         src_sn = _aligned(src_sn, ALIGN)
         src_sd = _aligned(src_sd, ALIGN)
@@ -255,7 +261,7 @@ def conv_igemm_kernel(
     phase = 0 if SPLIT_K else tl.program_id(2)  # (SPLIT_K: splits on that axis, one phase)
     # Grouped ordering: GROUP_M row blocks share each column block while it is in L2.
     m_blocks = tl.cdiv(M, BLOCK_M)
-    n_blocks = tl.cdiv(dst_per_group, BLOCK_N)
+    n_blocks = tl.cdiv(dst_per_group, BLOCK_N + BLOCK_N2)
     if FOLD_Z:
         phase += (pid // (m_blocks * n_blocks)) * tl.num_programs(2)
         pid = pid % (m_blocks * n_blocks)
@@ -307,16 +313,23 @@ def conv_igemm_kernel(
         base_w = dw * stride_w - pad_w
         step_d, step_h, step_w = dil_d, dil_h, dil_w
 
-    d = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    d = pid_n * (BLOCK_N + BLOCK_N2) + tl.arange(0, BLOCK_N)
     d_ok = d < dst_per_group
     # Every address of a row is its base plus a per-tap scalar: computed once here.
     src_rows = src_ptr + n * src_sn + (g * src_per_group) * src_sc
     src_rows += base_d * src_sd + base_h * src_sh + base_w * src_sw
+    w_first_tap = k0_d * w_skd + k0_h * w_skh + k0_w * w_skw
     if PACK > 1:  # the real group and channel of each packed destination channel
         w_cols = w_ptr + (g * PACK + d // dst_g) * w_sg + (d % dst_g) * w_sd
     else:
         w_cols = w_ptr + g * w_sg + d * w_sd
-    w_cols += k0_d * w_skd + k0_h * w_skh + k0_w * w_skw
+    w_cols += w_first_tap
+    if BLOCK_N2 > 0:  # the tile's last BLOCK_N2 columns, their own accumulator
+        tl.static_assert(USE_DOT and PACK == 1 and not SWAP)
+        d2 = pid_n * (BLOCK_N + BLOCK_N2) + BLOCK_N + tl.arange(0, BLOCK_N2)
+        d2_ok = d2 < dst_per_group
+        w_cols2 = w_ptr + g * w_sg + d2 * w_sd + w_first_tap
+        acc2 = tl.zeros([BLOCK_M, BLOCK_N2], dtype=ACC_DTYPE)
     k = tl.arange(0, BLOCK_K)
 
     c_blocks = tl.cdiv(src_per_group, BLOCK_K)
@@ -397,6 +410,13 @@ def conv_igemm_kernel(
         if PACK > 1:
             b_mask = b_mask & diagonal
         b = tl.load(b_ptrs, mask=b_mask, other=0)
+        if BLOCK_N2 > 0:
+            b2_ptrs = w_cols2[None, :] + (w_tap + c * w_ss)[:, None]
+            if EVEN_K:
+                b2 = tl.load(b2_ptrs, mask=d2_ok[None, :], other=0)
+            else:
+                b2 = tl.load(b2_ptrs, mask=c_ok[:, None] & d2_ok[None, :], other=0)
+            acc2 = tl.dot(a.to(DOT_DTYPE), b2.to(DOT_DTYPE), acc2, input_precision=DOT_PRECISION)
         if SWAP:
             acc = tl.dot(b.to(DOT_DTYPE).T, a.to(DOT_DTYPE).T, acc, input_precision=DOT_PRECISION)
         elif USE_DOT:
@@ -419,21 +439,36 @@ def conv_igemm_kernel(
 
     if SWAP:
         acc = acc.T
-    if HAS_BIAS:
-        bias = tl.load(bias_ptr + g * dst_per_group + d, mask=d_ok, other=0).to(ACC_DTYPE)
-        if SPLIT_K:  # added once, by the first split
-            bias = tl.where(tl.program_id(2) == 0, bias, tl.zeros_like(bias))
-        acc += bias[None, :]
-    dst = dst_ptr + (n * dst_sn + dd * dst_sd + dh * dst_sh + dw * dst_sw)[:, None]
-    dst += ((g * dst_per_group + d) * dst_sc)[None, :]
+    dst_rows = dst_ptr + n * dst_sn + dd * dst_sd + dh * dst_sh + dw * dst_sw
     if SPLIT_K:
         if ALIGN > 1:
             dst_split_stride = _aligned(dst_split_stride, ALIGN)
         split = tl.program_id(2)
         if INDEX_64:
             split = split.to(tl.int64)
-        dst += split * dst_split_stride
-    tl.store(dst, acc.to(dst_ptr.dtype.element_ty), mask=row_ok[:, None] & d_ok[None, :])
+        dst_rows += split * dst_split_stride
+    _store_columns(acc, d, d_ok, dst_rows, row_ok, bias_ptr, g * dst_per_group, dst_sc,
+                   HAS_BIAS, SPLIT_K, ACC_DTYPE)  # fmt: skip
+    if BLOCK_N2 > 0:
+        _store_columns(acc2, d2, d2_ok, dst_rows, row_ok, bias_ptr, g * dst_per_group, dst_sc,
+                       HAS_BIAS, SPLIT_K, ACC_DTYPE)  # fmt: skip
+
+
+@triton.jit
+def _store_columns(
+    acc, d, d_ok, dst_rows, row_ok, bias_ptr, first_channel, dst_sc,
+    HAS_BIAS: tl.constexpr, SPLIT_K: tl.constexpr, ACC_DTYPE: tl.constexpr,
+):  # fmt: skip
+    """``conv_igemm_kernel``'s epilogue for the columns ``d`` (destination channels
+    ``first_channel + d``) of the rows starting at ``dst_rows``: the bias added (under
+    ``SPLIT_K`` by the first split only), cast and stored."""
+    if HAS_BIAS:
+        bias = tl.load(bias_ptr + first_channel + d, mask=d_ok, other=0).to(ACC_DTYPE)
+        if SPLIT_K:  # added once, by the first split
+            bias = tl.where(tl.program_id(2) == 0, bias, tl.zeros_like(bias))
+        acc += bias[None, :]
+    dst = dst_rows[:, None] + ((first_channel + d) * dst_sc)[None, :]
+    tl.store(dst, acc.to(dst_rows.dtype.element_ty), mask=row_ok[:, None] & d_ok[None, :])
 
 
 @triton.jit

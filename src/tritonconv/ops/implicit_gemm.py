@@ -85,17 +85,26 @@ INTERPRETER_MULTIPROCESSORS = 0
 
 
 class Config(NamedTuple):
-    """One tile configuration of an implicit-GEMM kernel."""
+    """One tile configuration of an implicit-GEMM kernel. ``block_n2`` (forward/input-gradient
+    kernel only): a second accumulator's columns, the column tile ``block_n + block_n2`` wide
+    (:func:`tail_columns`)."""
 
     block_m: int
     block_n: int
     block_k: int
     num_warps: int
     num_stages: int
+    block_n2: int = 0
 
     def __str__(self) -> str:
-        m, n, k, w, s = self
-        return f"{m}x{n}x{k} w{w} s{s}"
+        m, n, k, w, s, n2 = self
+        columns = f"({n}+{n2})" if n2 else f"{n}"
+        return f"{m}x{columns}x{k} w{w} s{s}"
+
+    @property
+    def columns(self) -> int:
+        """Destination channels one program computes."""
+        return self.block_n + self.block_n2
 
 
 def _k_block(dtype: torch.dtype, channels: int) -> int:
@@ -159,6 +168,9 @@ def forward_config(dtype, rows, src_per_group, dst_per_group, groups, device, ta
         # stores with another's loads. Session 18: ResNet-50's 1x1 64 -> 256 at 56x56
         # 39.2 -> 34.7 µs.
         return Config(128, 128, 64, 8, 2)
+    block_n2 = tail_columns(dtype, dst_per_group)
+    if block_n2:
+        return Config(128, 128, block_k, 8, 3 if block_k == 64 else 4, block_n2)
     if cdiv(dst_per_group, 128) * 128 * 8 > cdiv(dst_per_group, 64) * 64 * 9:
         # 128-wide tiles would pad the columns by far more than 64-wide ones (144 channels:
         # 256 against 192); measured (probe_small_wave.py --odd, r2plus1d's 144-channel
@@ -173,6 +185,21 @@ def forward_config(dtype, rows, src_per_group, dst_per_group, groups, device, ta
     if not fp32 and block_k == 64 and rows >= 16384:
         return Config(256, 128, 64, 8, 3)
     return Config(128, 128, block_k, 8, 3 if block_k * (2 if fp32 else 1) >= 64 else 4)
+
+
+#: Whether 16-bit forward/input-gradient tiles may take a second accumulator (:func:`tail_columns`).
+TAIL_COLUMNS = True
+
+
+def tail_columns(dtype, dst_per_group: int) -> int:
+    """The second accumulator's width (``Config.block_n2``) for ``dst_per_group`` destination
+    channels, 0 for none: where 128-wide tiles would pad the columns (144, 160, 192, 288, 576
+    channels), a column tile of 128 plus 16, 32 or 64 that divides them exactly. 16-bit only
+    (fp32 tiles are narrower). The (2+1)D convolutions of video networks widen 64 -> 144,
+    128 -> 288, 256 -> 576 channels: each a multiple of 144."""
+    if not TAIL_COLUMNS or dtype not in (torch.float16, torch.bfloat16) or dst_per_group % 128 == 0:
+        return 0
+    return next((n2 for n2 in (16, 32, 64) if dst_per_group % (128 + n2) == 0), 0)
 
 
 def wgrad_config(dtype, out_per_group: int, in_per_group: int, rows: int, kw: int = 1) -> Config:
@@ -688,7 +715,8 @@ def _launch_conv(src, weight, bias, dst, geometry: Geometry, groups: int, transp
             src.dtype, N, src_per_group, dst_per_group, dst_spatial, stride, kernel, groups,
             transposed, src.device,
         )  # fmt: skip
-    block_m, block_n, block_k, num_warps, num_stages = config
+    config = Config(*config)
+    block_m, block_n, block_k, num_warps, num_stages, block_n2 = config
     # The weight tile is read along the source-side (reduction) channels or the destination
     # channels: one of them must be the weight's innermost axis (copied so if neither is).
     # TF32 tensor-core products take only K-major tiles (reduction axis innermost): an fp32
@@ -707,7 +735,9 @@ def _launch_conv(src, weight, bias, dst, geometry: Geometry, groups: int, transp
     pack = group_pack(src.dtype, src_per_group, dst_per_group, groups)
     src_g, dst_g = src_per_group, dst_per_group
     src_per_group, dst_per_group, groups = pack * src_g, pack * dst_g, groups // pack
-    grid = (cdiv(rows, block_m) * cdiv(dst_per_group, block_n), groups, phases)
+    if pack > 1 and block_n2:  # (a tile's second accumulator is not block-diagonal)
+        raise ValueError(f"tile configuration {config}: packed groups take no second accumulator")
+    grid = (cdiv(rows, block_m) * cdiv(dst_per_group, config.columns), groups, phases)
     splits = 1
     if phases == 1 and src.dtype in DOT_DTYPES and _is_dense(dst):
         steps = math.prod(kernel) * cdiv(src_per_group, block_k)
@@ -770,6 +800,7 @@ def _launch_conv(src, weight, bias, dst, geometry: Geometry, groups: int, transp
         BLOCK_M=block_m,
         BLOCK_N=block_n,
         BLOCK_K=block_k,
+        BLOCK_N2=block_n2,
         GROUP_M=8,
         PACK=pack,
         INDEX_64=needs_int64(src, dst, w, None if splits == 1 else partial),
@@ -778,7 +809,7 @@ def _launch_conv(src, weight, bias, dst, geometry: Geometry, groups: int, transp
         SPLIT_K=splits > 1,
         # launch folds more phases than CUDA's 65535 into axis 0 (a split count never is)
         FOLD_Z=None if splits > 1 else False,
-        SWAP=swap_rule(src.dtype, Config(*config)),
+        SWAP=swap_rule(src.dtype, config),
         TAP_BITS=tap_bits_rule(kernel, pack),
         num_warps=num_warps,
         num_stages=num_stages,
@@ -810,7 +841,9 @@ def swap_rule(dtype, config) -> bool:
     again: 20 instead of 24 KB of shared memory per 16-deep step. Session 18
     (probe_swap_tiles.py, H100, bf16): dilated 3x3 256 at 64x64 152.1 -> 141.8 µs, ResNet-50's
     3x3 128 at 28x28 22.6 -> 21.3; on 128-row tiles it moved nothing beyond noise (±3 %)."""
-    return dtype in (torch.float16, torch.bfloat16) and config.block_m == 256
+    config = Config(*config)
+    half = dtype in (torch.float16, torch.bfloat16)
+    return half and config.block_m == 256 and not config.block_n2  # (no transposed second tile)
 
 
 def describe(dtype, config) -> str:
@@ -965,7 +998,7 @@ def _launch_grad_weight(
     kernel, stride, pad, dil = _window3(geometry)
     rows = N * geometry.output_numel
     splits = partial.shape[0]
-    block_m, block_n, block_k, num_warps, num_stages = config
+    block_m, block_n, block_k, num_warps, num_stages = config[:5]  # (no second accumulator)
     per_split = cdiv(cdiv(rows, block_k), splits) * block_k
     tiles = cdiv(out_per_group, block_m) * cdiv(in_per_group, block_n)
     out_sizes = _spatial3(grad_out.shape[2:], 1)
