@@ -1153,3 +1153,45 @@ def test_tail_columns_rule(monkeypatch):
     assert rule(bf16, 144) == 0
     assert not implicit_gemm.swap_rule(bf16, implicit_gemm.Config(256, 128, 64, 8, 3, 16))
     assert str(implicit_gemm.Config(128, 128, 64, 8, 3, 16)) == "128x(128+16)x64 w8 s3"
+
+
+@pytest.mark.parametrize("width", [144, 160, 192, 288])
+def test_second_accumulator_in_16_bit(width, device, monkeypatch):
+    """The widths ``tail_columns`` serves, bf16 channels-last on the H100's tiles (128 x
+    (128 + n2), tensor cores on a GPU): the heuristic takes the second accumulator, and the
+    forward with bias and the input gradient (``width`` its reduction too) match float64."""
+    monkeypatch.setattr(implicit_gemm, "INTERPRETER", False)  # the GPU's tile rule
+    monkeypatch.setattr(implicit_gemm, "multiprocessor_count", lambda device: 1)
+    tritonconv.clear_caches()
+    launched = []
+    real = implicit_gemm.launch
+    monkeypatch.setattr(
+        implicit_gemm, "launch", lambda *a, **m: launched.append(m) or real(*a, **m)
+    )
+    cl, bf16 = torch.channels_last, torch.bfloat16
+    x = random_tensor((2, 64, 12, 11), bf16, device).to(memory_format=cl)
+    w = random_tensor((width, 64, 3, 3), bf16, device).to(memory_format=cl)
+    b = random_tensor((width,), bf16, device)
+    y = implicit_gemm.conv_forward(x, w, b, _geometry((12, 11), (3, 3), 1, 1), 1)
+    n2 = implicit_gemm.tail_columns(bf16, width)
+    assert n2 > 0 and [m["BLOCK_N2"] for m in launched] == [n2]
+    ref = F.conv2d(x.double(), w.double(), b.double(), padding=1)
+    assert_close(y, ref, reduction=64 * 9, name="output")
+    # the input gradient of a convolution from ``width`` channels: ``width`` destination columns
+    dy = random_tensor((2, 64, 12, 11), bf16, device).to(memory_format=cl)
+    w2 = random_tensor((64, width, 3, 3), bf16, device).to(memory_format=cl)
+    like = torch.empty((2, width, 12, 11), dtype=bf16, device=device).to(memory_format=cl)
+    dx = implicit_gemm.conv_grad_input(dy, w2, like, _geometry((12, 11), (3, 3), 1, 1), 1)
+    want = torch.ops.aten.convolution_backward(
+        dy.double(), like.double(), w2.double(), None, (1, 1), (1, 1), (1, 1), False, (0, 0), 1,
+        (True, False, False),
+    )[0]  # fmt: skip
+    assert_close(dx, want, reduction=64 * 9, name="dx")
+    assert [m["BLOCK_N2"] for m in launched] == [n2, n2]
+    tritonconv.clear_caches()
+
+
+def _geometry(size, kernel, stride, padding):
+    rank = len(size)
+    stride, padding = (stride,) * rank, (padding,) * rank
+    return tritonconv.geometry.make_geometry(size, kernel, stride, padding, padding, (1,) * rank)
