@@ -1149,6 +1149,16 @@ def test_tail_columns_rule(monkeypatch):
     ]  # fmt: skip
     assert [rule(bf16, c) for c in (128, 1152, 256, 96, 200, 448, 64, 16)] == [0] * 8
     assert rule(torch.float32, 144) == 0 and rule(torch.float16, 144) == 16
+    # groups of 16 -> 144 channels run two at a time (group_pack): 288 columns, but packed
+    monkeypatch.setattr(implicit_gemm, "INTERPRETER", False)
+    monkeypatch.setattr(implicit_gemm, "multiprocessor_count", lambda device: 132)
+    packed = implicit_gemm.launch_config(
+        bf16, 8, 16, 144, (56, 56), (1, 1), (3, 3), 2, False, "cuda"
+    )  # fmt: skip
+    assert implicit_gemm.group_pack(bf16, 16, 144, 2) == 2 and packed.block_n2 == 0
+    assert implicit_gemm.launch_config(
+        bf16, 8, 144, 144, (56, 56), (1, 1), (3, 3), 2, False, "cuda"
+    ).block_n2 == 16  # fmt: skip
     monkeypatch.setattr(implicit_gemm, "TAIL_COLUMNS", False)
     assert rule(bf16, 144) == 0
     assert not implicit_gemm.swap_rule(bf16, implicit_gemm.Config(256, 128, 64, 8, 3, 16))

@@ -124,10 +124,13 @@ def _k_block(dtype: torch.dtype, channels: int) -> int:
 SMALL_WAVE_LONG_REDUCTION = 4096
 
 
-def forward_config(dtype, rows, src_per_group, dst_per_group, groups, device, taps=1) -> Config:
+def forward_config(
+    dtype, rows, src_per_group, dst_per_group, groups, device, taps=1, packed=False
+) -> Config:
     """The heuristic tile configuration of ``conv_igemm_kernel`` for a GEMM of ``rows`` rows
     per group, reducing ``src_per_group`` channels per tap over ``taps`` taps into
-    ``dst_per_group`` columns. Fitted to the H100 sweep of ``benchmarks/sweep_igemm.py`` and
+    ``dst_per_group`` columns (``packed``: groups packed into these, which take no second
+    accumulator). Fitted to the H100 sweep of ``benchmarks/sweep_igemm.py`` and
     ``benchmarks/probe_small_wave.py`` (benchmarks/NOTES.md)."""
     if dtype not in DOT_DTYPES:  # outer products, one channel per step
         rows_per_program = 256 if INTERPRETER else 64  # the interpreter: fewer Python steps
@@ -168,7 +171,7 @@ def forward_config(dtype, rows, src_per_group, dst_per_group, groups, device, ta
         # stores with another's loads. Session 18: ResNet-50's 1x1 64 -> 256 at 56x56
         # 39.2 -> 34.7 µs.
         return Config(128, 128, 64, 8, 2)
-    block_n2 = tail_columns(dtype, dst_per_group)
+    block_n2 = 0 if packed else tail_columns(dtype, dst_per_group)
     if block_n2:
         return Config(128, 128, block_k, 8, 3 if block_k == 64 else 4, block_n2)
     if cdiv(dst_per_group, 128) * 128 * 8 > cdiv(dst_per_group, 64) * 64 * 9:
@@ -338,8 +341,9 @@ def launch_config(dtype, batch, src_per_group, dst_per_group, dst_spatial, strid
     # taps a row reduces over: an input gradient's stride phase takes about 1/stride of them
     taps = math.prod(cdiv(k, s) if transposed else k for k, s in zip(kernel, stride, strict=True))
     return forward_config(
-        dtype, rows, pack * src_per_group, pack * dst_per_group, groups // pack, device, taps
-    )
+        dtype, rows, pack * src_per_group, pack * dst_per_group, groups // pack, device, taps,
+        packed=pack > 1,
+    )  # fmt: skip
 
 
 # Forward tiles benchmark mode tries besides the heuristic's (``tuning_configs``): each the
