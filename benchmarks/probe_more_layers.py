@@ -49,7 +49,9 @@ LAYERS = {
 }
 EXTRA = [C(256, 64, 64, 8, 3), C(128, 64, 64, 4, 3), C(64, 64, 64, 4, 3), C(256, 128, 64, 8, 3),
          C(128, 128, 64, 8, 3), C(128, 64, 128, 4, 3), C(256, 64, 128, 8, 3),
-         C(128, 64, 32, 4, 4)]  # fmt: skip
+         C(128, 64, 32, 4, 4),
+         # 256-row tiles sharing an SM (session 25: two programs rather than one)
+         C(256, 64, 64, 8, 2), C(256, 64, 32, 8, 4), C(256, 64, 32, 8, 3), C(256, 64, 64, 4, 2)]  # fmt: skip
 # Column tiles of 128 + 16/32 channels, a second accumulator (BLOCK_N2, session 25): for
 # destination widths 128 does not divide
 TAIL = [C(128, 128, 64, 8, 3, 16), C(128, 128, 64, 4, 3, 16), C(128, 128, 32, 8, 4, 16),

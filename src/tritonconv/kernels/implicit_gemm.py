@@ -834,17 +834,19 @@ def pointwise_tma_kernel(
         if SCATTER:
             run = PW * C_phase  # columns of one (depth, height) tap: its width taps side by side
             ab = n0 // run  # the tile's (depth tap, height tap) = (ab // PH, ab % PH)
-        if SCATTER and TAP_BOX:
-            t = m0 // W_src
-            at = [(t // H_src) * PD + ab // PH, t % H_src, ab % PH, m0 % W_src, n0 % run]
-            dst.store(at, acc.to(dst.dtype).reshape([1, BLOCK_M // BOX_W, 1, BOX_W, BLOCK_N]))
-        elif SCATTER:
-            m = m0.to(tl.int64) + tl.arange(0, BLOCK_M)
-            t = m // W_src
-            row = (t // H_src) * row_sd + (t % H_src) * row_sh + (m % W_src) * row_sw
-            first = (ab // PH) * col_sd + (ab % PH) * col_sh + n0 % run  # (the launcher: < 2**31)
-            col = tl.multiple_of(first, BLOCK_N) + tl.arange(0, BLOCK_N)
-            ptrs = dst + tl.multiple_of(row, 8)[:, None] + col[None, :]
-            tl.store(ptrs, acc.to(dst.dtype.element_ty), mask=(m < rows)[:, None])
+            if TAP_BOX:
+                t = m0 // W_src
+                at = [(t // H_src) * PD + ab // PH, t % H_src, ab % PH, m0 % W_src, n0 % run]
+                box = [1, BLOCK_M // BOX_W, 1, BOX_W, BLOCK_N]
+                dst.store(at, acc.to(dst.dtype).reshape(box))
+            else:
+                m = m0.to(tl.int64) + tl.arange(0, BLOCK_M)
+                t = m // W_src
+                row = (t // H_src) * row_sd + (t % H_src) * row_sh + (m % W_src) * row_sw
+                # (the launcher keeps this under 2**31)
+                first = (ab // PH) * col_sd + (ab % PH) * col_sh + n0 % run
+                col = tl.multiple_of(first, BLOCK_N) + tl.arange(0, BLOCK_N)
+                ptrs = dst + tl.multiple_of(row, 8)[:, None] + col[None, :]
+                tl.store(ptrs, acc.to(dst.dtype.element_ty), mask=(m < rows)[:, None])
         else:
             dst.store([m0, n0], acc.to(dst.dtype))
