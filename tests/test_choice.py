@@ -12,6 +12,7 @@ import torch
 import tritonconv as tc
 from tritonconv import choice
 from tritonconv.cli import main
+from tritonconv.ops.implicit_gemm import Config
 from tritonconv.testing import assert_close
 
 
@@ -120,7 +121,8 @@ ALTERNATIVE = (32, 16, 16, 4, 1)  # tiles the interpreter takes
 
 def _tuning(monkeypatch, configs) -> list:
     """Benchmark mode tries ``configs``; a timer makes :data:`ALTERNATIVE` the fastest of
-    everything; returns the list of forward tiles as the implicit GEMM receives them."""
+    everything; returns the list of forward tiles as the implicit GEMM receives them (a
+    ``Config``, whose sixth field the 5-tuples here leave at its default, or ``()``)."""
     from tritonconv.ops import implicit_gemm
 
     monkeypatch.setattr(implicit_gemm, "tuning_configs", lambda *a: configs)
@@ -128,12 +130,12 @@ def _tuning(monkeypatch, configs) -> list:
     real_forward = implicit_gemm.conv_forward
 
     def forward(x, w, b, geometry, groups, config=None):
-        seen.append(tuple(config) if config else ())
+        seen.append(implicit_gemm.Config(*config) if config else ())
         return real_forward(x, w, b, geometry, groups, config)
 
     def timer(fn, reps, **_):
         fn(0)
-        return 1.0 if seen and seen[-1] == ALTERNATIVE else 5.0
+        return 1.0 if seen and seen[-1] == implicit_gemm.Config(*ALTERNATIVE) else 5.0
 
     monkeypatch.setattr(implicit_gemm, "conv_forward", forward)
     monkeypatch.setattr(choice, "device_ms", timer)
@@ -151,7 +153,7 @@ def test_benchmark_mode_tunes_the_implicit_gemm_tiles(cache_dir, device, monkeyp
     tc.set_benchmark(True)
     first = tc.explain(x, w, padding=1)
     assert first.algo == "implicit_gemm" and first.config == alternative
-    assert {(), broken, alternative} <= set(seen)
+    assert {(), Config(*broken), Config(*alternative)} <= set(seen)
     assert "32x16x16 w4 s1 (measured)" in first.reason
     stored = json.loads(choice.cache_file().read_text())
     assert [v["config"] for v in stored.values()] == [list(alternative)]
@@ -159,7 +161,7 @@ def test_benchmark_mode_tunes_the_implicit_gemm_tiles(cache_dir, device, monkeyp
     tc.clear_caches()
     seen.clear()
     y = tc.conv2d(x, w, padding=1)  # from the disk: the measured tiles, not measured again
-    assert seen == [alternative]
+    assert seen == [Config(*alternative)]
     expected = torch.nn.functional.conv2d(x.double().cpu(), w.double().cpu(), padding=1)
     assert torch.allclose(y.double().cpu(), expected, atol=1e-4)
 
