@@ -19,6 +19,7 @@ import json
 import torch
 
 from tritonconv.bench import Options, kernel_ms, overridden
+from tritonconv.bench.conv import ConvCase
 from tritonconv.bench.dense import CASES
 from tritonconv.geometry import make_geometry
 from tritonconv.ops import implicit_gemm as ig
@@ -36,6 +37,10 @@ CONFIGS = (
     ig.Config(64, 64, 128, 4, 3),
 )
 PROGRAMS_PER_SM = (1, 2, 4)
+# Weight gradients outside the dense suite (session 25): DCGAN's 4x4 s2 p1 transposed
+# convolution (suite more, N16 256 -> 128 at 16x16 -> 32x32) as the convolution whose input
+# gradient it is, dy its input (256 channels at 16x16), x its output gradient (128 at 32x32)
+EXTRA = [ConvCase("dcgan_dw_4x4_s2", (16, 128, 32, 32), (256, 128, 4, 4), stride=2, padding=1)]
 DEFAULT = ("r50_3x3_56", "r50_3x3_28", "r50_3x3_14", "r50_3x3_7", "dil2_3x3_64",
            "unet_3x3_128", "unet_3x3_256", "aspp_dil12")  # fmt: skip
 
@@ -106,7 +111,7 @@ def main() -> None:
     opts = Options(reps=30)
     torch.backends.cudnn.benchmark = True
     out = []
-    for case in CASES:
+    for case in [*CASES, *EXTRA]:
         if case.name not in (args.cases or DEFAULT):
             continue
         row = measure(case, opts, args.rule_only, dtype)

@@ -114,7 +114,10 @@ def _gpu_launchers() -> list:
 
 def _with_tuning_tiles(entries: list[dict]) -> list[dict]:
     """Each tensor-core implicit-GEMM forward entry again with every tile configuration benchmark
-    mode may time for its dtype (``implicit_gemm.TUNING_CONFIGS``)."""
+    mode may time for its dtype (``implicit_gemm.TUNING_CONFIGS``), with the second
+    accumulator and the transposed product as the launcher would set them for those tiles."""
+    import torch
+
     from tritonconv.ops import implicit_gemm
 
     more = []
@@ -122,8 +125,10 @@ def _with_tuning_tiles(entries: list[dict]) -> list[dict]:
         if e["name"] != "conv_igemm_kernel" or not e["meta"].get("USE_DOT"):
             continue
         family = "fp32" if e["args"][0] == "*fp32" else "16-bit"
+        dtype = torch.float32 if family == "fp32" else torch.bfloat16
         for c in implicit_gemm.TUNING_CONFIGS[family]:
-            tiles = dict(BLOCK_M=c.block_m, BLOCK_N=c.block_n, BLOCK_K=c.block_k)
+            tiles = dict(BLOCK_M=c.block_m, BLOCK_N=c.block_n, BLOCK_K=c.block_k,
+                         BLOCK_N2=c.block_n2, SWAP=implicit_gemm.swap_rule(dtype, c))  # fmt: skip
             more.append(dict(e, meta=dict(e["meta"], **tiles, num_warps=c.num_warps,
                                           num_stages=c.num_stages)))  # fmt: skip
     unique = {json.dumps(e, sort_keys=True): e for e in entries + more}

@@ -1094,10 +1094,12 @@ TAIL_CONFIGS = [
         # (N, C, spatial, K, kernel, stride, padding, dilation)
         (2, 16, (16, 12), 48, (3, 3), 1, 1, 1),  # one column tile of 48; over GROUP_M row tiles
         (1, 24, (7, 6), 40, (3, 2), 2, 1, 2),  # the second accumulator's columns partly masked
+        # dx of 40 columns (both accumulators) over stride phases whose first tap is not 0
+        (2, 40, (7, 6), 16, (3, 3), 2, 1, 1),
         (2, 20, (5, 6), 96, (1, 1), 1, 0, 1),  # two column tiles, one tap
         (1, 12, (3, 5, 4), 48, (3, 3, 3), (1, 2, 1), 1, 1),  # 3-D
     ],
-    ids=["48", "40-strided", "96-1x1", "3d"],
+    ids=["48", "40-strided", "dx40-phases", "96-1x1", "3d"],
 )
 def test_second_accumulator_matches_float64(case, split, config, device, monkeypatch):
     """Column tiles of ``block_n + block_n2`` channels (``BLOCK_N2``): forward with bias and

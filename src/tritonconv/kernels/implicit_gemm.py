@@ -838,8 +838,8 @@ def pointwise_tma_kernel(
                 t = m0 // W_src
                 at = [(t // H_src) * PD + ab // PH, t % H_src, ab % PH, m0 % W_src, n0 % run]
                 # (the box shape a literal: a list held in a variable is a list of tensors)
-                tile = acc.to(dst.dtype).reshape([1, BLOCK_M // BOX_W, 1, BOX_W, BLOCK_N])
-                dst.store(at, tile)
+                box = acc.to(dst.dtype).reshape([1, BLOCK_M // BOX_W, 1, BOX_W, BLOCK_N])
+                dst.store(at, box)
             else:
                 m = m0.to(tl.int64) + tl.arange(0, BLOCK_M)
                 t = m // W_src
