@@ -1092,7 +1092,7 @@ TAIL_CONFIGS = [
     "case",
     [
         # (N, C, spatial, K, kernel, stride, padding, dilation)
-        (2, 16, (16, 12), 48, (3, 3), 1, 1, 1),  # one column tile of 48; over GROUP_M row tiles
+        (1, 16, (16, 12), 48, (3, 3), 1, 1, 1),  # one column tile of 48; over GROUP_M row tiles
         (1, 24, (7, 6), 40, (3, 2), 2, 1, 2),  # the second accumulator's columns partly masked
         # dx of 40 columns (both accumulators) over stride phases whose first tap is not 0
         (2, 40, (7, 6), 16, (3, 3), 2, 1, 1),
