@@ -613,6 +613,16 @@ def test_weight_gradient_bounds_both_ways(dilation, device, monkeypatch):
             _check(x, w, None, padding=dilation + 1, dilation=dilation)
 
 
+def _force_split_k(monkeypatch, min_steps=1) -> None:
+    """Make the forward/input-gradient launcher split the reduction of any small shape
+    (``min_steps`` steps a split at least; None: the rule's)."""
+    monkeypatch.setattr(implicit_gemm, "INTERPRETER_MULTIPROCESSORS", 64)
+    monkeypatch.setattr(implicit_gemm, "multiprocessor_count", lambda device: 1 << 20)
+    monkeypatch.setattr(implicit_gemm, "SPLIT_K_MIN_REDUCTION", 1)
+    if min_steps is not None:
+        monkeypatch.setattr(implicit_gemm, "SPLIT_K_MIN_STEPS", min_steps)
+
+
 SWAP_CONFIGS = [implicit_gemm.Config(64, 32, 16, 4, 2), implicit_gemm.Config(256, 128, 64, 8, 3)]
 
 
@@ -638,9 +648,7 @@ def test_transposed_product_matches_float64(geometry, config, device, monkeypatc
         dy.double(), x.double(), w.double(), None, geo.stride, geo.pad_before, geo.dilation,
         False, (0, 0), groups, (True, False, False),
     )[0]  # fmt: skip
-    monkeypatch.setattr(implicit_gemm, "INTERPRETER_MULTIPROCESSORS", 64)
-    monkeypatch.setattr(implicit_gemm, "multiprocessor_count", lambda device: 1 << 20)
-    monkeypatch.setattr(implicit_gemm, "SPLIT_K_MIN_REDUCTION", 1)
+    _force_split_k(monkeypatch, None)
     with exact_fp32():
         for swapped in (False, True):
             monkeypatch.setattr(implicit_gemm, "swap_rule", lambda dtype, cfg, s=swapped: s)
@@ -669,10 +677,7 @@ def test_split_k_matches_float64(case, dtype, device, monkeypatch):
     the bias added once, every split's steps (from any first channel block and tap) summed,
     against float64; the split path asserted to have run, and bitwise reproducible."""
     shape, wshape, kwargs, min_steps = case
-    monkeypatch.setattr(implicit_gemm, "INTERPRETER_MULTIPROCESSORS", 64)
-    monkeypatch.setattr(implicit_gemm, "multiprocessor_count", lambda device: 1 << 20)
-    monkeypatch.setattr(implicit_gemm, "SPLIT_K_MIN_REDUCTION", 1)
-    monkeypatch.setattr(implicit_gemm, "SPLIT_K_MIN_STEPS", min_steps)
+    _force_split_k(monkeypatch, min_steps)
     splits = []
     real = implicit_gemm.split_k
     monkeypatch.setattr(implicit_gemm, "split_k", lambda *a: splits.append(real(*a)) or splits[-1])
@@ -703,10 +708,7 @@ def test_split_k_kernel_is_given_all_partials(device, monkeypatch):
     given the whole partials buffer, not split 0's view of it. A traced launch (torch.compile)
     bounds a kernel's writes by the tensors it is given: given the view, compiled ResNet-50's
     split layers read uninitialised memory (NaN) and wrote out of bounds (session 16)."""
-    monkeypatch.setattr(implicit_gemm, "INTERPRETER_MULTIPROCESSORS", 64)
-    monkeypatch.setattr(implicit_gemm, "multiprocessor_count", lambda device: 1 << 20)
-    monkeypatch.setattr(implicit_gemm, "SPLIT_K_MIN_REDUCTION", 1)
-    monkeypatch.setattr(implicit_gemm, "SPLIT_K_MIN_STEPS", 1)
+    _force_split_k(monkeypatch)
     given = []
     real = implicit_gemm.launch
 
@@ -1117,10 +1119,7 @@ def test_second_accumulator_matches_float64(case, split, config, device, monkeyp
     b = random_tensor((K,), torch.float32, device)
     dy = random_tensor((N, K, *geo.output), torch.float32, device).to(memory_format=cl)
     if split:
-        monkeypatch.setattr(implicit_gemm, "INTERPRETER_MULTIPROCESSORS", 64)
-        monkeypatch.setattr(implicit_gemm, "multiprocessor_count", lambda device: 1 << 20)
-        monkeypatch.setattr(implicit_gemm, "SPLIT_K_MIN_REDUCTION", 1)
-        monkeypatch.setattr(implicit_gemm, "SPLIT_K_MIN_STEPS", 1)
+        _force_split_k(monkeypatch)
     splits = []
     real = implicit_gemm.split_k
     monkeypatch.setattr(implicit_gemm, "split_k", lambda *a: splits.append(real(*a)) or splits[-1])
