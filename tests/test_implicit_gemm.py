@@ -1158,8 +1158,22 @@ def test_tail_columns_rule(monkeypatch):
     )  # fmt: skip
     assert implicit_gemm.group_pack(bf16, 16, 144, 2) == 2 and packed.block_n2 == 0
     assert implicit_gemm.launch_config(
-        bf16, 8, 144, 144, (56, 56), (1, 1), (3, 3), 2, False, "cuda"
+        bf16, 32, 144, 144, (56, 56), (1, 1), (3, 3), 2, False, "cuda"
     ).block_n2 == 16  # fmt: skip
+
+    def n2(batch, src, dst, spatial, kernel, transposed=False):
+        return implicit_gemm.launch_config(
+            bf16, batch, src, dst, spatial, (1, 1, 1), kernel, 1, transposed, "cuda"
+        ).block_n2  # fmt: skip
+
+    # r2plus1d's input gradients (session 25's probe): the spatial 1x3x3 one (9 steps, 3136
+    # row tiles) takes it; the temporal 3x1x1 ones, 3 and 6 steps, or 12 steps over 196
+    # programs (1.5 an SM), do not
+    assert n2(8, 64, 144, (16, 56, 56), (1, 3, 3), True) == 16
+    assert n2(8, 64, 144, (16, 56, 56), (3, 1, 1), True) == 0
+    assert n2(8, 128, 288, (8, 28, 28), (3, 1, 1), True) == 0
+    assert n2(8, 256, 576, (4, 14, 14), (3, 1, 1), True) == 0
+    assert n2(8, 128, 288, (8, 28, 28), (1, 3, 3)) == 16  # the 288-wide forward: 18 steps
     monkeypatch.setattr(implicit_gemm, "TAIL_COLUMNS", False)
     assert rule(bf16, 144) == 0
     assert not implicit_gemm.swap_rule(bf16, implicit_gemm.Config(256, 128, 64, 8, 3, 16))
@@ -1173,6 +1187,7 @@ def test_second_accumulator_in_16_bit(width, device, monkeypatch):
     forward with bias and the input gradient (``width`` its reduction too) match float64."""
     monkeypatch.setattr(implicit_gemm, "INTERPRETER", False)  # the GPU's tile rule
     monkeypatch.setattr(implicit_gemm, "multiprocessor_count", lambda device: 1)
+    monkeypatch.setattr(implicit_gemm, "TAIL_MIN_WAVES", 1)  # (three row tiles here)
     tritonconv.clear_caches()
     launched = []
     real = implicit_gemm.launch

@@ -172,7 +172,13 @@ def forward_config(
         # 39.2 -> 34.7 µs.
         return Config(128, 128, 64, 8, 2)
     block_n2 = 0 if packed else tail_columns(dtype, dst_per_group)
-    if block_n2:
+    steps = taps * cdiv(src_per_group, block_k)
+    programs = cdiv(rows, 128) * cdiv(dst_per_group, 128 + block_n2) * groups
+    if (
+        block_n2
+        and steps >= TAIL_MIN_STEPS
+        and programs >= TAIL_MIN_WAVES * multiprocessor_count(device)
+    ):
         return Config(128, 128, block_k, 8, 3 if block_k == 64 else 4, block_n2)
     if cdiv(dst_per_group, 128) * 128 * 8 > cdiv(dst_per_group, 64) * 64 * 9:
         # 128-wide tiles would pad the columns by far more than 64-wide ones (144 channels:
@@ -192,6 +198,15 @@ def forward_config(
 
 #: Whether 16-bit forward/input-gradient tiles may take a second accumulator (:func:`tail_columns`).
 TAIL_COLUMNS = True
+# ... and where: reductions of at least TAIL_MIN_STEPS steps, grids of at least TAIL_MIN_WAVES
+# programs per SM. Measured (session 25, H100, bf16; probe_more_layers.py forwards and
+# probe_tail_columns.py input gradients, second accumulator against the tiles before it):
+# 9-18 steps over 3-24 programs an SM gained 8-30 % (the (2+1)D 144-wide forward 250 -> 175
+# µs, its 144-wide input gradient 262 -> 243); the temporal 3x1x1 input gradients lost: 3
+# and 6 steps (144 and 288 wide) 6-7 %, 12 steps over 1.5 programs an SM (576 wide, 7x7
+# frames) 17.1 -> 23.9 µs.
+TAIL_MIN_STEPS = 8
+TAIL_MIN_WAVES = 4
 
 
 def tail_columns(dtype, dst_per_group: int) -> int:
