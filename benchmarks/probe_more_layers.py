@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import json
 import math
 import os
 import sys
@@ -31,7 +30,7 @@ from tritonconv.ops import implicit_gemm as ig
 from tritonconv.ops.common import empty_like_format
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from probe_small_wave import time_or_run
+from probe_small_wave import time_or_run, write_rows
 
 C = ig.Config
 # name: (N, C, spatial, K, kernel, stride, padding, transposed)
@@ -150,10 +149,7 @@ def main() -> None:
     device = "cuda" if torch.cuda.is_available() else "cpu"
     rows = [probe(name, shape, device) for name, shape in LAYERS.items()
             if name in (args.layers or LAYERS)]  # fmt: skip
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
-                       "torch": torch.__version__, "rows": rows}, f, indent=1)  # fmt: skip
+    write_rows(args.json, rows, device)
 
 
 if __name__ == "__main__":

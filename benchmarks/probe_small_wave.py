@@ -17,6 +17,7 @@ CUDA-graph replay (kernel time; 20 launches a replay), the heuristic's marked.
 from __future__ import annotations
 
 import functools
+import json
 import math
 import sys
 
@@ -68,6 +69,14 @@ def graph_us(fn, launches: int = 20) -> float:
         torch.cuda.synchronize()
         times.append(start.elapsed_time(end) * 1000 / launches)
     return sorted(times)[3]
+
+
+def write_rows(path: str | None, rows: list, device: str) -> None:
+    """A probe's rows as JSON at ``path`` (none: nothing), with the device and torch version."""
+    if path:
+        with open(path, "w") as f:
+            json.dump({"device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
+                       "torch": torch.__version__, "rows": rows}, f, indent=1)  # fmt: skip
 
 
 def time_or_run(fn) -> float:

@@ -13,7 +13,6 @@ compared between the two.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 
@@ -25,7 +24,7 @@ from tritonconv.geometry import make_geometry
 from tritonconv.ops import implicit_gemm as ig
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from probe_small_wave import time_or_run
+from probe_small_wave import time_or_run, write_rows
 
 # name: (N, C_in, spatial, C_out, kernel, padding) of the forward convolution; dx has C_in
 LAYERS = {
@@ -82,10 +81,7 @@ def main() -> None:
     torch.backends.cudnn.benchmark = True
     device = "cuda" if torch.cuda.is_available() else "cpu"
     rows = [probe(name, shape, device) for name, shape in LAYERS.items()]
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
-                       "torch": torch.__version__, "rows": rows}, f, indent=1)  # fmt: skip
+    write_rows(args.json, rows, device)
 
 
 if __name__ == "__main__":
