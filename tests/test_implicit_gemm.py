@@ -743,6 +743,23 @@ def test_explicit_config(device):
             assert_close(y, F.conv2d(x.double(), w.double(), padding=1), reduction=180)
 
 
+@pytest.mark.parametrize(
+    "dtype, groups", [(torch.float32, 4), (torch.int32, 1)], ids=["packed", "int32"]
+)
+def test_second_accumulator_refuses_what_the_kernel_cannot_take(dtype, groups, device):
+    """A tile configuration with a second accumulator, given where the kernel cannot run it
+    (groups small enough to pack, a dtype off the tensor cores), is refused before any
+    launch, with a message saying why."""
+    x = random_tensor((1, 16, 5, 5), dtype, device, low=-3, high=3)
+    w = random_tensor((48, 16 // groups, 3, 3), dtype, device, low=-3, high=3)
+    geometry = _geometry((5, 5), (3, 3), 1, 1)
+    tritonconv.clear_caches()
+    with pytest.raises(ValueError, match="a second accumulator takes neither packed groups nor"):
+        implicit_gemm.conv_forward(
+            x, w, None, geometry, groups, implicit_gemm.Config(32, 32, 16, 4, 1, 16)
+        )
+
+
 @pytest.mark.parametrize("dtype", [torch.float64, torch.int32, torch.int8])
 def test_exact_dtypes_take_the_outer_product_path(dtype, device):
     """float64 and integers run the same kernels one channel per step (no tensor cores):

@@ -172,14 +172,11 @@ def forward_config(
         # 39.2 -> 34.7 µs.
         return Config(128, 128, 64, 8, 2)
     block_n2 = 0 if packed else tail_columns(dtype, dst_per_group)
-    steps = taps * cdiv(src_per_group, block_k)
-    programs = cdiv(rows, 128) * cdiv(dst_per_group, 128 + block_n2) * groups
-    if (
-        block_n2
-        and steps >= TAIL_MIN_STEPS
-        and programs >= TAIL_MIN_WAVES * multiprocessor_count(device)
-    ):
-        return Config(128, 128, block_k, 8, 3 if block_k == 64 else 4, block_n2)
+    if block_n2:
+        steps = taps * cdiv(src_per_group, block_k)
+        programs = cdiv(rows, 128) * cdiv(dst_per_group, 128 + block_n2) * groups
+        if steps >= TAIL_MIN_STEPS and programs >= TAIL_MIN_WAVES * multiprocessor_count(device):
+            return Config(128, 128, block_k, 8, 3 if block_k == 64 else 4, block_n2)
     if cdiv(dst_per_group, 128) * 128 * 8 > cdiv(dst_per_group, 64) * 64 * 9:
         # 128-wide tiles would pad the columns by far more than 64-wide ones (144 channels:
         # 256 against 192); measured (probe_small_wave.py --odd, r2plus1d's 144-channel
@@ -754,8 +751,13 @@ def _launch_conv(src, weight, bias, dst, geometry: Geometry, groups: int, transp
     pack = group_pack(src.dtype, src_per_group, dst_per_group, groups)
     src_g, dst_g = src_per_group, dst_per_group
     src_per_group, dst_per_group, groups = pack * src_g, pack * dst_g, groups // pack
-    if pack > 1 and block_n2:  # (a tile's second accumulator is not block-diagonal)
-        raise ValueError(f"tile configuration {config}: packed groups take no second accumulator")
+    if block_n2 and (pack > 1 or src.dtype not in DOT_DTYPES):
+        # (the kernel's second accumulator is one tensor-core product, not block-diagonal)
+        raise ValueError(
+            f"tile configuration {config}: a second accumulator takes neither packed groups "
+            f"nor {src.dtype} (it needs a tensor-core dtype, and one group or groups of at "
+            f"least {PACK_CHANNELS} channels a side)"
+        )
     grid = (cdiv(rows, block_m) * cdiv(dst_per_group, config.columns), groups, phases)
     splits = 1
     if phases == 1 and src.dtype in DOT_DTYPES and _is_dense(dst):
