@@ -9,7 +9,8 @@ are compared with the first's (max relative difference): a knob that changes the
 says so.
 
     PYTHONPATH=src python benchmarks/probe_knob.py --knob TAP_BITS --values False True \\
-        [--module tritonconv.ops.implicit_gemm] [--dtype bfloat16] [--rounds 2] [case ...]
+        [--module tritonconv.ops.implicit_gemm] [--dtype bfloat16] [--rounds 2] [--tf32-off]
+        [case ...]
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ def main() -> None:
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--json", default=None)
+    parser.add_argument("--tf32-off", action="store_true", help="fp32 without TF32 (both sides)")
     args = parser.parse_args()
     module = importlib.import_module(args.module)
     values = [ast.literal_eval(v) for v in args.values]
@@ -60,7 +62,7 @@ def main() -> None:
     diffs: dict = {}  # case -> the largest difference of a setting's outputs from the first's
     for _ in range(args.rounds):
         for i, value in enumerate(values):
-            with overridden(module, **{args.knob: value}), precision(True):
+            with overridden(module, **{args.knob: value}), precision(not args.tf32_off):
                 for case in cases:
                     times = _times(case, dtype, opts)
                     got = [times["ours"][2], times["ours"][3], times["ref"][2], times["ref"][3]]

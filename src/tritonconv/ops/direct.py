@@ -48,8 +48,13 @@ def dot_precision(dtype: torch.dtype) -> str:
     ended 2.17x further from float64 than cuDNN's (a bias that adds up over 50 layers); with
     ``ieee`` 0.93x."""
     if dtype == torch.float32 and not torch.backends.cudnn.allow_tf32:
-        return "ieee"
+        return TF32_OFF_PRECISION
     return "tf32"
+
+
+#: :func:`dot_precision` of fp32 with TF32 off (a knob for probes: ``"tf32x3"`` is the
+#: tensor-core alternative measured against it).
+TF32_OFF_PRECISION = "ieee"
 
 
 def dot_dtype(dtype: torch.dtype):

@@ -1276,6 +1276,25 @@ def _weight_layout(shape, strides) -> tuple:
     return dense_strides(shape, range(len(shape)))
 
 
+#: Whether a backward that computes both gradients runs the weight gradient on a second
+#: stream, concurrently with the input gradient (``launch.side_stream``): each kernel of a
+#: layer whose grid fills the GPU for a few waves or less leaves SMs idle in its last wave
+#: and its fill. Measured (session 26, H100, bf16 channels-last, backward kernel time,
+#: probe_concurrent_backward.py, one stream -> two): DCGAN's transposed 4x4 s2 31.0 -> 25.6
+#: µs (cuDNN 28.7), the 3x3 s2 op1 24.5 -> 18.9, ResNet-50's 3x3 at 14 and 28 pixels 50.4 ->
+#: 45.3 and 44.9 -> 40.1, its 1x1 at 7 pixels 27.6 -> 23.7, r2plus1d's temporal 576 -> 256
+#: 55.8 -> 46.0; the long ones a few % (conv3d 3x3x3 470 -> 456, conv1d k3 621 -> 599).
+CONCURRENT_GRADIENTS = True
+
+
+def concurrent_gradients(x: torch.Tensor) -> bool:
+    """Whether a backward computing both gradients of a convolution over ``x`` runs them
+    concurrently (:data:`CONCURRENT_GRADIENTS`): on CUDA tensors, not while tracing (a
+    compiled graph's kernels are Inductor's to schedule); under the interpreter the plan
+    records the switches, which do nothing there."""
+    return CONCURRENT_GRADIENTS and (x.is_cuda or INTERPRETER) and not tracing(x)
+
+
 def conv_grad_weight(
     grad_out, x, weight_shape, geometry: Geometry, groups: int, config=None, weight_strides=None
 ) -> torch.Tensor:
