@@ -4,7 +4,8 @@ speed phases), for chasing the models whose outputs are over 2x cuDNN's distance
 
     PYTHONPATH=src python benchmarks/probe_fp32_models.py [--json FILE] [model ...]
         [--warmup]           # first the models suite's warm-up of the model, as the suite does
-        [--precision ieee]   # fp32 dots at TF32-off as plain fp32 FMAs instead of tf32x3
+        [--precision tf32x3] # fp32 dots at TF32-off on tensor cores (default: ieee)
+        [--k-block 32]       # tf32x3's reduction step (default TF32X3_K_BLOCK)
 """
 
 from __future__ import annotations
@@ -28,15 +29,12 @@ def main() -> None:
     parser.add_argument("--json", default=None)
     parser.add_argument("--warmup", action="store_true")
     parser.add_argument("--precision", default=None, choices=["ieee", "tf32x3"])
+    parser.add_argument("--k-block", type=int, default=None, help="tf32x3's reduction step")
     args = parser.parse_args()
     if args.precision:
-        tf32_off = args.precision
-
-        def precision(dtype, original=direct.dot_precision):
-            off = dtype == torch.float32 and not torch.backends.cudnn.allow_tf32
-            return tf32_off if off else original(dtype)
-
-        direct.dot_precision = implicit_gemm.dot_precision = precision
+        direct.TF32_OFF_PRECISION = args.precision
+    if args.k_block:
+        implicit_gemm.TF32X3_K_BLOCK = args.k_block
     opts = Options(quick=True)  # one pass each: the errors, not the times
     rows = []
     for name in args.models or DEFAULT:

@@ -1,14 +1,15 @@
 """Probe: one tritonconv knob's settings, A/B, on whole models' eager steps (bf16 channels-last).
 
 ``probe_knob.py`` measures a knob on the dense layers' kernels; a knob that adds host work
-(``implicit_gemm.CONCURRENT_GRADIENTS``: a stream fork and join per backward) has to be
-measured where the host paces the step too. For each model of the models suite, the converted
-model with each setting and the torch model (cuDNN) are timed in alternation, the order
-flipped every round, the plans re-recorded for each (they keep what a setting decided);
-median ms per step, the best round of each: inference and a training step.
+(session 26's ``CONCURRENT_GRADIENTS``, a stream fork and join per backward, reverted:
+NOTES.md) has to be measured where the host paces the step too. For each model of the
+models suite, the converted model with each setting and the torch model (cuDNN) are timed
+in alternation, the order flipped every round, the plans re-recorded for each (they keep
+what a setting decided); median ms per step, the best round of each: inference and a
+training step.
 
     PYTHONPATH=src:<torchvision> python benchmarks/probe_models_knob.py \\
-        --knob CONCURRENT_GRADIENTS --values True False [--models resnet50 unet] [--batch 32] \\
+        --knob TAP_BITS --values True False [--models resnet50 unet] [--batch 32] \\
         [--rounds 3] [--reps 10]
 """
 

@@ -23,9 +23,8 @@ import torch
 
 from . import aten
 from . import library as ops
-from .launch import current_device, side_stream, tracing
+from .launch import current_device, tracing
 from .ops import crop as crop_ops
-from .ops.implicit_gemm import concurrent_gradients
 
 
 class _NoGraph:
@@ -261,18 +260,12 @@ def _conv_transpose_backward(forward_op: ops.Op, backward_op: ops.Op):
             option = []  # launch: the convolution below has its channel sides swapped
         geometry = (stride, pad_before, pad_after, dilation, groups, option)
         grad_input = grad_weight = grad_bias = None
-        needs = ctx.needs_input_grad
-        # the implicit GEMM's weight gradient first, on a second stream, when dx follows
-        concurrent = (
-            needs[0] and forward_op is ops.conv_implicit_gemm and concurrent_gradients(input)
-        )
-        if needs[1]:
-            mask = [False, True, False]
-            with side_stream(concurrent):
-                _, grad_weight, _ = backward_op(input, grad_output, weight, *geometry, mask)
-        if needs[0]:
+        if ctx.needs_input_grad[0]:
             grad_input = forward_op(grad_output, weight, None, *geometry)
-        if ctx.has_bias and needs[2]:
+        if ctx.needs_input_grad[1]:
+            mask = [False, True, False]
+            _, grad_weight, _ = backward_op(input, grad_output, weight, *geometry, mask)
+        if ctx.has_bias and ctx.needs_input_grad[2]:
             grad_bias = ops.channel_sum(grad_output)
         return grad_input, grad_weight, grad_bias, *([None] * 7)
 

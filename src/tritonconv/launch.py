@@ -528,101 +528,6 @@ def call(fn, *args, **kwargs):
     return result
 
 
-# One second stream per device (made on first use), and per thread the two events a fork
-# and a join record (reused: a wait takes the event's state when it is enqueued).
-_side_streams: dict = {}
-_side_lock = threading.Lock()
-_events = threading.local()
-
-
-def _side_stream(device: int):
-    stream = _side_streams.get(device)
-    if stream is None:
-        with _side_lock:
-            stream = _side_streams.setdefault(device, torch.cuda.Stream(device))
-    return stream
-
-
-def _event(index: int):
-    pair = getattr(_events, "pair", None)
-    if pair is None:
-        pair = _events.pair = (torch.cuda.Event(), torch.cuda.Event())
-    return pair[index]
-
-
-def _switch(side: bool) -> None:
-    """Fork onto (``side``) or join back from the current device's second stream: the stream
-    switched to waits for the work enqueued so far on the one left, and becomes current."""
-    if side:
-        main = torch.cuda.current_stream()
-        _events.main = main
-        stream = _side_stream(main.device_index)
-        event = _event(0)
-        event.record(main)
-        stream.wait_event(event)
-        torch.cuda.set_stream(stream)
-    else:
-        side, main = torch.cuda.current_stream(), _events.main
-        event = _event(1)
-        event.record(side)
-        main.wait_event(event)
-        torch.cuda.set_stream(main)
-
-
-class side_stream:
-    """Context manager: the block's launches, allocations and :func:`call` operations on a
-    second stream of the current device, concurrent with what the current stream is given
-    meanwhile (after the block). The second stream first waits for the current one's work so
-    far; on leaving, the current stream waits for the block's work, so whatever follows sees
-    its results. A launch plan records the switch and its replay makes it.
-
-    Allocations made inside belong to the second stream's pool. That is safe without
-    ``record_stream``: a tensor allocated there and used on the current stream is freed, at
-    the earliest, after the join; the second stream reuses its memory only after a later
-    fork, which waits for the current stream's work enqueued before it.
-
-    ``on`` False: nothing happens. Under the interpreter the switches are recorded (so CPU
-    tests replay them) and do nothing. The caller decides ``on`` (never while tracing)."""
-
-    __slots__ = ("on",)
-
-    def __init__(self, on: bool = True):
-        self.on = on
-
-    def __enter__(self):
-        if self.on:
-            recording = getattr(_recorder, "events", None)
-            if recording is not None:
-                recording.append(_Switch(True))
-            if not INTERPRETER:
-                _switch(True)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        if self.on:
-            if not INTERPRETER:
-                _switch(False)
-            recording = getattr(_recorder, "events", None)
-            if recording is not None:
-                recording.append(_Switch(False))
-
-
-class _Switch:
-    """A recorded :class:`side_stream` entry (``side``) or exit: a replay forks or joins, and
-    its later launches go to the stream switched to."""
-
-    __slots__ = ("side",)
-
-    def __init__(self, side: bool):
-        self.side = side
-
-    def run(self, table: list, where) -> None:
-        if where is None:  # (the interpreter: one stream)
-            return
-        _switch(self.side)
-        where[1] = torch._C._cuda_getCurrentRawStream(where[0])
-
-
 class _CallEvent:
     """A :func:`call` as recorded (its tensors kept only until the plan is built)."""
 
@@ -753,9 +658,9 @@ class _Launch:
             args[position] = kind(table[index], *layout)
 
     def run(self, table: list, where) -> None:
-        """Launch on the tensors of ``table``; ``where``: [device, stream, hooks installed] of
+        """Launch on the tensors of ``table``; ``where``: (device, stream, hooks installed) of
         a compiled launch, None under the interpreter (:meth:`_Plan.run` looks them up once
-        for all its launches; a :class:`_Switch` changes the stream)."""
+        for all its launches)."""
         args = self.template.copy()
         if where is None:
             for position, index in self.slots:
@@ -821,7 +726,7 @@ class _Plan:
         where = None
         if self.launches and not INTERPRETER:  # once per replay, not per launch
             device = current_device()
-            where = [device, torch._C._cuda_getCurrentRawStream(device), _hooks_installed()]
+            where = (device, torch._C._cuda_getCurrentRawStream(device), _hooks_installed())
         for step in self.steps if placeholders else self.lean_steps:
             step.run(table, where)
         result = self.result
@@ -886,9 +791,6 @@ def _build_plan(events, tensors: list, result) -> _Plan | None:
         return slots
 
     for event in events:
-        if isinstance(event, _Switch):
-            steps.append(event)
-            continue
         if isinstance(event, _Alloc):
             allocated[len(table)] = event
             roots.append(len(table))

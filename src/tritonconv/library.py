@@ -22,7 +22,7 @@ from torch import Tensor
 
 from ._runtime import INTERPRETER
 from .geometry import TritonConvError, make_geometry, window_geometry
-from .launch import call, launch_plan, placeholder, side_stream, tracing
+from .launch import call, launch_plan, placeholder, tracing
 from .ops import causal as causal_ops
 from .ops import common, conv_gemm, depthwise, direct, implicit_gemm
 from .ops import crop as crop_ops
@@ -265,16 +265,14 @@ def conv_implicit_gemm_backward(
     tensor. ``config`` is the forward's: the gradients use their own heuristic tiles."""
     geometry = _conv_geometry(input.shape, weight.shape, stride, pad_before, pad_after, dilation)
     grad_input = grad_weight = None
-    both = output_mask[0] and output_mask[1]
-    if both:  # both kernels read it channels-last: one relayout
+    if output_mask[0] and output_mask[1]:  # both kernels read it channels-last: one relayout
         grad_output = implicit_gemm.channels_innermost(grad_output)
-    if output_mask[1]:  # first, on a second stream when the input gradient follows
-        with side_stream(both and implicit_gemm.concurrent_gradients(input)):
-            grad_weight = implicit_gemm.conv_grad_weight(
-                grad_output, input, list(weight.shape), geometry, groups, None, weight.stride()
-            )
     if output_mask[0]:
         grad_input = implicit_gemm.conv_grad_input(grad_output, weight, input, geometry, groups)
+    if output_mask[1]:
+        grad_weight = implicit_gemm.conv_grad_weight(
+            grad_output, input, list(weight.shape), geometry, groups, None, weight.stride()
+        )
     return _gradients(grad_output, input, grad_input, grad_weight, None, output_mask)
 
 

@@ -112,11 +112,20 @@ def _k_block(dtype: torch.dtype, channels: int) -> int:
     channels that pads them least, the largest of equals (fewer, longer steps); 32 rather than
     16 when it pads them by at most an eighth (session 12, ``probe_small_wave.py --odd``: 144
     channels in 16-channel steps took 164 µs where 32-channel steps, 160 padded, took 122)."""
+    if dtype == torch.float32 and dot_precision(dtype) == "tf32x3":
+        return TF32X3_K_BLOCK
     blocks = (16, 32) if dtype == torch.float32 else (16, 32, 64)
     block = min(reversed(blocks), key=lambda b: cdiv(channels, b) * b)
     if block == 16 and cdiv(channels, 32) * 32 * 8 <= channels * 9:
         block = 32
     return block
+
+
+#: Reduction step of fp32 with ``tf32x3`` products (``direct.TF32_OFF_PRECISION``, a probe's
+#: setting): the tensor cores truncate each instruction's sum (probe_tc_rounding.py, H100),
+#: and each step's sum is added to the fp32 accumulator rounded to nearest, so shorter steps
+#: carry less of that bias (a 4608-deep GEMM's: 6.2e-8 at 32, 3.4-4.1e-8 at 16).
+TF32X3_K_BLOCK = 16
 
 
 # Reduction length (taps x channels per group) from which a 16-bit layer under one wave of
@@ -1274,25 +1283,6 @@ def _weight_layout(shape, strides) -> tuple:
         if dense_strides(shape, order) == tuple(strides):
             return tuple(strides)
     return dense_strides(shape, range(len(shape)))
-
-
-#: Whether a backward that computes both gradients runs the weight gradient on a second
-#: stream, concurrently with the input gradient (``launch.side_stream``): each kernel of a
-#: layer whose grid fills the GPU for a few waves or less leaves SMs idle in its last wave
-#: and its fill. Measured (session 26, H100, bf16 channels-last, backward kernel time,
-#: probe_concurrent_backward.py, one stream -> two): DCGAN's transposed 4x4 s2 31.0 -> 25.6
-#: µs (cuDNN 28.7), the 3x3 s2 op1 24.5 -> 18.9, ResNet-50's 3x3 at 14 and 28 pixels 50.4 ->
-#: 45.3 and 44.9 -> 40.1, its 1x1 at 7 pixels 27.6 -> 23.7, r2plus1d's temporal 576 -> 256
-#: 55.8 -> 46.0; the long ones a few % (conv3d 3x3x3 470 -> 456, conv1d k3 621 -> 599).
-CONCURRENT_GRADIENTS = True
-
-
-def concurrent_gradients(x: torch.Tensor) -> bool:
-    """Whether a backward computing both gradients of a convolution over ``x`` runs them
-    concurrently (:data:`CONCURRENT_GRADIENTS`): on CUDA tensors, not while tracing (a
-    compiled graph's kernels are Inductor's to schedule); under the interpreter the plan
-    records the switches, which do nothing there."""
-    return CONCURRENT_GRADIENTS and (x.is_cuda or INTERPRETER) and not tracing(x)
 
 
 def conv_grad_weight(
