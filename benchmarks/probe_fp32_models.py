@@ -6,12 +6,14 @@ speed phases), for chasing the models whose outputs are over 2x cuDNN's distance
         [--warmup]           # first the models suite's warm-up of the model, as the suite does
         [--precision tf32x3] # fp32 dots at TF32-off on tensor cores (default: ieee)
         [--k-block 32]       # tf32x3's reduction step (default TF32X3_K_BLOCK)
+        [--only pointwise]   # --precision on one layer family only (pointwise, window, stem)
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 
 import torch
 
@@ -22,6 +24,32 @@ from tritonconv.warmup import warm_calls
 
 DEFAULT = ("resnet50", "mobilenet_v3_large", "r2plus1d_18")
 
+# layer families for --only: (source channels, kernel) -> whether the layer is one of them
+FAMILIES = {
+    "pointwise": lambda channels, kernel: math.prod(kernel) == 1,
+    "window": lambda channels, kernel: math.prod(kernel) > 1 and channels > 4,
+    "stem": lambda channels, kernel: channels <= 4,
+}
+
+
+def _only(precision: str, family) -> None:
+    """The implicit GEMM's forward and input-gradient launches of ``family``'s layers with
+    ``precision`` at TF32-off, every other launch ``ieee`` (launch plans record it per
+    layer signature, which fixes the family)."""
+    original = implicit_gemm._launch_conv
+
+    def launch_conv(src, weight, bias, dst, geometry, *args):
+        groups, transposed = args[0], args[1]
+        channels = weight.shape[1] * groups if not transposed else weight.shape[0]
+        chosen = precision if family(channels, geometry.kernel) else "ieee"
+        saved, direct.TF32_OFF_PRECISION = direct.TF32_OFF_PRECISION, chosen
+        try:
+            return original(src, weight, bias, dst, geometry, *args)
+        finally:
+            direct.TF32_OFF_PRECISION = saved
+
+    implicit_gemm._launch_conv = launch_conv
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -30,8 +58,12 @@ def main() -> None:
     parser.add_argument("--warmup", action="store_true")
     parser.add_argument("--precision", default=None, choices=["ieee", "tf32x3"])
     parser.add_argument("--k-block", type=int, default=None, help="tf32x3's reduction step")
+    parser.add_argument("--only", choices=list(FAMILIES), default=None,
+                        help="--precision for this layer family only (the rest ieee)")  # fmt: skip
     args = parser.parse_args()
-    if args.precision:
+    if args.precision and args.only:
+        _only(args.precision, FAMILIES[args.only])
+    elif args.precision:
         direct.TF32_OFF_PRECISION = args.precision
     if args.k_block:
         implicit_gemm.TF32X3_K_BLOCK = args.k_block
