@@ -36,6 +36,8 @@ LAYERS = {
     "dil2_3x3_64": ((16, 256, 64, 64), (256, 256, 3, 3), 1, 2, 2),
     # (2+1)D's 1x3x3 64 -> 144 at 16x56x56, batch 8, as the 2-D layer it is (session 25)
     "r2p1d_144": ((128, 64, 56, 56), (144, 64, 3, 3), 1, 1),
+    # suite more's conv3d 3x3x3 64 -> 64 at 16x56x56, batch 8 (issue 12's miss, session 26)
+    "conv3d_64": ((8, 64, 16, 56, 56), (64, 64, 3, 3, 3), 1, 1),
 }
 
 
@@ -60,7 +62,8 @@ def record(layer: str, dtype: str = "bfloat16") -> list[dict]:
                          "meta": meta})  # fmt: skip
 
     xs, ws, stride, pad, *dilation = LAYERS[layer]
-    cl = torch.channels_last
+    cl = torch.channels_last_3d if len(xs) == 5 else torch.channels_last
+    conv = tc.conv3d if len(xs) == 5 else tc.conv2d
     dtype = getattr(torch, dtype)  # float32: TF32 (PyTorch's default for convolutions)
     x = torch.randn(xs, dtype=dtype).to(memory_format=cl).requires_grad_()
     w = torch.randn(ws, dtype=dtype).to(memory_format=cl).requires_grad_()
@@ -68,7 +71,7 @@ def record(layer: str, dtype: str = "bfloat16") -> list[dict]:
     launch._interpret = recording
     undo = _gpu_launchers()
     try:
-        y = tc.conv2d(x, w, None, stride, pad, *dilation, algo="implicit_gemm")
+        y = conv(x, w, None, stride, pad, *dilation, algo="implicit_gemm")
         y.backward(torch.zeros_like(y))
     finally:
         launch._interpret = real
