@@ -1238,3 +1238,29 @@ def _geometry(size, kernel, stride, padding):
     rank = len(size)
     stride, padding = (stride,) * rank, (padding,) * rank
     return tritonconv.geometry.make_geometry(size, kernel, stride, padding, padding, (1,) * rank)
+
+
+def test_tf32x3_at_tf32_off_matches_float64(device, monkeypatch):
+    """The probes' setting ``direct.TF32_OFF_PRECISION = "tf32x3"`` (three TF32 products at
+    TF32-off, 16-deep steps: ``TF32X3_K_BLOCK``) computes the convolution and its input
+    gradient at fp32 accuracy, and its tiles take that step; the default stays ``ieee``."""
+    from tritonconv.ops import direct
+
+    assert direct.TF32_OFF_PRECISION == "ieee"
+    monkeypatch.setattr(direct, "TF32_OFF_PRECISION", "tf32x3")
+    tritonconv.clear_caches()
+    config = implicit_gemm.launch_config(
+        torch.float32, 2, 64, 24, (9, 7), (1, 1), (3, 3), 1, False, torch.device(device)
+    )
+    assert config.block_k == implicit_gemm.TF32X3_K_BLOCK
+    x = random_tensor((2, 64, 9, 7), torch.float32, device).requires_grad_()
+    w = random_tensor((24, 64, 3, 3), torch.float32, device).requires_grad_()
+    y = tritonconv.conv2d(x, w, padding=1, algo="implicit_gemm")
+    dy = random_tensor(y.shape, torch.float32, device)
+    (dx,) = torch.autograd.grad(y, (x,), dy)
+    x64, w64 = (t.detach().double().requires_grad_() for t in (x, w))
+    y64 = F.conv2d(x64, w64, padding=1)
+    (dx64,) = torch.autograd.grad(y64, (x64,), dy.double())
+    assert_close(y, y64)
+    assert_close(dx, dx64)
+    tritonconv.clear_caches()  # (plans recorded with tf32x3)
