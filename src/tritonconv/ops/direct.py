@@ -47,9 +47,9 @@ def dot_precision(dtype: torch.dtype) -> str:
     tensor-core products) every layer's error was within cuDNN's, yet resnet50's fp32 output
     ended 2.17x further from float64 than cuDNN's (a bias that adds up over 50 layers); with
     ``ieee`` 0.93x. Session 26 (H100/H200): the tensor cores truncate their sums;
-    ``tf32x3`` at 16-deep steps ran the dense forwards at 1.43x cuDNN fp32 (``ieee``: 0.61x)
-    with resnet50's output 2.15x cuDNN's distance, 0.97x with ``tf32x3`` on its 1x1 layers
-    only (benchmarks/NOTES.md)."""
+    ``tf32x3`` ran the dense forwards at 1.43x cuDNN fp32 (``ieee``: 0.61x) with resnet50's
+    output 2.15x cuDNN's distance, 0.97x with ``tf32x3`` on its 1x1 layers only
+    (benchmarks/NOTES.md)."""
     if dtype == torch.float32 and not torch.backends.cudnn.allow_tf32:
         return TF32_OFF_PRECISION
     return "tf32"

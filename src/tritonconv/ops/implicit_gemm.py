@@ -112,8 +112,6 @@ def _k_block(dtype: torch.dtype, channels: int) -> int:
     channels that pads them least, the largest of equals (fewer, longer steps); 32 rather than
     16 when it pads them by at most an eighth (session 12, ``probe_small_wave.py --odd``: 144
     channels in 16-channel steps took 164 µs where 32-channel steps, 160 padded, took 122)."""
-    if dtype == torch.float32 and dot_precision(dtype) == "tf32x3":
-        return TF32X3_K_BLOCK
     blocks = (16, 32) if dtype == torch.float32 else (16, 32, 64)
     block = min(reversed(blocks), key=lambda b: cdiv(channels, b) * b)
     if block == 16 and cdiv(channels, 32) * 32 * 8 <= channels * 9:
@@ -121,10 +119,11 @@ def _k_block(dtype: torch.dtype, channels: int) -> int:
     return block
 
 
-#: Reduction step of fp32 with ``tf32x3`` products (``direct.TF32_OFF_PRECISION``, a probe's
-#: setting): the tensor cores truncate each instruction's sum (probe_tc_rounding.py, H100),
-#: and each step's sum is added to the fp32 accumulator rounded to nearest, so shorter steps
-#: carry less of that bias (a 4608-deep GEMM's: 6.2e-8 at 32, 3.4-4.1e-8 at 16).
+#: Longest reduction step of fp32 with ``tf32x3`` products (``direct.TF32_OFF_PRECISION``, a
+#: probe's setting; :func:`forward_config` caps every such tile's): the tensor cores truncate
+#: each instruction's sum (probe_tc_rounding.py, H100), and each step's sum is added to the
+#: fp32 accumulator rounded to nearest, so shorter steps carry less of that bias (a
+#: 4608-deep GEMM's: 6.2e-8 at 32, 3.4-4.1e-8 at 16).
 TF32X3_K_BLOCK = 16
 
 
@@ -140,7 +139,18 @@ def forward_config(
     per group, reducing ``src_per_group`` channels per tap over ``taps`` taps into
     ``dst_per_group`` columns (``packed``: groups packed into these, which take no second
     accumulator). Fitted to the H100 sweep of ``benchmarks/sweep_igemm.py`` and
-    ``benchmarks/probe_small_wave.py`` (benchmarks/NOTES.md)."""
+    ``benchmarks/probe_small_wave.py`` (benchmarks/NOTES.md). fp32 with ``tf32x3`` products
+    (a probe's setting) steps at most :data:`TF32X3_K_BLOCK` channels."""
+    config = _forward_config(dtype, rows, src_per_group, dst_per_group, groups, device, taps,
+                             packed)  # fmt: skip
+    if dtype == torch.float32 and dot_precision(dtype) == "tf32x3":
+        config = config._replace(block_k=min(config.block_k, TF32X3_K_BLOCK))
+    return config
+
+
+def _forward_config(
+    dtype, rows, src_per_group, dst_per_group, groups, device, taps, packed
+) -> Config:
     if dtype not in DOT_DTYPES:  # outer products, one channel per step
         rows_per_program = 256 if INTERPRETER else 64  # the interpreter: fewer Python steps
         return Config(rows_per_program, clamped_power_of_2(dst_per_group, 1, 32), 1, 4, 1)
