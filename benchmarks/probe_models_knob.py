@@ -20,37 +20,12 @@ import ast
 import copy
 import importlib
 import json
-import statistics
-import time
 
 import torch
 
-from tritonconv import clear_caches
 from tritonconv.bench import overridden
 from tritonconv.bench.models import MODELS, STEPS, _inputs, build, converted
-
-
-def _step_ms(step, n_inputs: int, reps: int) -> float:
-    """Median ms of ``step(i)`` over ``reps`` calls after three warm-up calls (CUDA events;
-    wall clock on the CPU)."""
-    for i in range(3):
-        step(i % n_inputs)
-    samples = []
-    for i in range(reps):
-        if torch.cuda.is_available():
-            start, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
-            start.record()
-            step(i % n_inputs)
-            end.record()
-            samples.append((start, end))
-        else:
-            begin = time.perf_counter()
-            step(i % n_inputs)
-            samples.append((time.perf_counter() - begin) * 1e3)
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
-        samples = [s.elapsed_time(e) for s, e in samples]
-    return statistics.median(samples)
+from tritonconv.timing import median_ms
 
 
 def main() -> None:
@@ -89,9 +64,9 @@ def main() -> None:
                 labels = list(steps) if round_ % 2 == 0 else list(reversed(steps))
                 for label in labels:
                     step, value = steps[label]
+                    # (overridden clears the plans recorded under the other setting)
                     with overridden(module, **({args.knob: value} if label != "cudnn" else {})):
-                        clear_caches()  # (plans recorded under the other setting)
-                        times[label].append(_step_ms(step, len(xs), args.reps))
+                        times[label].append(median_ms(step, args.reps, warmup=3, inputs=len(xs)))
             best = {label: min(t) for label, t in times.items()}
             rows.append({"model": name, "mode": mode, "batch": shape[0], "swapped": swapped,
                          "ms": times})  # fmt: skip

@@ -40,10 +40,10 @@ LAYERS = {
     "video_3x3x3_64": (8, 64, (16, 56, 56), 64, (3, 3, 3), 1, (1, 1, 1), False),
     # r2plus1d_18's second stage: 288 channels, 256 + 32 (session 24)
     "r2plus1d_1x3x3_288": (8, 128, (8, 28, 28), 288, (1, 3, 3), 1, (0, 1, 1), False),
-    # DCGAN's 4x4 s2 p1 transposed convolution (suite more): its input gradient is this
-    # forward, dy (N16 C128 32x32) -> dx (C256 16x16) (session 25)
     # a 3x3 64 -> 192 layer: 128 + 64 columns against three 64-wide tiles (session 25)
     "conv_3x3_192": (32, 64, (1, 56, 56), 192, (1, 3, 3), 1, (0, 1, 1), False),
+    # DCGAN's 4x4 s2 p1 transposed convolution (suite more): its input gradient is this
+    # forward, dy (N16 C128 32x32) -> dx (C256 16x16) (session 25)
     "dcgan_dx_4x4_s2": (16, 128, (1, 32, 32), 256, (1, 4, 4), (1, 2, 2), (0, 1, 1), False),
 }
 EXTRA = [C(256, 64, 64, 8, 3), C(128, 64, 64, 4, 3), C(64, 64, 64, 4, 3), C(256, 128, 64, 8, 3),
