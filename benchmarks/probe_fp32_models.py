@@ -4,7 +4,7 @@ speed phases), for chasing the models whose outputs are over 2x cuDNN's distance
 
     PYTHONPATH=src python benchmarks/probe_fp32_models.py [--json FILE] [model ...]
         [--warmup]           # first the models suite's warm-up of the model, as the suite does
-        [--precision tf32x3] # fp32 dots at TF32-off on tensor cores (default: ieee)
+        [--precision tf32x3] # fp32 dots at TF32-off on tensor cores (default: ieee; tf32x3_rn)
         [--k-block 32]       # tf32x3's reduction step (default TF32X3_K_BLOCK)
         [--only pointwise]   # --precision on one layer family only (pointwise, window, stem)
 """
@@ -56,7 +56,7 @@ def main() -> None:
     parser.add_argument("models", nargs="*")
     parser.add_argument("--json", default=None)
     parser.add_argument("--warmup", action="store_true")
-    parser.add_argument("--precision", default=None, choices=["ieee", "tf32x3"])
+    parser.add_argument("--precision", default=None, choices=["ieee", "tf32x3", "tf32x3_rn"])
     parser.add_argument("--k-block", type=int, default=None, help="tf32x3's reduction step")
     parser.add_argument("--only", choices=list(FAMILIES), default=None,
                         help="--precision for this layer family only (the rest ieee)")  # fmt: skip

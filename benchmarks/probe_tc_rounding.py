@@ -14,6 +14,8 @@ results pulled toward zero):
 - ``cublas``: torch.mm in fp32 with TF32 off (the fp32 FMA reference, like cuDNN's);
 - ``ieee``: tl.dot with fp32 products (what tritonconv computes with TF32 off);
 - ``tf32x3``: Triton's three-TF32 dot, chained through the accumulator as the kernels do;
+- ``tf32x3_rn``: the same, each step's sum corrected by half an ulp away from zero
+  (``tritonconv.kernels.mma``, session 27);
 - ``split3_kK``: the same three products by hand, each K-deep step's sum from a zeroed
   tensor-core accumulator added to the fp32 one in the FMA units (round to nearest);
 - ``split3chain_kK``: the same, the big product accumulated in the tensor core;
@@ -34,6 +36,8 @@ import triton.language as tl
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from probe_small_wave import write_rows
+
+from tritonconv.kernels.mma import mma
 
 ULP = 2.0**-23
 
@@ -104,6 +108,8 @@ def _gemm(a_ptr, b_ptr, c_ptr, M, N, K, VARIANT: tl.constexpr,
             acc = tl.dot(a, b, acc, input_precision="tf32")
         elif VARIANT == "tf32x3":
             acc = tl.dot(a, b, acc, input_precision="tf32x3")
+        elif VARIANT == "tf32x3_rn":  # the kernels' corrected step (kernels/mma.py)
+            acc = mma(a, b, acc, "tf32x3_rn")
         else:  # "split3": hi/lo by hand, each slice summed from zero, added in fp32
             a_hi = _tf32_hi(a)
             b_hi = _tf32_hi(b)
@@ -141,6 +147,7 @@ def gemm_errors(seed: int) -> dict:
     torch.backends.cuda.matmul.allow_tf32 = False
     record("cublas", a @ b)
     for variant, block_k in (("ieee", 32), ("tf32", 32), ("tf32x3", 32), ("tf32x3", 16),
+                             ("tf32x3_rn", 16), ("tf32x3_rn", 32),
                              ("split3", 32), ("split3", 16), ("split3", 64), ("split3chain", 32)):  # fmt: skip
         c = torch.empty(m, n, device="cuda")
         grid = (m // 128, n // 128)

@@ -41,13 +41,19 @@ LAYERS = {
 }
 
 
-def record(layer: str, dtype: str = "bfloat16") -> list[dict]:
+def record(layer: str, dtype: str = "bfloat16", tf32_off: str = "") -> list[dict]:
     """Each launch of one training step, as JSON: kernel module and name, runtime arguments
-    (tensors by dtype), meta. Runs under the interpreter (a process of its own)."""
+    (tensors by dtype), meta. Runs under the interpreter (a process of its own). ``tf32_off``:
+    fp32 with TF32 off and ``direct.TF32_OFF_PRECISION`` set to it."""
     import torch
 
     import tritonconv as tc
     from tritonconv import launch
+    from tritonconv.ops import direct
+
+    if tf32_off:
+        torch.backends.cudnn.allow_tf32 = False
+        direct.TF32_OFF_PRECISION = tf32_off
 
     sys_path_scripts()
     from compile_check import _gpu_launchers, _meta_value
@@ -197,21 +203,24 @@ def main() -> None:
     ap.add_argument("--layer", default="r50_3x3_14", choices=sorted(LAYERS))
     ap.add_argument("--kernel", default="", help="only kernels whose name contains this")
     ap.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16", "float32"))
+    ap.add_argument("--tf32-off", default="", help="fp32 at TF32-off with this precision")
     ap.add_argument("--dump", action="store_true", help="print each loop's SASS too")
     ap.add_argument("--record", action="store_true", help=argparse.SUPPRESS)  # internal
     args = ap.parse_args()
     if args.record:
-        print(json.dumps(record(args.layer, args.dtype)))
+        print(json.dumps(record(args.layer, args.dtype, args.tf32_off)))
         return
     env = dict(os.environ, TRITON_INTERPRET="1", TRITONCONV_CPU_KERNELS="1")
     out = subprocess.run([sys.executable, __file__, "--record", "--layer", args.layer,
-                          "--dtype", args.dtype],
+                          "--dtype", args.dtype, "--tf32-off", args.tf32_off],
                          env=env, capture_output=True, text=True, check=True)  # fmt: skip
     os.environ["TRITON_INTERPRET"] = "0"
     sys_path_scripts()
     for launch in json.loads(out.stdout.splitlines()[-1]):
         if args.kernel not in launch["name"]:
             continue
+        if launch["meta"].get("DOT_PRECISION") == "tf32x3" and args.tf32_off == "tf32x3_rn":
+            launch["meta"]["DOT_PRECISION"] = "tf32x3_rn"  # (what the interpreter runs instead)
         title, cubin = compile_cubin(launch)
         print(title)
         for body in loops(sass(cubin)):

@@ -12,9 +12,12 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+import triton
+import triton.language as tl
 from torch._dynamo.testing import CompileCounterWithBackend
 
 import tritonconv
+from tritonconv.kernels.mma import half_ulp_away, mma
 from tritonconv.ops import implicit_gemm
 from tritonconv.testing import assert_close, exact_fp32, poison_, random_tensor
 
@@ -1240,14 +1243,20 @@ def _geometry(size, kernel, stride, padding):
     return tritonconv.geometry.make_geometry(size, kernel, stride, padding, padding, (1,) * rank)
 
 
-def test_tf32x3_at_tf32_off_matches_float64(device, monkeypatch):
-    """The probes' setting ``direct.TF32_OFF_PRECISION = "tf32x3"`` (three TF32 products at
-    TF32-off, 16-deep steps: ``TF32X3_K_BLOCK``) computes the convolution and its input
-    gradient at fp32 accuracy, and its tiles take that step; the default stays ``ieee``."""
+@pytest.mark.parametrize("precision", ["tf32x3", "tf32x3_rn"])
+def test_tf32x3_at_tf32_off_matches_float64(precision, device, monkeypatch):
+    """The probes' settings ``direct.TF32_OFF_PRECISION = "tf32x3"`` and ``"tf32x3_rn"``
+    (three TF32 products at TF32-off, 16-deep steps: ``TF32X3_K_BLOCK``; ``_rn`` corrects
+    the tensor cores' truncation, and only on compiled kernels) compute the convolution and
+    its input gradient at fp32 accuracy, and their tiles take that step; the default stays
+    ``ieee``."""
     from tritonconv.ops import direct
 
     assert direct.TF32_OFF_PRECISION == "ieee"
-    monkeypatch.setattr(direct, "TF32_OFF_PRECISION", "tf32x3")
+    monkeypatch.setattr(direct, "TF32_OFF_PRECISION", precision)
+    compiled = "tf32x3" if tritonconv.INTERPRETER else precision
+    assert direct.dot_precision(torch.float32) == compiled
+    assert direct.dot_precision(torch.bfloat16) == "tf32"  # (16-bit inputs ignore it)
     tritonconv.clear_caches()
     config = implicit_gemm.launch_config(
         torch.float32, 2, 64, 24, (9, 7), (1, 1), (3, 3), 1, False, torch.device(device)
@@ -1264,3 +1273,32 @@ def test_tf32x3_at_tf32_off_matches_float64(device, monkeypatch):
     assert_close(y, y64)
     assert_close(dx, dx64)
     tritonconv.clear_caches()  # (plans recorded with tf32x3)
+
+
+@triton.jit
+def _mma_test_kernel(a_ptr, b_ptr, out_ptr, half_ptr, PRECISION: tl.constexpr):
+    r = tl.arange(0, 16)
+    a = tl.load(a_ptr + r[:, None] * 16 + r[None, :])
+    b = tl.load(b_ptr + r[:, None] * 16 + r[None, :])
+    tl.store(
+        out_ptr + r[:, None] * 16 + r[None, :], mma(a, b, tl.zeros((16, 16), tl.float32), PRECISION)
+    )
+    tl.store(half_ptr + r[:, None] * 16 + r[None, :], half_ulp_away(a))
+
+
+def test_tf32x3_rn_adds_half_an_ulp_away_from_zero(device):
+    """``mma``'s ``tf32x3_rn`` is ``tf32x3``'s step plus half an ulp of it, away from zero
+    (kernels/mma.py); ``half_ulp_away`` is 0 for zeros and subnormals."""
+    a = random_tensor((16, 16), torch.float32, device)
+    a[0, :4] = torch.tensor([0.0, -0.0, 1e-40, -3.0])
+    b = random_tensor((16, 16), torch.float32, device)
+    plain, rn, half = (torch.full((16, 16), float("nan"), device=device) for _ in range(3))
+    _mma_test_kernel[(1,)](a, b, plain, half, "tf32x3")
+    _mma_test_kernel[(1,)](a, b, rn, half, "tf32x3_rn")
+    _, exponent = torch.frexp(a)  # a = mantissa * 2**exponent, 0.5 <= |mantissa| < 1
+    expected = torch.ldexp(torch.sign(a), exponent - 25)  # 2**(exponent - 1) * 2**-24
+    expected[a.abs() < torch.finfo(torch.float32).tiny] = 0
+    assert torch.equal(half, expected)
+    assert half[0, 3].item() == -(2.0**-23)
+    _, step_exponent = torch.frexp(plain)
+    assert torch.equal(rn, plain + torch.ldexp(torch.sign(plain), step_exponent - 25))

@@ -44,6 +44,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from .mma import mma
+
 
 @triton.jit
 def program_y(FOLD_Y: tl.constexpr):
@@ -230,7 +232,7 @@ def depthwise_band_kernel(
                 kw = offset // dil_w
                 on_band = (offset >= 0) & (kw * dil_w == offset) & (kw < KW)
                 b = tl.load(w_row + kw * w_skw, mask=on_band, other=0)
-                acc = tl.dot(a.to(DOT_DTYPE), b.to(DOT_DTYPE), acc, input_precision=DOT_PRECISION)
+                acc = mma(a.to(DOT_DTYPE), b.to(DOT_DTYPE), acc, DOT_PRECISION)
 
     if HAS_BIAS:
         acc += tl.load(bias_ptr + c).to(tl.float32)
@@ -325,7 +327,7 @@ def depthwise_band_grad_weight_kernel(
             iw = (ow * stride_w - pad_w)[:, None] + (kw * dil_w)[None, :]
             b_ok = (iw >= 0) & (iw < W) & k_ok[:, None] & kw_ok[None, :]
             b = tl.load(x_c + (ih * x_sh)[:, None] + iw * x_sw, mask=b_ok, other=0)
-            acc = tl.dot(a.to(DOT_DTYPE), b.to(DOT_DTYPE), acc, input_precision=DOT_PRECISION)
+            acc = mma(a.to(DOT_DTYPE), b.to(DOT_DTYPE), acc, DOT_PRECISION)
 
     dst = partial_ptr + split * C_out * KH * KW + c * KH * KW
     dst += (kh * KW)[:, None] + kw[None, :]

@@ -45,6 +45,7 @@ from __future__ import annotations
 import triton.language as tl
 
 from . import jit_runtime_integers
+from .mma import mma
 
 # Gather kernels: every address is computed per element and no access is vectorised, so no
 # integer argument (sizes, strides, geometry) is worth a specialisation.
@@ -157,9 +158,7 @@ def direct_conv_kernel(
                         mask=s_ok[:, None] & d_ok[None, :],
                         other=0,
                     )
-                    acc = tl.dot(
-                        x.to(DOT_DTYPE), w.to(DOT_DTYPE), acc, input_precision=DOT_PRECISION
-                    )
+                    acc = mma(x.to(DOT_DTYPE), w.to(DOT_DTYPE), acc, DOT_PRECISION)
             else:
                 # One source channel at a time, an outer product: no reduction across lanes
                 # (see the module docstring for why not a broadcast-and-sum over [P, S, D]).
@@ -270,7 +269,7 @@ def direct_grad_weight_kernel(
             other=0,
         )
         if USE_DOT:
-            acc = tl.dot(dy.to(DOT_DTYPE), cols.to(DOT_DTYPE), acc, input_precision=DOT_PRECISION)
+            acc = mma(dy.to(DOT_DTYPE), cols.to(DOT_DTYPE), acc, DOT_PRECISION)
         else:
             acc += tl.sum(dy.to(ACC_DTYPE)[:, :, None] * cols.to(ACC_DTYPE)[None, :, :], 1)
 

@@ -71,6 +71,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from .mma import mma
+
 
 @triton.jit
 def _first_tap(r, pad, dil, stride, kstep, K):
@@ -416,11 +418,11 @@ def conv_igemm_kernel(
                 b2 = tl.load(b2_ptrs, mask=d2_ok[None, :], other=0)
             else:
                 b2 = tl.load(b2_ptrs, mask=c_ok[:, None] & d2_ok[None, :], other=0)
-            acc2 = tl.dot(a.to(DOT_DTYPE), b2.to(DOT_DTYPE), acc2, input_precision=DOT_PRECISION)
+            acc2 = mma(a.to(DOT_DTYPE), b2.to(DOT_DTYPE), acc2, DOT_PRECISION)
         if SWAP:
-            acc = tl.dot(b.to(DOT_DTYPE).T, a.to(DOT_DTYPE).T, acc, input_precision=DOT_PRECISION)
+            acc = mma(b.to(DOT_DTYPE).T, a.to(DOT_DTYPE).T, acc, DOT_PRECISION)
         elif USE_DOT:
-            acc = tl.dot(a.to(DOT_DTYPE), b.to(DOT_DTYPE), acc, input_precision=DOT_PRECISION)
+            acc = mma(a.to(DOT_DTYPE), b.to(DOT_DTYPE), acc, DOT_PRECISION)
         else:  # BLOCK_K == 1: an outer product, exact in ACC_DTYPE (no cross-lane reduction)
             acc += a.to(ACC_DTYPE) * b.to(ACC_DTYPE)
         if WINDOW:  # the next channel block, wrapping into the next tap (width, height, depth)
@@ -509,7 +511,7 @@ def _wgrad_tap(
         acc = tl.dot(dy.to(DOT_DTYPE), x_lo.to(DOT_DTYPE), acc, input_precision="ieee")
         return tl.dot(dy.to(DOT_DTYPE), x_hi.to(DOT_DTYPE), acc, input_precision="ieee")
     if USE_DOT:
-        return tl.dot(dy.to(DOT_DTYPE), xs.to(DOT_DTYPE), acc, input_precision=DOT_PRECISION)
+        return mma(dy.to(DOT_DTYPE), xs.to(DOT_DTYPE), acc, DOT_PRECISION)
     # [M, K, N] products summed over K (at least 16 positions wide: see the module doc)
     return acc + tl.sum(dy.to(ACC_DTYPE)[:, :, None] * xs.to(ACC_DTYPE)[None, :, :], 1)
 
@@ -824,7 +826,7 @@ def pointwise_tma_kernel(
                 b = w.load([step * BLOCK_K, n0]).to(DOT_DTYPE)
             else:
                 b = w.load([n0, step * BLOCK_K]).to(DOT_DTYPE).T
-            acc = tl.dot(a, b, acc, input_precision=DOT_PRECISION)
+            acc = mma(a, b, acc, DOT_PRECISION)
         if HAS_BIAS:
             d = n0 + tl.arange(0, BLOCK_N)
             if SCATTER:  # (every column a channel of some tap)

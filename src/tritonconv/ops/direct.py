@@ -49,14 +49,17 @@ def dot_precision(dtype: torch.dtype) -> str:
     ``ieee`` 0.93x. Session 26 (H100/H200): the tensor cores truncate their sums;
     ``tf32x3`` ran the dense forwards at 1.43x cuDNN fp32 (``ieee``: 0.61x) with resnet50's
     output 2.15x cuDNN's distance, 0.97x with ``tf32x3`` on its 1x1 layers only
-    (benchmarks/NOTES.md)."""
+    (benchmarks/NOTES.md). Session 27 (H200): ``tf32x3_rn`` (kernels/mma.py: each step's
+    truncation compensated) ran them at 1.30x with resnet50's output 1.67x cuDNN's distance."""
     if dtype == torch.float32 and not torch.backends.cudnn.allow_tf32:
+        if TF32_OFF_PRECISION == "tf32x3_rn" and INTERPRETER:
+            return "tf32x3"  # the interpreter's dots round to nearest: nothing to correct
         return TF32_OFF_PRECISION
     return "tf32"
 
 
-#: :func:`dot_precision` of fp32 with TF32 off (a knob for probes: ``"tf32x3"`` is the
-#: tensor-core alternative measured against it).
+#: :func:`dot_precision` of fp32 with TF32 off (a knob for probes: ``"tf32x3"`` and
+#: ``"tf32x3_rn"``, the tensor-core alternatives measured against it; kernels/mma.py).
 TF32_OFF_PRECISION = "ieee"
 
 

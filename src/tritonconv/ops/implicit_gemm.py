@@ -143,7 +143,7 @@ def forward_config(
     (a probe's setting) steps at most :data:`TF32X3_K_BLOCK` channels."""
     config = _forward_config(dtype, rows, src_per_group, dst_per_group, groups, device, taps,
                              packed)  # fmt: skip
-    if dtype == torch.float32 and dot_precision(dtype) == "tf32x3":
+    if dtype == torch.float32 and dot_precision(dtype) in ("tf32x3", "tf32x3_rn"):
         config = config._replace(block_k=min(config.block_k, TF32X3_K_BLOCK))
     return config
 

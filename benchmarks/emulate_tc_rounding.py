@@ -1,0 +1,99 @@
+"""Emulation (CPU, NumPy): a model of the tensor cores' fp32 accumulation, checked against
+``probe_tc_rounding.py``'s GPU measurements, for predicting a precision change's error
+before spending device time on it (session 27, benchmarks/NOTES.md).
+
+The model of one TF32 ``HGMMA`` k8 step (one output element): the accumulator and the eight
+exact products are aligned to the largest of them, each truncated toward zero to ``--bits``
+bits below that one's leading bit, summed exactly, and the sum truncated toward zero to fp32.
+TF32 operands are fp32 values whose 13 low bits the hardware ignores (truncation).
+``tf32x3`` as Triton 3.6 builds it: ``big = rna(a)``, ``small = a - big`` (the hardware
+truncates it), each K-deep step summed from a zeroed accumulator (small x big, big x small,
+big x big, chained) and added to the fp32 accumulator rounded to nearest. ``rn``: each
+step's sum plus half an ulp of it away from zero (``tritonconv.kernels.mma``'s ``tf32x3_rn``).
+
+With 25 bits it reproduces the H100/H200 probe to about two digits (RMS and bias of a
+4096 x 256 x 4608 GEMM at 16-, 32- and 64-deep steps). Errors are relative to the RMS of the
+exact result; bias is the mean error along the exact result's sign (negative: toward zero).
+
+    python benchmarks/emulate_tc_rounding.py [--bits 25] [--k 4608] [--steps 16 32 64]
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+
+
+def tf32_nearest(x: np.ndarray) -> np.ndarray:
+    """fp32 ``x`` rounded to TF32's 10 fraction bits, nearest, ties away (``cvt.rna``)."""
+    bits = x.view(np.uint32).astype(np.uint64)
+    return ((bits + 0x1000) & 0xFFFFE000).astype(np.uint32).view(np.float32)
+
+
+def tf32_truncated(x: np.ndarray) -> np.ndarray:
+    """fp32 ``x`` as the tensor core reads it for TF32: its 13 low bits dropped."""
+    return (x.view(np.uint32) & np.uint32(0xFFFFE000)).view(np.float32)
+
+
+def to_fp32_toward_zero(x: np.ndarray) -> np.ndarray:
+    rounded = x.astype(np.float32)
+    over = np.abs(rounded.astype(np.float64)) > np.abs(x)
+    rounded[over] = np.nextafter(rounded[over], np.float32(0))
+    return rounded
+
+
+def hgmma_k8(acc: np.ndarray, a: np.ndarray, b: np.ndarray, bits: int) -> np.ndarray:
+    """One k8 instruction: ``acc [M, N] + a [M, 8] @ b [8, N]`` as the model above."""
+    terms = a.astype(np.float64)[:, None, :] * b.astype(np.float64).T[None, :, :]
+    terms = np.concatenate([acc.astype(np.float64)[:, :, None], terms], axis=2)
+    largest = np.abs(terms).max(axis=2, keepdims=True)
+    quantum = np.exp2(np.floor(np.log2(np.where(largest > 0, largest, 1.0))) - bits)
+    return to_fp32_toward_zero((np.trunc(terms / quantum) * quantum).sum(axis=2))
+
+
+def half_ulp_away(x: np.ndarray) -> np.ndarray:
+    sign_exponent = (x.view(np.int32) & np.int32(-8388608)).view(np.float32)
+    return sign_exponent * np.float32(2.0**-24)
+
+
+def tf32x3(a, b, step: int, bits: int, rn: bool) -> np.ndarray:
+    big_a, big_b = tf32_nearest(a), tf32_nearest(b)
+    small_a, small_b = tf32_truncated(a - big_a), tf32_truncated(b - big_b)
+    acc = np.zeros((a.shape[0], b.shape[1]), np.float32)
+    for k0 in range(0, a.shape[1], step):
+        part = np.zeros_like(acc)
+        for x, y in ((small_a, big_b), (big_a, small_b), (big_a, big_b)):
+            for k in range(k0, k0 + step, 8):
+                part = hgmma_k8(part, x[:, k : k + 8], y[k : k + 8], bits)
+        if rn:
+            part = part + half_ulp_away(part)
+        acc = acc + part
+    return acc
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--bits", type=int, default=25, help="bits kept below the largest term")
+    ap.add_argument("--k", type=int, default=4608, help="reduction length")
+    ap.add_argument("--size", type=int, default=128, help="rows = columns of the result")
+    ap.add_argument("--steps", type=int, nargs="+", default=[16, 32, 64])
+    args = ap.parse_args()
+    rng = np.random.default_rng(0)
+    a = np.maximum(rng.standard_normal((args.size, args.k)).astype(np.float32), 0)  # post-ReLU
+    b = (rng.standard_normal((args.k, args.size)) / args.k**0.5).astype(np.float32)
+    exact = a.astype(np.float64) @ b.astype(np.float64)
+    scale = np.sqrt((exact**2).mean())
+    for step in args.steps:
+        for rn in (False, True):
+            err = tf32x3(a, b, step, args.bits, rn).astype(np.float64) - exact
+            print(
+                f"{'tf32x3_rn' if rn else 'tf32x3':9} {step:3}-deep steps: max "
+                f"{np.abs(err).max() / scale:.2e} rms {np.sqrt((err**2).mean()) / scale:.2e} "
+                f"bias {(err * np.sign(exact)).mean() / scale:+.2e}",
+                flush=True,
+            )
+
+
+if __name__ == "__main__":
+    main()
