@@ -1262,6 +1262,25 @@ def test_tf32x3_at_tf32_off_matches_float64(precision, device, monkeypatch):
         torch.float32, 2, 64, 24, (9, 7), (1, 1), (3, 3), 1, False, torch.device(device)
     )
     assert config.block_k == implicit_gemm.TF32X3_K_BLOCK
+    # benchmark mode's candidates, and a tile handed to the launcher (a tuned choice), too
+    wide = implicit_gemm.Config(32, 16, 64, 4, 1)
+    monkeypatch.setitem(implicit_gemm.TUNING_CONFIGS, "interpreter", (wide,))
+    monkeypatch.setitem(implicit_gemm.TUNING_CONFIGS, "fp32", (wide,))
+    args = (2, 64, 24, (9, 7), (1, 1), (3, 3), 1, False, torch.device(device))
+    candidates = implicit_gemm.tuning_configs(torch.float32, *args)[1:]
+    assert all(implicit_gemm.Config(*c).block_k <= implicit_gemm.TF32X3_K_BLOCK for c in candidates)
+    steps, real = [], implicit_gemm.launch
+    monkeypatch.setattr(
+        implicit_gemm,
+        "launch",
+        lambda *a, **meta: steps.append(meta["BLOCK_K"]) or real(*a, **meta),
+    )
+    x = random_tensor((2, 64, 9, 7), torch.float32, device)
+    w = random_tensor((24, 64, 3, 3), torch.float32, device)
+    y = implicit_gemm.conv_forward(x, w, None, _geometry((9, 7), (3, 3), 1, 1), 1, config=wide)
+    assert steps == [implicit_gemm.TF32X3_K_BLOCK]
+    assert_close(y, F.conv2d(x.double(), w.double(), padding=1))
+    monkeypatch.setattr(implicit_gemm, "launch", real)
     x = random_tensor((2, 64, 9, 7), torch.float32, device).requires_grad_()
     w = random_tensor((24, 64, 3, 3), torch.float32, device).requires_grad_()
     y = tritonconv.conv2d(x, w, padding=1, algo="implicit_gemm")
@@ -1302,3 +1321,23 @@ def test_tf32x3_rn_adds_half_an_ulp_away_from_zero(device):
     assert half[0, 3].item() == -(2.0**-23)
     _, step_exponent = torch.frexp(plain)
     assert torch.equal(rn, plain + torch.ldexp(torch.sign(plain), step_exponent - 25))
+
+
+@pytest.mark.parametrize("value", ["tf32x3_rn", "tf32"])
+def test_tf32_off_precision_from_the_environment(value):
+    """``TRITONCONV_TF32_OFF_PRECISION`` chooses fp32's products with TF32 off; a value that is
+    not one of them stops the import with a message naming the choices."""
+    import os
+    import subprocess
+    import sys
+
+    code = "from tritonconv.ops import direct; print(direct.TF32_OFF_PRECISION)"
+    env = dict(os.environ, TRITONCONV_TF32_OFF_PRECISION=value)
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    if value == "tf32x3_rn":
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.strip() == "tf32x3_rn"
+    else:
+        assert done.returncode != 0
+        assert "TRITONCONV_TF32_OFF_PRECISION='tf32': expected one of" in done.stderr
+        assert "tf32x3_rn" in done.stderr

@@ -20,8 +20,8 @@ half an ulp of each step's sum, away from zero (the sum's sign and exponent, sca
 2**-24), before adding the step to the accumulator: an unbiased estimate of the step, as
 rounding to nearest is. Measured (H200): it takes the 16-deep bias from -3.9e-8 to -5.3e-9
 (what is left comes from the truncations inside the step; the emulation predicted -5.9e-9);
-the RMS error is unchanged. Whole models gain less: resnet50's fp32 output went from 2.16x to
-1.67x cuDNN's distance from float64 (``ieee``: 0.94x), so ``ieee`` stays the default.
+the RMS error is unchanged. resnet50's fp32 logits went from 1.5-1.7x to 1.03-1.13x cuDNN's
+distance from float64 (``ieee``: 0.93-1.05x; three inputs).
 Under the interpreter a dot rounds to nearest, so the launchers ask for plain ``tf32x3``
 there (:func:`tritonconv.ops.direct.dot_precision`).
 """

@@ -14,6 +14,8 @@ launch. Block sizes are chosen here; the interpreter gets larger tiles (fewer Py
 
 from __future__ import annotations
 
+import os
+
 import torch
 import triton.language as tl
 
@@ -50,7 +52,8 @@ def dot_precision(dtype: torch.dtype) -> str:
     ``tf32x3`` ran the dense forwards at 1.43x cuDNN fp32 (``ieee``: 0.61x) with resnet50's
     output 2.15x cuDNN's distance, 0.97x with ``tf32x3`` on its 1x1 layers only
     (benchmarks/NOTES.md). Session 27 (H200): ``tf32x3_rn`` (kernels/mma.py: each step's
-    truncation compensated) ran them at 1.30x with resnet50's output 1.67x cuDNN's distance."""
+    truncation compensated) ran them at 1.30x with resnet50's logits 1.03-1.13x cuDNN's
+    distance (the figures above were taken with benchmark mode's 32- and 64-deep tiles)."""
     if dtype == torch.float32 and not torch.backends.cudnn.allow_tf32:
         if TF32_OFF_PRECISION == "tf32x3_rn" and INTERPRETER:
             return "tf32x3"  # the interpreter's dots round to nearest: nothing to correct
@@ -58,9 +61,24 @@ def dot_precision(dtype: torch.dtype) -> str:
     return "tf32"
 
 
-#: :func:`dot_precision` of fp32 with TF32 off (a knob for probes: ``"tf32x3"`` and
-#: ``"tf32x3_rn"``, the tensor-core alternatives measured against it; kernels/mma.py).
-TF32_OFF_PRECISION = "ieee"
+#: What :func:`dot_precision` may answer for fp32 with TF32 off: ``ieee`` (fp32 products and
+#: sums, the default), or a tensor-core alternative measured against it (kernels/mma.py).
+TF32_OFF_PRECISIONS = ("ieee", "tf32x3", "tf32x3_rn")
+
+
+def _tf32_off_precision() -> str:
+    """The environment's ``TRITONCONV_TF32_OFF_PRECISION`` (default ``ieee``), checked."""
+    value = os.environ.get("TRITONCONV_TF32_OFF_PRECISION", "ieee")
+    if value not in TF32_OFF_PRECISIONS:
+        raise ValueError(
+            f"TRITONCONV_TF32_OFF_PRECISION={value!r}: expected one of {TF32_OFF_PRECISIONS}"
+        )
+    return value
+
+
+#: :func:`dot_precision` of fp32 with TF32 off: the environment's
+#: ``TRITONCONV_TF32_OFF_PRECISION``, else ``ieee``; probes set it (``bench.overridden``).
+TF32_OFF_PRECISION = _tf32_off_precision()
 
 
 def dot_dtype(dtype: torch.dtype):

@@ -120,7 +120,7 @@ def _k_block(dtype: torch.dtype, channels: int) -> int:
 
 
 #: Longest reduction step of fp32 with ``tf32x3`` products (``direct.TF32_OFF_PRECISION``, a
-#: probe's setting; :func:`forward_config` caps every such tile's): the tensor cores truncate
+#: probe's setting; :func:`tf32x3_step` caps every such tile's): the tensor cores truncate
 #: each instruction's sum (probe_tc_rounding.py, H100), and each step's sum is added to the
 #: fp32 accumulator rounded to nearest, so shorter steps carry less of that bias (a
 #: 4608-deep GEMM's: 6.2e-8 at 32, 3.4-4.1e-8 at 16).
@@ -143,8 +143,17 @@ def forward_config(
     (a probe's setting) steps at most :data:`TF32X3_K_BLOCK` channels."""
     config = _forward_config(dtype, rows, src_per_group, dst_per_group, groups, device, taps,
                              packed)  # fmt: skip
+    return tf32x3_step(config, dtype)
+
+
+def tf32x3_step(config: Config, dtype) -> Config:
+    """``config`` with its reduction step at most :data:`TF32X3_K_BLOCK` deep where fp32 takes
+    ``tf32x3`` products: the heuristic's tiles, benchmark mode's candidates and whatever a
+    launch is handed (a tuned choice made under another precision) alike. Session 27: the
+    models suite's accuracy phase runs with ``cudnn.benchmark`` on, so tritonconv measured
+    its tiles there and took 32- and 64-deep ones, which this cap did not reach then."""
     if dtype == torch.float32 and dot_precision(dtype) in ("tf32x3", "tf32x3_rn"):
-        config = config._replace(block_k=min(config.block_k, TF32X3_K_BLOCK))
+        return config._replace(block_k=min(config.block_k, TF32X3_K_BLOCK))
     return config
 
 
@@ -414,7 +423,8 @@ def tuning_configs(dtype, *launch_args) -> list[tuple]:
         return [()]
     heuristic = launch_config(dtype, *launch_args)
     family = "interpreter" if INTERPRETER else ("fp32" if dtype == torch.float32 else "16-bit")
-    return [(), *(tuple(c) for c in TUNING_CONFIGS[family] if c != heuristic)]
+    candidates = dict.fromkeys(tf32x3_step(c, dtype) for c in TUNING_CONFIGS[family])
+    return [(), *(tuple(c) for c in candidates if c != heuristic)]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -750,7 +760,7 @@ def _launch_conv(src, weight, bias, dst, geometry: Geometry, groups: int, transp
             src.dtype, N, src_per_group, dst_per_group, dst_spatial, stride, kernel, groups,
             transposed, src.device,
         )  # fmt: skip
-    config = Config(*config)
+    config = tf32x3_step(Config(*config), src.dtype)
     block_m, block_n, block_k, num_warps, num_stages, block_n2 = config
     # The weight tile is read along the source-side (reduction) channels or the destination
     # channels: one of them must be the weight's innermost axis (copied so if neither is).
