@@ -6,7 +6,7 @@ The model of one TF32 ``HGMMA`` k8 step (one output element): the accumulator an
 exact products are aligned to the largest of them, each truncated toward zero to ``--bits``
 bits below that one's leading bit, summed exactly, and the sum truncated toward zero to fp32.
 TF32 operands are fp32 values whose 13 low bits the hardware ignores (truncation).
-``tf32x3`` as Triton 3.6 builds it: ``big = rna(a)``, ``small = a - big`` (the hardware
+``tf32x3`` as Triton 3.6 (the GPU machine's) builds it: ``big = rna(a)``, ``small = a - big`` (the hardware
 truncates it), each K-deep step summed from a zeroed accumulator (small x big, big x small,
 big x big, chained) and added to the fp32 accumulator rounded to nearest. ``rn``: each
 step's sum plus half an ulp of it away from zero (``tritonconv.kernels.mma``'s ``tf32x3_rn``).
@@ -15,7 +15,8 @@ With 25 bits it reproduces the H100/H200 probe to about two digits (RMS and bias
 4096 x 256 x 4608 GEMM at 16-, 32- and 64-deep steps). Errors are relative to the RMS of the
 exact result; bias is the mean error along the exact result's sign (negative: toward zero).
 
-    python benchmarks/emulate_tc_rounding.py [--bits 25] [--k 4608] [--steps 16 32 64]
+    python benchmarks/emulate_tc_rounding.py [--bits 25] [--k 4608] [--size 128]
+        [--steps 16 32 64]
 """
 
 from __future__ import annotations

@@ -66,7 +66,7 @@ def main() -> None:
     elif args.precision:
         direct.TF32_OFF_PRECISION = args.precision
     if args.k_block:
-        implicit_gemm.TF32X3_K_BLOCK = args.k_block
+        direct.TF32X3_K_BLOCK = args.k_block
     opts = Options(quick=True)  # one pass each: the errors, not the times
     rows = []
     # tritonconv's choices as the models suite makes them (its heuristic): ``accuracy`` runs

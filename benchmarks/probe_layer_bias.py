@@ -99,6 +99,13 @@ def main() -> None:
     ap.add_argument("--grad", action="store_true", help="--outputs: forwards recording autograd")
     args = ap.parse_args()
     spec = M.MODELS[args.model]
+    # tritonconv's choices by its heuristic, as the models suite makes them (no recorded
+    # choice from the on-disk cache may send a layer elsewhere)
+    with M._choices():
+        _probe(args, spec)
+
+
+def _probe(args, spec) -> None:
     if args.outputs:
         rows = _model_errors(args, spec)
         if args.json:

@@ -203,7 +203,8 @@ def main() -> None:
     ap.add_argument("--layer", default="r50_3x3_14", choices=sorted(LAYERS))
     ap.add_argument("--kernel", default="", help="only kernels whose name contains this")
     ap.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16", "float32"))
-    ap.add_argument("--tf32-off", default="", help="fp32 at TF32-off with this precision")
+    ap.add_argument("--tf32-off", default="", choices=("", "ieee", "tf32x3", "tf32x3_rn"),
+                    help="fp32 at TF32-off with this precision")  # fmt: skip
     ap.add_argument("--dump", action="store_true", help="print each loop's SASS too")
     ap.add_argument("--record", action="store_true", help=argparse.SUPPRESS)  # internal
     args = ap.parse_args()

@@ -9,8 +9,6 @@ layout (the reduction-major copy and its skip), and the deterministic split-K we
 
 import math
 import os
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -1251,8 +1249,8 @@ def test_tf32x3_at_tf32_off_matches_float64(precision, device, monkeypatch):
     """The probes' settings ``direct.TF32_OFF_PRECISION = "tf32x3"`` and ``"tf32x3_rn"``
     (three TF32 products at TF32-off, 16-deep steps: ``TF32X3_K_BLOCK``; ``_rn`` corrects
     the tensor cores' truncation, and only on compiled kernels) compute the convolution and
-    its input gradient at fp32 accuracy, and their tiles take that step; the default stays
-    ``ieee``."""
+    its input gradient at fp32 accuracy, and their tiles take that step (the heuristic's,
+    benchmark mode's candidates, a tile handed to the launcher)."""
     from tritonconv.ops import direct
 
     # the default, unless the run chose another (TRITONCONV_TF32_OFF_PRECISION)
@@ -1265,14 +1263,14 @@ def test_tf32x3_at_tf32_off_matches_float64(precision, device, monkeypatch):
     config = implicit_gemm.launch_config(
         torch.float32, 2, 64, 24, (9, 7), (1, 1), (3, 3), 1, False, torch.device(device)
     )
-    assert config.block_k == implicit_gemm.TF32X3_K_BLOCK
+    assert config.block_k == direct.TF32X3_K_BLOCK
     # benchmark mode's candidates, and a tile handed to the launcher (a tuned choice), too
     wide = implicit_gemm.Config(32, 16, 64, 4, 1)
     monkeypatch.setitem(implicit_gemm.TUNING_CONFIGS, "interpreter", (wide,))
     monkeypatch.setitem(implicit_gemm.TUNING_CONFIGS, "fp32", (wide,))
     args = (2, 64, 24, (9, 7), (1, 1), (3, 3), 1, False, torch.device(device))
     candidates = implicit_gemm.tuning_configs(torch.float32, *args)[1:]
-    assert all(implicit_gemm.Config(*c).block_k <= implicit_gemm.TF32X3_K_BLOCK for c in candidates)
+    assert candidates == [tuple(wide._replace(block_k=direct.TF32X3_K_BLOCK))]
     steps, real = [], implicit_gemm.launch
     monkeypatch.setattr(
         implicit_gemm,
@@ -1282,7 +1280,7 @@ def test_tf32x3_at_tf32_off_matches_float64(precision, device, monkeypatch):
     x = random_tensor((2, 64, 9, 7), torch.float32, device)
     w = random_tensor((24, 64, 3, 3), torch.float32, device)
     y = implicit_gemm.conv_forward(x, w, None, _geometry((9, 7), (3, 3), 1, 1), 1, config=wide)
-    assert steps == [implicit_gemm.TF32X3_K_BLOCK]
+    assert steps == [direct.TF32X3_K_BLOCK]
     assert_close(y, F.conv2d(x.double(), w.double(), padding=1))
     monkeypatch.setattr(implicit_gemm, "launch", real)
     x = random_tensor((2, 64, 9, 7), torch.float32, device).requires_grad_()
@@ -1327,18 +1325,49 @@ def test_tf32x3_rn_adds_half_an_ulp_away_from_zero(device):
     assert torch.equal(rn, plain + torch.ldexp(torch.sign(plain), step_exponent - 25))
 
 
-@pytest.mark.parametrize("value", ["tf32x3_rn", "tf32"])
-def test_tf32_off_precision_from_the_environment(value):
-    """``TRITONCONV_TF32_OFF_PRECISION`` chooses fp32's products with TF32 off; a value that is
-    not one of them stops the import with a message naming the choices."""
+def test_tf32_off_precision_from_the_environment(monkeypatch):
+    """``TRITONCONV_TF32_OFF_PRECISION`` (read at import) chooses fp32's products with TF32
+    off: ``ieee`` unless set; a value that is not a choice is refused, naming the choices."""
+    from tritonconv.ops import direct
 
-    code = "from tritonconv.ops import direct; print(direct.TF32_OFF_PRECISION)"
-    env = dict(os.environ, TRITONCONV_TF32_OFF_PRECISION=value)
-    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
-    if value == "tf32x3_rn":
-        assert done.returncode == 0, done.stderr
-        assert done.stdout.strip() == "tf32x3_rn"
-    else:
-        assert done.returncode != 0
-        assert "TRITONCONV_TF32_OFF_PRECISION='tf32': expected one of" in done.stderr
-        assert "tf32x3_rn" in done.stderr
+    monkeypatch.delenv("TRITONCONV_TF32_OFF_PRECISION", raising=False)
+    assert direct._tf32_off_precision() == "ieee"
+    monkeypatch.setenv("TRITONCONV_TF32_OFF_PRECISION", "tf32x3_rn")
+    assert direct._tf32_off_precision() == "tf32x3_rn"
+    monkeypatch.setenv("TRITONCONV_TF32_OFF_PRECISION", "tf32")
+    with pytest.raises(ValueError, match=r"TRITONCONV_TF32_OFF_PRECISION='tf32': expected one of"):
+        direct._tf32_off_precision()
+
+
+def test_tf32x3_steps_capped_in_direct_and_depthwise_kernels(device, monkeypatch):
+    """The direct and depthwise tensor-core kernels reduce ``tf32x3`` products 16 deep too
+    (``direct.tf32x3_block``), and compute the same convolutions."""
+    from tritonconv.geometry import make_geometry
+    from tritonconv.ops import depthwise, direct
+
+    assert direct._conv_tiles(torch.float32, 64, 64)[2] == 32  # (ieee: the wider steps)
+    monkeypatch.setattr(direct, "TF32_OFF_PRECISION", "tf32x3_rn")
+    assert direct._conv_tiles(torch.float32, 64, 64)[2] == direct.TF32X3_K_BLOCK
+    assert direct._grad_weight_tiles(torch.float32, 64, 64)[3] == direct.TF32X3_K_BLOCK
+    assert direct._conv_tiles(torch.bfloat16, 64, 64)[2] == 32
+    blocks, real = [], depthwise.launch
+    monkeypatch.setattr(
+        depthwise,
+        "launch",
+        lambda *a, **meta: (
+            blocks.append(meta.get("BLOCK_J", meta.get("BLOCK_K"))) or real(*a, **meta)
+        ),
+    )
+    monkeypatch.setattr(depthwise, "_window_axes", lambda *a: None)  # the band kernels
+    x = random_tensor((1, 2, 12, 20), torch.float32, device)
+    w = random_tensor((2, 1, 7, 7), torch.float32, device)
+    geometry = make_geometry((12, 20), (7, 7), (1, 1), (3, 3), (3, 3), (1, 1))
+    y = depthwise.depthwise_forward(x, w, None, geometry)
+    dy = random_tensor(y.shape, torch.float32, device)
+    dw, _ = depthwise.depthwise_grad_weight(dy, x, w.shape, geometry)
+    assert blocks[0] == blocks[1] == direct.TF32X3_K_BLOCK
+    x64, w64 = x.double().requires_grad_(), w.double().requires_grad_()
+    y64 = F.conv2d(x64, w64, padding=3, groups=2)
+    (dw64,) = torch.autograd.grad(y64, (w64,), dy.double())
+    assert_close(y, y64, reduction=49)
+    assert_close(dw, dw64, reduction=12 * 20)

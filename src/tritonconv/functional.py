@@ -32,6 +32,7 @@ from .geometry import (
 from .launch import tracing, transformed
 from .ops import conv_gemm, depthwise, implicit_gemm
 from .ops.common import channels_last_format, dense_strides, is_channels_last
+from .ops.direct import dot_precision
 from .plans import BoundedCache, lookup, tensor_key, traced, values_key
 
 #: Convolution algorithms ``conv2d(..., algo=...)`` accepts: the forward op of each, applied as
@@ -683,9 +684,10 @@ def _auto(input, weight, bias, args, params, name, ndim, transposed) -> choice.C
         # which Dynamo can neither print into a record's key nor tell from constants. (Traced
         # by AOTAutograd instead, below: a record for these sizes, or the rule.)
         return rule
+    # (the dots' precision too: fp32's TF32 flag and TF32-off products change the timings)
     key = repr(
         (name, tuple(x.shape), x.stride(), str(x.dtype), tuple(w.shape), w.stride(),
-         bias is not None, params("direct")[:-1])
+         bias is not None, params("direct")[:-1], dot_precision(x.dtype))
     )  # fmt: skip
     if not choice.benchmark_enabled() or tracing(input, weight, bias):
         return choice.recorded(key, candidates) or rule

@@ -233,7 +233,7 @@ def _launch(src, weight, bias, dst, geometry: Geometry, R: int, DIV: int, walk: 
             DOT_DTYPE=direct.dot_dtype(src.dtype),
             BLOCK_H=block_h,
             BLOCK_W=block_w,
-            BLOCK_J=32,
+            BLOCK_J=direct.tf32x3_block(32, src.dtype),
             INDEX_64=index_64,
             num_warps=4,
         )
@@ -616,7 +616,7 @@ def depthwise_grad_weight(
             DOT_DTYPE=direct.dot_dtype(x.dtype),
             BLOCK_KH=block_kh,
             BLOCK_KW=block_kw,
-            BLOCK_K=64,
+            BLOCK_K=direct.tf32x3_block(64, x.dtype),
             INDEX_64=needs_int64(grad_out, x, partial),
             num_warps=4,
         )

@@ -53,7 +53,8 @@ def dot_precision(dtype: torch.dtype) -> str:
     output 2.15x cuDNN's distance, 0.97x with ``tf32x3`` on its 1x1 layers only
     (benchmarks/NOTES.md). Session 27 (H200): ``tf32x3_rn`` (kernels/mma.py: each step's
     truncation compensated) ran them at 1.30x with resnet50's logits 1.03-1.13x cuDNN's
-    distance (the figures above were taken with benchmark mode's 32- and 64-deep tiles)."""
+    distance (the error figures above, 2.17x, 2.15x and 0.97x, were taken with benchmark
+    mode's 32- and 64-deep tiles: benchmarks/NOTES.md, session 27)."""
     if dtype == torch.float32 and not torch.backends.cudnn.allow_tf32:
         if TF32_OFF_PRECISION == "tf32x3_rn" and INTERPRETER:
             return "tf32x3"  # the interpreter's dots round to nearest: nothing to correct
@@ -77,8 +78,23 @@ def _tf32_off_precision() -> str:
 
 
 #: :func:`dot_precision` of fp32 with TF32 off: the environment's
-#: ``TRITONCONV_TF32_OFF_PRECISION``, else ``ieee``; probes set it (``bench.overridden``).
+#: ``TRITONCONV_TF32_OFF_PRECISION`` (read when tritonconv is imported), else ``ieee``;
+#: probes set it (``bench.overridden``).
 TF32_OFF_PRECISION = _tf32_off_precision()
+
+#: Longest reduction step of an fp32 dot with ``tf32x3`` products (:func:`tf32x3_block`): the
+#: tensor cores truncate inside each step (kernels/mma.py), so longer steps leave a larger
+#: bias (a 4608-deep GEMM's: 6.2e-8 of its RMS at 32-deep steps, 3.9e-8 at 16-deep;
+#: ``tf32x3_rn`` 2.8e-8 and 5.3e-9).
+TF32X3_K_BLOCK = 16
+
+
+def tf32x3_block(block: int, dtype: torch.dtype) -> int:
+    """A kernel's reduction block ``block``, capped at :data:`TF32X3_K_BLOCK` where fp32 takes
+    ``tf32x3`` products (every launcher whose dots reduce along a block asks this)."""
+    if dtype == torch.float32 and dot_precision(dtype) in ("tf32x3", "tf32x3_rn"):
+        return min(block, TF32X3_K_BLOCK)
+    return block
 
 
 def dot_dtype(dtype: torch.dtype):
@@ -98,7 +114,7 @@ def _conv_tiles(dtype, src_per_group: int, dst_per_group: int):
     """(USE_DOT, BLOCK_P, BLOCK_S, BLOCK_D) for ``direct_conv_kernel``. Without ``tl.dot`` the
     kernel walks source channels one at a time (``BLOCK_S`` unused) over a ``[P, D]`` tile."""
     if uses_dot(dtype, src_per_group, dst_per_group):
-        block_s = clamped_power_of_2(src_per_group, 16, 32)
+        block_s = tf32x3_block(clamped_power_of_2(src_per_group, 16, 32), dtype)
         block_d = clamped_power_of_2(dst_per_group, 16, 64)
         return True, 128 if INTERPRETER else 64, block_s, block_d
     block_d = clamped_power_of_2(dst_per_group, 1, 16)
@@ -186,7 +202,7 @@ def _grad_weight_tiles(dtype, out_per_group: int, rows: int):
             True,
             clamped_power_of_2(out_per_group, 16, 64),
             clamped_power_of_2(rows, 16, 64),
-            128 if INTERPRETER else 32,
+            tf32x3_block(128 if INTERPRETER else 32, dtype),
         )
     block_d = clamped_power_of_2(out_per_group, 1, 8)
     block_r = clamped_power_of_2(rows, 1, 16)

@@ -57,7 +57,7 @@ from .common import (
     sum_partials,
 )
 from .crop import crop_into, empty_in_order
-from .direct import dot_dtype, dot_precision
+from .direct import dot_dtype, dot_precision, tf32x3_block
 
 #: dtypes computed on tensor cores (fp32 accumulation).
 DOT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -119,14 +119,6 @@ def _k_block(dtype: torch.dtype, channels: int) -> int:
     return block
 
 
-#: Longest reduction step of fp32 with ``tf32x3`` products (``direct.TF32_OFF_PRECISION``, a
-#: probe's setting; :func:`tf32x3_step` caps every such tile's): the tensor cores truncate
-#: each instruction's sum (probe_tc_rounding.py, H100), and each step's sum is added to the
-#: fp32 accumulator rounded to nearest, so shorter steps carry less of that bias (a
-#: 4608-deep GEMM's: 6.2e-8 at 32, 3.4-4.1e-8 at 16).
-TF32X3_K_BLOCK = 16
-
-
 # Reduction length (taps x channels per group) from which a 16-bit layer under one wave of
 # 128-row tiles takes 128-channel reduction steps (:func:`forward_config`).
 SMALL_WAVE_LONG_REDUCTION = 4096
@@ -140,21 +132,19 @@ def forward_config(
     ``dst_per_group`` columns (``packed``: groups packed into these, which take no second
     accumulator). Fitted to the H100 sweep of ``benchmarks/sweep_igemm.py`` and
     ``benchmarks/probe_small_wave.py`` (benchmarks/NOTES.md). fp32 with ``tf32x3`` products
-    (a probe's setting) steps at most :data:`TF32X3_K_BLOCK` channels."""
+    steps at most ``direct.TF32X3_K_BLOCK`` channels (:func:`tf32x3_step`)."""
     config = _forward_config(dtype, rows, src_per_group, dst_per_group, groups, device, taps,
                              packed)  # fmt: skip
     return tf32x3_step(config, dtype)
 
 
 def tf32x3_step(config: Config, dtype) -> Config:
-    """``config`` with its reduction step at most :data:`TF32X3_K_BLOCK` deep where fp32 takes
-    ``tf32x3`` products: the heuristic's tiles, benchmark mode's candidates and whatever a
-    launch is handed (a tuned choice made under another precision) alike. Session 27: the
+    """``config`` with its reduction step capped where fp32 takes ``tf32x3`` products
+    (``direct.tf32x3_block``): the heuristic's tiles, benchmark mode's candidates and whatever
+    a launch is handed (a tuned choice made under another precision) alike. Session 27: the
     models suite's accuracy phase runs with ``cudnn.benchmark`` on, so tritonconv measured
     its tiles there and took 32- and 64-deep ones, which this cap did not reach then."""
-    if dtype == torch.float32 and dot_precision(dtype) in ("tf32x3", "tf32x3_rn"):
-        return config._replace(block_k=min(config.block_k, TF32X3_K_BLOCK))
-    return config
+    return config._replace(block_k=tf32x3_block(config.block_k, dtype))
 
 
 def _forward_config(
