@@ -116,6 +116,19 @@ def test_benchmark_mode_measures_once_and_a_new_process_reads_the_disk(
     assert y.shape == (1, 16, 6, 6)
 
 
+def test_a_recorded_choice_is_per_precision(cache_dir, device, monkeypatch):
+    """Benchmark mode's records are keyed by the dots' precision: a choice measured for fp32
+    with TF32 off (the tests' setting) is not replayed for fp32 with TF32 on."""
+    x = torch.randn(1, 8, 6, 6, device=device)
+    w = torch.randn(16, 8, 3, 3, device=device)
+    tc.set_benchmark(True)
+    tc.explain(x, w, padding=1)
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", True)
+    again = tc.explain(x, w, padding=1)
+    assert "cached" not in again.reason and again.timings
+    assert len(json.loads(choice.cache_file().read_text())) == 2
+
+
 ALTERNATIVE = (32, 16, 16, 4, 1)  # tiles the interpreter takes
 
 
