@@ -887,9 +887,9 @@ def swap_rule(dtype, config) -> bool:
 
 
 def describe(dtype, config) -> str:
-    """A tile configuration as ``tritonconv.explain`` reports it, with the transposed product
-    named where :func:`swap_rule` takes it."""
-    config = Config(*config)
+    """A tile configuration as ``tritonconv.explain`` reports it (as the launcher will run it:
+    :func:`tf32x3_step`), with the transposed product named where :func:`swap_rule` takes it."""
+    config = tf32x3_step(Config(*config), dtype)
     return f"{config}{' transposed product' if swap_rule(dtype, config) else ''}"
 
 
