@@ -1271,7 +1271,7 @@ def test_tf32x3_at_tf32_off_matches_float64(precision, device, monkeypatch):
     args = (2, 64, 24, (9, 7), (1, 1), (3, 3), 1, False, torch.device(device))
     candidates = implicit_gemm.tuning_configs(torch.float32, *args)[1:]
     assert candidates == [tuple(wide._replace(block_k=direct.TF32X3_K_BLOCK))]
-    assert f"block_k={direct.TF32X3_K_BLOCK}," in implicit_gemm.describe(torch.float32, wide)
+    assert implicit_gemm.describe(torch.float32, wide).startswith(f"32x16x{direct.TF32X3_K_BLOCK} ")
     steps, real = [], implicit_gemm.launch
     monkeypatch.setattr(
         implicit_gemm,
