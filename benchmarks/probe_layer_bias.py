@@ -35,10 +35,14 @@ from tritonconv.ops import direct
 from tritonconv.testing import exact_fp32
 
 
+def _rms(t: torch.Tensor) -> float:
+    return t.pow(2).mean().sqrt().item()
+
+
 def _errors(y: torch.Tensor, exact: torch.Tensor) -> tuple[float, float]:
     err = y.double() - exact
-    scale = exact.pow(2).mean().sqrt().item() or 1.0
-    return err.pow(2).mean().sqrt().item() / scale, (err * exact.sign()).mean().item() / scale
+    scale = _rms(exact) or 1.0
+    return _rms(err) / scale, (err * exact.sign()).mean().item() / scale
 
 
 def _model_errors(args, spec) -> list[dict]:
@@ -56,12 +60,13 @@ def _model_errors(args, spec) -> list[dict]:
     capture(models["cudnn"], "cudnn")
     capture(ours, "ours")
     rows = []
+    shape = M._accuracy_shape(spec.input)
     for seed in range(args.outputs):
-        shape = M._accuracy_shape(spec.input)
         x = torch.randn(shape, generator=torch.Generator().manual_seed(seed)).to(args.device)
         with torch.no_grad():
             y64 = exact_model(x.double())
             f64 = pooled["exact"]
+        fscale = _rms(f64)
         results = {}
         # --grad: the fp32 forwards with autograd recording (the models suite's accuracy phase)
         with torch.set_grad_enabled(args.grad), exact_fp32():
@@ -74,12 +79,11 @@ def _model_errors(args, spec) -> list[dict]:
                 err = y.detach().double() - y64
                 ferr = pooled[key].detach() - f64
                 common = ferr.mean(0, keepdim=True)
-                fscale = f64.pow(2).mean().sqrt().item()
                 results[label] = {
                     "out_max": err.abs().max().item() / y64.abs().max().item(),
-                    "out_rms": err.pow(2).mean().sqrt().item() / y64.pow(2).mean().sqrt().item(),
-                    "pool_common": common.pow(2).mean().sqrt().item() / fscale,
-                    "pool_rest": (ferr - common).pow(2).mean().sqrt().item() / fscale,
+                    "out_rms": _rms(err) / _rms(y64),
+                    "pool_common": _rms(common) / fscale,
+                    "pool_rest": _rms(ferr - common) / fscale,
                 }
         rows.append({"seed": seed, **results})
         for label, r in results.items():
@@ -102,16 +106,13 @@ def main() -> None:
     # tritonconv's choices by its heuristic, as the models suite makes them (no recorded
     # choice from the on-disk cache may send a layer elsewhere)
     with M._choices():
-        _probe(args, spec)
+        rows = _model_errors(args, spec) if args.outputs else _layer_errors(args, spec)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
 
 
-def _probe(args, spec) -> None:
-    if args.outputs:
-        rows = _model_errors(args, spec)
-        if args.json:
-            with open(args.json, "w") as f:
-                json.dump(rows, f, indent=1)
-        return
+def _layer_errors(args, spec) -> list[dict]:
     model = M.build(spec, False).eval().to(args.device, torch.float64)
     shape = M._accuracy_shape(spec.input)
     x = torch.randn(shape, generator=torch.Generator().manual_seed(0)).to(
@@ -158,9 +159,7 @@ def _probe(args, spec) -> None:
     for p in ["cudnn", *args.precisions]:
         mean_bias = sum(r[p][1] for r in rows) / len(rows)
         print(f"mean bias {p:10} {mean_bias:+.2e}   sum {sum(r[p][1] for r in rows):+.2e}")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(rows, f, indent=1)
+    return rows
 
 
 if __name__ == "__main__":
