@@ -4,7 +4,8 @@ speed phases), for chasing the models whose outputs are over 2x cuDNN's distance
 
     PYTHONPATH=src python benchmarks/probe_fp32_models.py [--json FILE] [model ...]
         [--warmup]           # first the models suite's warm-up of the model, as the suite does
-        [--precision tf32x3] # fp32 dots at TF32-off on tensor cores (default: ieee; tf32x3_rn)
+        [--precision P ...]  # fp32 dots at TF32-off (ieee, tf32x3, tf32x3_rn; default: the
+                             # library's); several: each against the same float64 and cuDNN runs
         [--k-block 32]       # tf32x3's reduction step (default TF32X3_K_BLOCK)
         [--only pointwise]   # --precision on one layer family only (pointwise, window, stem)
 """
@@ -12,13 +13,14 @@ speed phases), for chasing the models whose outputs are over 2x cuDNN's distance
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import math
 
 import torch
 
-from tritonconv.bench import Options
 from tritonconv.bench import models as M
+from tritonconv.bench.conv import exact_fp32
 from tritonconv.ops import direct, implicit_gemm
 from tritonconv.warmup import warm_calls
 
@@ -32,11 +34,14 @@ FAMILIES = {
 }
 
 
+_LAUNCH_CONV = implicit_gemm._launch_conv
+
+
 def _only(precision: str, family) -> None:
     """The implicit GEMM's forward and input-gradient launches of ``family``'s layers with
     ``precision`` at TF32-off, every other launch ``ieee`` (launch plans record it per
     layer signature, which fixes the family)."""
-    original = implicit_gemm._launch_conv
+    original = _LAUNCH_CONV
 
     def launch_conv(src, weight, bias, dst, geometry, *args):
         groups, transposed = args[0], args[1]
@@ -56,18 +61,15 @@ def main() -> None:
     parser.add_argument("models", nargs="*")
     parser.add_argument("--json", default=None)
     parser.add_argument("--warmup", action="store_true")
-    parser.add_argument("--precision", default=None, choices=["ieee", "tf32x3", "tf32x3_rn"])
+    parser.add_argument(
+        "--precision", nargs="+", default=[None], choices=direct.TF32_OFF_PRECISIONS
+    )
     parser.add_argument("--k-block", type=int, default=None, help="tf32x3's reduction step")
     parser.add_argument("--only", choices=list(FAMILIES), default=None,
                         help="--precision for this layer family only (the rest ieee)")  # fmt: skip
     args = parser.parse_args()
-    if args.precision and args.only:
-        _only(args.precision, FAMILIES[args.only])
-    elif args.precision:
-        direct.TF32_OFF_PRECISION = args.precision
     if args.k_block:
         direct.TF32X3_K_BLOCK = args.k_block
-    opts = Options(quick=True)  # one pass each: the errors, not the times
     rows = []
     # tritonconv's choices as the models suite makes them (its heuristic): ``accuracy`` runs
     # under ``exact_fp32``, which turns ``cudnn.benchmark`` on, and alone that would put
@@ -77,19 +79,32 @@ def main() -> None:
             spec = M.MODELS[name]
             base = M.build(spec, False)
             if args.warmup:
-                calls = M.warmup_calls(base, spec.input, M.model_options(Options()))
+                calls = M.warmup_calls(base, spec.input, M.model_options(M.Options()))
                 warm_calls(calls)
+            ref = copy.deepcopy(base).to(M.DEVICE, torch.float32).eval()
+            ours, _ = M.converted(ref)
             shape = M._accuracy_shape(spec.input)
-            x = torch.randn(shape, generator=torch.Generator().manual_seed(0))
-            found = {k: v for k, v in M.accuracy(base, x, opts).items() if k != "times"}
-            rows.append(dict(model=name, **found))
-            ratio = found["ours_out_err"] / found["ref_out_err"]
-            print(
-                f"{name:20} output ours {found['ours_out_err']:.2e} cuDNN {found['ref_out_err']:.2e}"
-                f" ({ratio:.2f}x); worst grad ours {found['ours_grad_err']:.1e} cuDNN "
-                f"{found['ref_grad_err']:.1e}",
-                flush=True,
-            )
+            x = torch.randn(shape, generator=torch.Generator().manual_seed(0)).to(M.DEVICE)
+            exact = M.exact_run(ref, x)
+            with exact_fp32(torch.float32):
+                cudnn = M.distances(ref, x, exact)
+                for precision in args.precision:
+                    if precision and args.only:
+                        _only(precision, FAMILIES[args.only])
+                    elif precision:
+                        direct.TF32_OFF_PRECISION = precision
+                    found = M.distances(ours, x, exact)
+                    row = dict(model=name, precision=direct.TF32_OFF_PRECISION)
+                    row.update({f"ours_{k}": v for k, v in found.items()})
+                    row.update({f"ref_{k}": v for k, v in cudnn.items()})
+                    rows.append(row)
+                    print(
+                        f"{name:20} {row['precision']:9} output ours {found['out_err']:.2e} "
+                        f"cuDNN {cudnn['out_err']:.2e} ({found['out_err'] / cudnn['out_err']:.2f}x);"
+                        f" worst grad ours {found['grad_err']:.1e} cuDNN {cudnn['grad_err']:.1e}"
+                        f" ({found['grad_err'] / cudnn['grad_err']:.2f}x)",
+                        flush=True,
+                    )
             if args.json:
                 with open(args.json, "w") as f:
                     json.dump(rows, f, indent=1)

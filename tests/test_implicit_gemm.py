@@ -19,7 +19,7 @@ from torch._dynamo.testing import CompileCounterWithBackend
 
 import tritonconv
 from tritonconv.kernels.mma import half_ulp_away, mma
-from tritonconv.ops import implicit_gemm
+from tritonconv.ops import direct, implicit_gemm
 from tritonconv.testing import assert_close, exact_fp32, poison_, random_tensor
 
 # (N, C, H, W, K, kernel, stride, padding, dilation, groups)
@@ -442,6 +442,7 @@ def test_tiles_under_one_wave(monkeypatch):
     shorter than SMALL_WAVE_LONG_REDUCTION in 64-channel steps of 4 stages, longer ones in
     128-channel steps of 3 (session 12's H100 probe); fp32 keeps 64-channel steps of 3, but
     with TF32 short reductions take 32-channel steps of 4 (session 22's)."""
+    monkeypatch.setattr(direct, "TF32_OFF_PRECISION", "ieee")  # (the tiles of ieee)
     monkeypatch.setattr(implicit_gemm, "INTERPRETER", False)
     monkeypatch.setattr(implicit_gemm, "multiprocessor_count", lambda device: 132)
     Config, bf16 = implicit_gemm.Config, torch.bfloat16
@@ -494,6 +495,7 @@ def test_tiles_for_short_reductions_and_64_columns(monkeypatch):
     """16-bit layers of 64 output columns run 64-channel steps in 3 stages (three programs an
     SM), reductions of one or two 64-channel steps 128x128 tiles in 2 stages (session 18's
     H100 probe); fp32 and 32-channel steps keep theirs."""
+    monkeypatch.setattr(direct, "TF32_OFF_PRECISION", "ieee")  # (the tiles of ieee)
     monkeypatch.setattr(implicit_gemm, "INTERPRETER", False)
     monkeypatch.setattr(implicit_gemm, "multiprocessor_count", lambda device: 132)
     Config, bf16 = implicit_gemm.Config, torch.bfloat16
@@ -1344,8 +1346,9 @@ def test_tf32x3_steps_capped_in_direct_and_depthwise_kernels(device, monkeypatch
     """The direct and depthwise tensor-core kernels reduce ``tf32x3`` products 16 deep too
     (``direct.tf32x3_block``), and compute the same convolutions."""
     from tritonconv.geometry import make_geometry
-    from tritonconv.ops import depthwise, direct
+    from tritonconv.ops import depthwise
 
+    monkeypatch.setattr(direct, "TF32_OFF_PRECISION", "ieee")
     assert direct._conv_tiles(torch.float32, 64, 64)[2] == 32  # (ieee: the wider steps)
     monkeypatch.setattr(direct, "TF32_OFF_PRECISION", "tf32x3_rn")
     assert direct._conv_tiles(torch.float32, 64, 64)[2] == direct.TF32X3_K_BLOCK

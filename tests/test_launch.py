@@ -286,6 +286,21 @@ def test_tf32_setting_is_part_of_every_plan(device):
     assert len(functional._CONV_PLANS) == before + 2
 
 
+def test_tf32_off_precision_is_part_of_every_plan(device, monkeypatch):
+    """Changing fp32's TF32-off dot precision between two identical calls re-plans too: a
+    launch plan replayed after it would otherwise launch the kernels of the old precision."""
+    from tritonconv.ops import direct
+
+    x = torch.randn(2, 16, 6, 6, device=device)
+    w = torch.randn(16, 16, 3, 3, device=device)
+    expected = F.conv2d(x.cpu().double(), w.cpu().double())
+    before = len(functional._CONV_PLANS)
+    for precision in ("ieee", "tf32x3_rn", "ieee"):
+        monkeypatch.setattr(direct, "TF32_OFF_PRECISION", precision)
+        assert_close(tc.conv2d(x, w, algo="implicit_gemm"), expected)
+    assert len(functional._CONV_PLANS) == before + 2
+
+
 def test_plans_do_not_keep_tensors_alive(device):
     """A cached plan records shapes and slots, never the recording call's tensors."""
     import gc

@@ -3,9 +3,10 @@
 A *plan* is everything the public functions decide before launching anything: validation,
 geometry, algorithm choice, the normalised arguments of the op. It depends only on the call's
 *signature*: every tensor's shape, strides, dtype and device, the values (and types) of the
-other arguments, ``torch.backends.cudnn.allow_tf32`` and the benchmark switch. :func:`lookup` returns the cached
-plan of a signature or builds it; a build that raises (bad input) caches nothing, so every bad call gets the same clear error as the
-first. Under ``torch.compile`` nothing is cached: shapes may be symbolic, and Dynamo runs the
+other arguments, fp32's dot precision (``torch.backends.cudnn.allow_tf32``, and with it off
+``ops.direct.TF32_OFF_PRECISION``) and the benchmark switch. :func:`lookup` returns the cached
+plan of a signature or builds it; a build that raises (bad input) caches nothing, so every bad
+call gets the same clear error as the first. Under ``torch.compile`` nothing is cached: shapes may be symbolic, and Dynamo runs the
 build once while tracing anyway; nor inside a ``torch.func`` transform (its plans run ATen), nor
 under a dispatch mode (fake tensors: what AOTAutograd traces, where ``is_compiling`` is False
 on some torch versions).
@@ -22,6 +23,7 @@ import torch
 from .caches import BoundedCache, clear_caches
 from .choice import benchmark_enabled
 from .launch import transformed
+from .ops.direct import dot_precision
 
 __all__ = ["BoundedCache", "clear_caches", "lookup", "tensor_key", "traced", "values_key"]
 
@@ -59,9 +61,9 @@ def lookup(cache: BoundedCache, make_key: Callable[[], tuple], build: Callable[[
     if traced() or transformed():
         return build()  # (a dispatch mode: fake or functional tensors, whose plans are traced)
     try:
-        # allow_tf32 picks the fp32 dot precision of the kernels a plan may end up replaying;
-        # the benchmark switch decides how "auto" chooses
-        key = (make_key(), torch.backends.cudnn.allow_tf32, benchmark_enabled())
+        # fp32's dot precision is that of the kernels a plan may end up replaying (allow_tf32,
+        # and with it off TF32_OFF_PRECISION); the benchmark switch decides how "auto" chooses
+        key = (make_key(), dot_precision(torch.float32), benchmark_enabled())
         plan = cache.get(key)
     except (TypeError, AttributeError):
         return build()

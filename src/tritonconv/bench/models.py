@@ -386,41 +386,61 @@ def _relative(actual: torch.Tensor, exact: torch.Tensor) -> float:
 # fp32 accuracy against float64
 
 
-def accuracy(model: nn.Module, x: torch.Tensor, opts: Options) -> dict:
-    """fp32 (TF32 off) distances to float64 of ours and of ``model`` (eval mode): the output's
-    and the worst parameter gradient's; plus the fp32 eval forward + backward times of both
-    (ms, alternated; in quick mode the first pass's) at that size."""
-    ref = copy.deepcopy(model).to(DEVICE, torch.float32).eval()
-    exact = copy.deepcopy(ref).double()
-    ours, _ = converted(ref)
-    x = x.to(DEVICE, torch.float32)
+@dataclass
+class Exact:
+    """A float64 run of a model in eval mode: its output, and its parameters' gradients of
+    ``(output * probe).sum()`` for one fixed random ``probe``."""
+
+    names: list[str]
+    output: torch.Tensor
+    probe: torch.Tensor
+    grads: tuple[torch.Tensor, ...]
+
+
+def exact_run(model: nn.Module, x: torch.Tensor) -> Exact:
+    """``model`` (float32, eval) run in float64 on ``x`` (on the device)."""
+    exact = copy.deepcopy(model).double()
     names = [n for n, p in exact.named_parameters() if p.requires_grad]
     y64 = exact(x.double())
     probe = torch.randn(y64.shape, generator=torch.Generator().manual_seed(1)).to(DEVICE)
     params64 = dict(exact.named_parameters())
     grads64 = torch.autograd.grad((y64 * probe.double()).sum(), [params64[n] for n in names])
-    y64 = y64.detach()
-    del exact, params64
+    return Exact(names, y64.detach(), probe, grads64)
+
+
+def distances(m: nn.Module, x: torch.Tensor, exact: Exact) -> dict:
+    """``m``'s (float32, eval; run under the caller's precision settings) relative distances
+    to ``exact``: ``out_err``, the worst parameter's ``grad_err`` and its name ``grad_worst``."""
+    params = dict(m.named_parameters())
+    y = m(x)
+    grads = torch.autograd.grad((y * exact.probe).sum(), [params[n] for n in exact.names])
+    errors = {n: _relative(g, g64) for n, g, g64 in zip(exact.names, grads, exact.grads)}
+    worst = max(errors, key=errors.get, default="")
+    return dict(out_err=_relative(y.detach(), exact.output), grad_err=errors.get(worst, 0.0),
+                grad_worst=worst)  # fmt: skip
+
+
+def accuracy(model: nn.Module, x: torch.Tensor, opts: Options) -> dict:
+    """fp32 (TF32 off) distances to float64 of ours and of ``model`` (eval mode): the output's
+    and the worst parameter gradient's; plus the fp32 eval forward + backward times of both
+    (ms, alternated; in quick mode the first pass's) at that size."""
+    ref = copy.deepcopy(model).to(DEVICE, torch.float32).eval()
+    ours, _ = converted(ref)
+    x = x.to(DEVICE, torch.float32)
+    exact = exact_run(ref, x)
     result: dict = {}
     steps, once = {}, {}
     with exact_fp32(torch.float32):
         for side, m in (("ours", ours), ("ref", ref)):
-            params = dict(m.named_parameters())
-            leaves = [params[n] for n in names]
             begin = time.perf_counter()
-            y = m(x)
-            grads = torch.autograd.grad((y * probe).sum(), leaves)
+            found = distances(m, x, exact)
             _sync()
             once[side] = (time.perf_counter() - begin) * 1e3
-            result[f"{side}_out_err"] = _relative(y.detach(), y64)
-            errors = {n: _relative(g, g64) for n, g, g64 in zip(names, grads, grads64)}
-            worst = max(errors, key=errors.get, default="")
-            result[f"{side}_grad_err"] = errors.get(worst, 0.0)
-            result[f"{side}_grad_worst"] = worst
-            del y, grads
+            result.update({f"{side}_{k}": v for k, v in found.items()})
+            leaves = [dict(m.named_parameters())[n] for n in exact.names]
 
             def step(_, m=m, leaves=leaves):
-                torch.autograd.grad((m(x) * probe).sum(), leaves)
+                torch.autograd.grad((m(x) * exact.probe).sum(), leaves)
 
             steps[side] = step
         # quick: the one pass above (the interpreter is slow), else alternated repetitions
