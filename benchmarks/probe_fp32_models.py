@@ -19,6 +19,7 @@ import math
 
 import torch
 
+from tritonconv import precision
 from tritonconv.bench import models as M
 from tritonconv.bench.conv import exact_fp32
 from tritonconv.ops import direct, implicit_gemm
@@ -37,21 +38,21 @@ FAMILIES = {
 _LAUNCH_CONV = implicit_gemm._launch_conv
 
 
-def _only(precision: str, family) -> None:
+def _only(value: str, family) -> None:
     """The implicit GEMM's forward and input-gradient launches of ``family``'s layers with
-    ``precision`` at TF32-off, every other launch ``ieee`` (launch plans record it per
+    precision ``value`` at TF32-off, every other launch ``ieee`` (launch plans record it per
     layer signature, which fixes the family)."""
     original = _LAUNCH_CONV
 
     def launch_conv(src, weight, bias, dst, geometry, *args):
         groups, transposed = args[0], args[1]
         channels = weight.shape[1] * groups if not transposed else weight.shape[0]
-        chosen = precision if family(channels, geometry.kernel) else "ieee"
-        saved, direct.TF32_OFF_PRECISION = direct.TF32_OFF_PRECISION, chosen
+        chosen = value if family(channels, geometry.kernel) else "ieee"
+        saved, precision.TF32_OFF_PRECISION = precision.TF32_OFF_PRECISION, chosen
         try:
             return original(src, weight, bias, dst, geometry, *args)
         finally:
-            direct.TF32_OFF_PRECISION = saved
+            precision.TF32_OFF_PRECISION = saved
 
     implicit_gemm._launch_conv = launch_conv
 
@@ -62,7 +63,7 @@ def main() -> None:
     parser.add_argument("--json", default=None)
     parser.add_argument("--warmup", action="store_true")
     parser.add_argument(
-        "--precision", nargs="+", default=[None], choices=direct.TF32_OFF_PRECISIONS
+        "--precision", nargs="+", default=[None], choices=precision.TF32_OFF_PRECISIONS
     )
     parser.add_argument("--k-block", type=int, default=None, help="tf32x3's reduction step")
     parser.add_argument("--only", choices=list(FAMILIES), default=None,
@@ -88,13 +89,13 @@ def main() -> None:
             exact = M.exact_run(ref, x)
             with exact_fp32(torch.float32):
                 cudnn = M.distances(ref, x, exact)
-                for precision in args.precision:
-                    if precision and args.only:
-                        _only(precision, FAMILIES[args.only])
-                    elif precision:
-                        direct.TF32_OFF_PRECISION = precision
+                for value in args.precision:
+                    if value and args.only:
+                        _only(value, FAMILIES[args.only])
+                    elif value:
+                        precision.TF32_OFF_PRECISION = value
                     found = M.distances(ours, x, exact)
-                    row = dict(model=name, precision=direct.TF32_OFF_PRECISION)
+                    row = dict(model=name, precision=precision.TF32_OFF_PRECISION)
                     row.update({f"ours_{k}": v for k, v in found.items()})
                     row.update({f"ref_{k}": v for k, v in cudnn.items()})
                     rows.append(row)

@@ -29,9 +29,9 @@ import torch
 import torch.nn.functional as F
 
 import tritonconv
+from tritonconv import precision
 from tritonconv.bench import models as M
 from tritonconv.bench import overridden
-from tritonconv.ops import direct
 from tritonconv.testing import exact_fp32
 
 
@@ -74,7 +74,7 @@ def _model_errors(args, spec) -> list[dict]:
                 if label == "cudnn":
                     y, key = models["cudnn"](x), "cudnn"
                 else:
-                    with overridden(direct, TF32_OFF_PRECISION=label):
+                    with overridden(precision, TF32_OFF_PRECISION=label):
                         y, key = ours(x), "ours"
                 err = y.detach().double() - y64
                 ferr = pooled[key].detach() - f64
@@ -144,7 +144,7 @@ def _layer_errors(args, spec) -> list[dict]:
                 "cudnn": _errors(ref(x32, w32, None, *geometry), exact),
             })  # fmt: skip
         for precision in args.precisions:
-            with overridden(direct, TF32_OFF_PRECISION=precision):
+            with overridden(precision, TF32_OFF_PRECISION=precision):
                 for row, (ours, x32, w32, geometry, exact) in zip(rows, layers):
                     row[precision] = _errors(ours(x32, w32, None, *geometry), exact)
     print(f"{'layer':28} {'kernel':8} {'K':>5}  bias ×1e-9: {'cuDNN':>7} "

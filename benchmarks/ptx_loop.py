@@ -44,16 +44,15 @@ LAYERS = {
 def record(layer: str, dtype: str = "bfloat16", tf32_off: str = "") -> list[dict]:
     """Each launch of one training step, as JSON: kernel module and name, runtime arguments
     (tensors by dtype), meta. Runs under the interpreter (a process of its own). ``tf32_off``:
-    fp32 with TF32 off and ``direct.TF32_OFF_PRECISION`` set to it."""
+    fp32 with TF32 off and ``precision.TF32_OFF_PRECISION`` set to it."""
     import torch
 
     import tritonconv as tc
-    from tritonconv import launch
-    from tritonconv.ops import direct
+    from tritonconv import launch, precision
 
     if tf32_off:
         torch.backends.cudnn.allow_tf32 = False
-        direct.TF32_OFF_PRECISION = tf32_off
+        precision.TF32_OFF_PRECISION = tf32_off
 
     sys_path_scripts()
     from compile_check import _gpu_launchers, _meta_value

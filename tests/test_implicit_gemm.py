@@ -18,6 +18,7 @@ import triton.language as tl
 from torch._dynamo.testing import CompileCounterWithBackend
 
 import tritonconv
+from tritonconv import precision
 from tritonconv.kernels.mma import half_ulp_away, mma
 from tritonconv.ops import direct, implicit_gemm
 from tritonconv.testing import assert_close, exact_fp32, poison_, random_tensor
@@ -442,7 +443,7 @@ def test_tiles_under_one_wave(monkeypatch):
     shorter than SMALL_WAVE_LONG_REDUCTION in 64-channel steps of 4 stages, longer ones in
     128-channel steps of 3 (session 12's H100 probe); fp32 keeps 64-channel steps of 3, but
     with TF32 short reductions take 32-channel steps of 4 (session 22's)."""
-    monkeypatch.setattr(direct, "TF32_OFF_PRECISION", "ieee")  # (the tiles of ieee)
+    monkeypatch.setattr(precision, "TF32_OFF_PRECISION", "ieee")  # (the tiles of ieee)
     monkeypatch.setattr(implicit_gemm, "INTERPRETER", False)
     monkeypatch.setattr(implicit_gemm, "multiprocessor_count", lambda device: 132)
     Config, bf16 = implicit_gemm.Config, torch.bfloat16
@@ -495,7 +496,7 @@ def test_tiles_for_short_reductions_and_64_columns(monkeypatch):
     """16-bit layers of 64 output columns run 64-channel steps in 3 stages (three programs an
     SM), reductions of one or two 64-channel steps 128x128 tiles in 2 stages (session 18's
     H100 probe); fp32 and 32-channel steps keep theirs."""
-    monkeypatch.setattr(direct, "TF32_OFF_PRECISION", "ieee")  # (the tiles of ieee)
+    monkeypatch.setattr(precision, "TF32_OFF_PRECISION", "ieee")  # (the tiles of ieee)
     monkeypatch.setattr(implicit_gemm, "INTERPRETER", False)
     monkeypatch.setattr(implicit_gemm, "multiprocessor_count", lambda device: 132)
     Config, bf16 = implicit_gemm.Config, torch.bfloat16
@@ -1246,21 +1247,20 @@ def _geometry(size, kernel, stride, padding):
     return tritonconv.geometry.make_geometry(size, kernel, stride, padding, padding, (1,) * rank)
 
 
-@pytest.mark.parametrize("precision", ["tf32x3", "tf32x3_rn"])
-def test_tf32x3_at_tf32_off_matches_float64(precision, device, monkeypatch):
-    """The probes' settings ``direct.TF32_OFF_PRECISION = "tf32x3"`` and ``"tf32x3_rn"``
+@pytest.mark.parametrize("value", ["tf32x3", "tf32x3_rn"])
+def test_tf32x3_at_tf32_off_matches_float64(value, device, monkeypatch):
+    """The probes' settings ``precision.TF32_OFF_PRECISION = "tf32x3"`` and ``"tf32x3_rn"``
     (three TF32 products at TF32-off, 16-deep steps: ``TF32X3_K_BLOCK``; ``_rn`` corrects
     the tensor cores' truncation, and only on compiled kernels) compute the convolution and
     its input gradient at fp32 accuracy, and their tiles take that step (the heuristic's,
     benchmark mode's candidates, a tile handed to the launcher)."""
-    from tritonconv.ops import direct
 
     # the default, unless the run chose another (TRITONCONV_TF32_OFF_PRECISION)
-    assert os.environ.get("TRITONCONV_TF32_OFF_PRECISION", "ieee") == direct.TF32_OFF_PRECISION
-    monkeypatch.setattr(direct, "TF32_OFF_PRECISION", precision)
-    compiled = "tf32x3" if tritonconv.INTERPRETER else precision
-    assert direct.dot_precision(torch.float32) == compiled
-    assert direct.dot_precision(torch.bfloat16) == "tf32"  # (16-bit inputs ignore it)
+    assert os.environ.get("TRITONCONV_TF32_OFF_PRECISION", "ieee") == precision.TF32_OFF_PRECISION
+    monkeypatch.setattr(precision, "TF32_OFF_PRECISION", value)
+    compiled = "tf32x3" if tritonconv.INTERPRETER else value
+    assert precision.dot_precision(torch.float32) == compiled
+    assert precision.dot_precision(torch.bfloat16) == "tf32"  # (16-bit inputs ignore it)
     tritonconv.clear_caches()
     config = implicit_gemm.launch_config(
         torch.float32, 2, 64, 24, (9, 7), (1, 1), (3, 3), 1, False, torch.device(device)
@@ -1331,15 +1331,13 @@ def test_tf32x3_rn_adds_half_an_ulp_away_from_zero(device):
 def test_tf32_off_precision_from_the_environment(monkeypatch):
     """``TRITONCONV_TF32_OFF_PRECISION`` (read at import) chooses fp32's products with TF32
     off: ``ieee`` unless set; a value that is not a choice is refused, naming the choices."""
-    from tritonconv.ops import direct
-
     monkeypatch.delenv("TRITONCONV_TF32_OFF_PRECISION", raising=False)
-    assert direct._tf32_off_precision() == "ieee"
+    assert precision._tf32_off_precision() == "ieee"
     monkeypatch.setenv("TRITONCONV_TF32_OFF_PRECISION", "tf32x3_rn")
-    assert direct._tf32_off_precision() == "tf32x3_rn"
+    assert precision._tf32_off_precision() == "tf32x3_rn"
     monkeypatch.setenv("TRITONCONV_TF32_OFF_PRECISION", "tf32")
     with pytest.raises(ValueError, match=r"TRITONCONV_TF32_OFF_PRECISION='tf32': expected one of"):
-        direct._tf32_off_precision()
+        precision._tf32_off_precision()
 
 
 def test_tf32x3_steps_capped_in_direct_and_depthwise_kernels(device, monkeypatch):
@@ -1348,9 +1346,9 @@ def test_tf32x3_steps_capped_in_direct_and_depthwise_kernels(device, monkeypatch
     from tritonconv.geometry import make_geometry
     from tritonconv.ops import depthwise
 
-    monkeypatch.setattr(direct, "TF32_OFF_PRECISION", "ieee")
+    monkeypatch.setattr(precision, "TF32_OFF_PRECISION", "ieee")
     assert direct._conv_tiles(torch.float32, 64, 64)[2] == 32  # (ieee: the wider steps)
-    monkeypatch.setattr(direct, "TF32_OFF_PRECISION", "tf32x3_rn")
+    monkeypatch.setattr(precision, "TF32_OFF_PRECISION", "tf32x3_rn")
     assert direct._conv_tiles(torch.float32, 64, 64)[2] == direct.TF32X3_K_BLOCK
     assert direct._grad_weight_tiles(torch.float32, 64, 64)[3] == direct.TF32X3_K_BLOCK
     assert direct._conv_tiles(torch.bfloat16, 64, 64)[2] == 32

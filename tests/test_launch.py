@@ -287,18 +287,21 @@ def test_tf32_setting_is_part_of_every_plan(device):
 
 
 def test_tf32_off_precision_is_part_of_every_plan(device, monkeypatch):
-    """Changing fp32's TF32-off dot precision between two identical calls re-plans too: a
-    launch plan replayed after it would otherwise launch the kernels of the old precision."""
-    from tritonconv.ops import direct
+    """Changing fp32's TF32-off dot precision between two identical calls re-plans too, the
+    call and the launches: a launch plan replayed after it would launch the kernels of the
+    old precision (session 28: a probe comparing precisions in one process measured one)."""
+    from tritonconv import caches, precision
 
     x = torch.randn(2, 16, 6, 6, device=device)
     w = torch.randn(16, 16, 3, 3, device=device)
     expected = F.conv2d(x.cpu().double(), w.cpu().double())
-    before = len(functional._CONV_PLANS)
-    for precision in ("ieee", "tf32x3_rn", "ieee"):
-        monkeypatch.setattr(direct, "TF32_OFF_PRECISION", precision)
+    tc.clear_caches()
+    for value in ("ieee", "tf32x3_rn", "ieee"):
+        monkeypatch.setattr(precision, "TF32_OFF_PRECISION", value)
         assert_close(tc.conv2d(x, w, algo="implicit_gemm"), expected)
-    assert len(functional._CONV_PLANS) == before + 2
+    assert len(functional._CONV_PLANS) == 2
+    launch_plans = [c for c in caches._ALL if c.name.startswith("launch plans of")]
+    assert sum(len(c) for c in launch_plans) == 2, [(c.name, len(c)) for c in launch_plans]
 
 
 def test_plans_do_not_keep_tensors_alive(device):

@@ -32,8 +32,8 @@ from .geometry import (
 from .launch import tracing, transformed
 from .ops import conv_gemm, depthwise, implicit_gemm
 from .ops.common import channels_last_format, dense_strides, is_channels_last
-from .ops.direct import dot_precision
 from .plans import BoundedCache, lookup, tensor_key, traced, values_key
+from .precision import dot_precision
 
 #: Convolution algorithms ``conv2d(..., algo=...)`` accepts: the forward op of each, applied as
 #: ``autograd.run(op, input, weight, bias, stride, pad_before, pad_after, dilation, groups,

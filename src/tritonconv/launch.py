@@ -50,6 +50,7 @@ from . import access_cache
 from ._runtime import INTERPRETER
 from .caches import BoundedCache
 from .geometry import TritonConvError
+from .precision import dot_precision
 
 try:  # host-side TMA descriptors (Triton 3.4+)
     from triton.tools.tensor_descriptor import TensorDescriptor
@@ -865,7 +866,7 @@ def _signature_key(args) -> tuple:
         else a
         for a in args
     ]
-    key.append(torch.backends.cudnn.allow_tf32)
+    key.append(dot_precision(torch.float32))  # (a recorded launch fixes the dots' precision)
     return tuple(key)
 
 
@@ -894,7 +895,7 @@ def launch_plan(fn):
     docstring). ``fn`` may only allocate through :func:`allocate`, launch through
     :func:`launch` and run PyTorch operations through :func:`call` (any other tensor operation
     would be skipped by the replay), must decide all three from its arguments' signature alone
-    (and ``torch.backends.cudnn.allow_tf32``, which picks the fp32 dot precision), and returns
+    (and fp32's dot precision, :func:`precision.dot_precision`, which keys it too), and returns
     None, one tensor or a tuple of tensors it was given, allocated or had a call return (not
     a view of one). Positional arguments: tensors, None, lists or hashable values (keywords
     are bound to positions). Calls nested in another planned function's recording run

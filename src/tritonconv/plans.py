@@ -4,7 +4,7 @@ A *plan* is everything the public functions decide before launching anything: va
 geometry, algorithm choice, the normalised arguments of the op. It depends only on the call's
 *signature*: every tensor's shape, strides, dtype and device, the values (and types) of the
 other arguments, fp32's dot precision (``torch.backends.cudnn.allow_tf32``, and with it off
-``ops.direct.TF32_OFF_PRECISION``) and the benchmark switch. :func:`lookup` returns the cached
+``precision.TF32_OFF_PRECISION``) and the benchmark switch. :func:`lookup` returns the cached
 plan of a signature or builds it; a build that raises (bad input) caches nothing, so every bad
 call gets the same clear error as the first. Under ``torch.compile`` nothing is cached: shapes may be symbolic, and Dynamo runs the
 build once while tracing anyway; nor inside a ``torch.func`` transform (its plans run ATen), nor
@@ -23,7 +23,7 @@ import torch
 from .caches import BoundedCache, clear_caches
 from .choice import benchmark_enabled
 from .launch import transformed
-from .ops.direct import dot_precision
+from .precision import dot_precision
 
 __all__ = ["BoundedCache", "clear_caches", "lookup", "tensor_key", "traced", "values_key"]
 

@@ -42,6 +42,7 @@ from ..kernels.depthwise import (
     depthwise_window_kernel,
 )
 from ..launch import allocate, launch, launch_plan
+from ..precision import dot_precision
 from . import direct
 from .common import (
     accumulator_dtype,
@@ -229,7 +230,7 @@ def _launch(src, weight, bias, dst, geometry: Geometry, R: int, DIV: int, walk: 
             grid,
             *common,
             HAS_BIAS=bias is not None,
-            DOT_PRECISION=direct.dot_precision(src.dtype),
+            DOT_PRECISION=dot_precision(src.dtype),
             DOT_DTYPE=direct.dot_dtype(src.dtype),
             BLOCK_H=block_h,
             BLOCK_W=block_w,
@@ -612,7 +613,7 @@ def depthwise_grad_weight(
             C_out // C_in,
             *geometry_args,
             *strides,
-            DOT_PRECISION=direct.dot_precision(x.dtype),
+            DOT_PRECISION=dot_precision(x.dtype),
             DOT_DTYPE=direct.dot_dtype(x.dtype),
             BLOCK_KH=block_kh,
             BLOCK_KW=block_kw,

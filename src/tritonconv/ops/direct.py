@@ -14,8 +14,6 @@ launch. Block sizes are chosen here; the interpreter gets larger tiles (fewer Py
 
 from __future__ import annotations
 
-import os
-
 import torch
 import triton.language as tl
 
@@ -23,6 +21,7 @@ from .._runtime import INTERPRETER, check_kernel_device
 from ..geometry import Geometry
 from ..kernels.direct import direct_conv_kernel, direct_grad_weight_kernel
 from ..launch import allocate, launch, launch_plan
+from ..precision import dot_precision
 from .common import (
     accumulator_dtype,
     cdiv,
@@ -39,48 +38,6 @@ WGRAD_PROGRAMS_PER_SM = 4
 # Cap on the weight gradient's partial sums, in elements (splits x weight numel).
 WGRAD_PARTIAL_LIMIT = 1 << 24
 
-
-def dot_precision(dtype: torch.dtype) -> str:
-    """``tl.dot``'s input precision. fp32 follows ``torch.backends.cudnn.allow_tf32`` (the flag
-    PyTorch's convolutions obey): TF32 when allowed, else ``ieee``, fp32 products and sums as
-    cuDNN's fp32 kernels compute them. 16-bit inputs ignore it.
-
-    Measured (session 10, benchmarks/probe_fp32_models.py, H100): with ``tf32x3`` (three TF32
-    tensor-core products) every layer's error was within cuDNN's, yet resnet50's fp32 output
-    ended 2.17x further from float64 than cuDNN's (a bias that adds up over 50 layers); with
-    ``ieee`` 0.93x. Session 26 (H100/H200): the tensor cores truncate their sums;
-    ``tf32x3`` ran the dense forwards at 1.43x cuDNN fp32 (``ieee``: 0.61x) with resnet50's
-    output 2.15x cuDNN's distance, 0.97x with ``tf32x3`` on its 1x1 layers only
-    (benchmarks/NOTES.md). Session 27 (H200): ``tf32x3_rn`` (kernels/mma.py: each step's
-    truncation compensated) ran them at 1.30x with resnet50's logits 1.03-1.13x cuDNN's
-    distance (the error figures above, 2.17x, 2.15x and 0.97x, were taken with benchmark
-    mode's 32- and 64-deep tiles: benchmarks/NOTES.md, session 27)."""
-    if dtype == torch.float32 and not torch.backends.cudnn.allow_tf32:
-        if TF32_OFF_PRECISION == "tf32x3_rn" and INTERPRETER:
-            return "tf32x3"  # the interpreter's dots round to nearest: nothing to correct
-        return TF32_OFF_PRECISION
-    return "tf32"
-
-
-#: What :func:`dot_precision` may answer for fp32 with TF32 off: ``ieee`` (fp32 products and
-#: sums, the default), or a tensor-core alternative measured against it (kernels/mma.py).
-TF32_OFF_PRECISIONS = ("ieee", "tf32x3", "tf32x3_rn")
-
-
-def _tf32_off_precision() -> str:
-    """The environment's ``TRITONCONV_TF32_OFF_PRECISION`` (default ``ieee``), checked."""
-    value = os.environ.get("TRITONCONV_TF32_OFF_PRECISION", "ieee")
-    if value not in TF32_OFF_PRECISIONS:
-        raise ValueError(
-            f"TRITONCONV_TF32_OFF_PRECISION={value!r}: expected one of {TF32_OFF_PRECISIONS}"
-        )
-    return value
-
-
-#: :func:`dot_precision` of fp32 with TF32 off: the environment's
-#: ``TRITONCONV_TF32_OFF_PRECISION`` (read when tritonconv is imported), else ``ieee``;
-#: probes set it (``bench.overridden``).
-TF32_OFF_PRECISION = _tf32_off_precision()
 
 #: Longest reduction step of an fp32 dot with ``tf32x3`` products (:func:`tf32x3_block`): the
 #: tensor cores truncate inside each step (kernels/mma.py), so longer steps leave a larger

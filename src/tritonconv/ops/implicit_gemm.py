@@ -45,6 +45,7 @@ from ..launch import (
     takes_descriptors,
     tracing,
 )
+from ..precision import dot_precision
 from .common import (
     accumulator_dtype,
     cdiv,
@@ -57,7 +58,7 @@ from .common import (
     sum_partials,
 )
 from .crop import crop_into, empty_in_order
-from .direct import dot_dtype, dot_precision, tf32x3_block
+from .direct import dot_dtype, tf32x3_block
 
 #: dtypes computed on tensor cores (fp32 accumulation).
 DOT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
