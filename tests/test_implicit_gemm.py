@@ -1256,7 +1256,8 @@ def test_tf32x3_at_tf32_off_matches_float64(value, device, monkeypatch):
     benchmark mode's candidates, a tile handed to the launcher)."""
 
     # the default, unless the run chose another (TRITONCONV_TF32_OFF_PRECISION)
-    assert os.environ.get("TRITONCONV_TF32_OFF_PRECISION", "ieee") == precision.TF32_OFF_PRECISION
+    chosen = os.environ.get("TRITONCONV_TF32_OFF_PRECISION", precision.DEFAULT_TF32_OFF_PRECISION)
+    assert chosen == precision.TF32_OFF_PRECISION
     monkeypatch.setattr(precision, "TF32_OFF_PRECISION", value)
     compiled = "tf32x3" if tritonconv.INTERPRETER else value
     assert precision.dot_precision(torch.float32) == compiled
@@ -1332,6 +1333,8 @@ def test_tf32_off_precision_from_the_environment(monkeypatch):
     """``TRITONCONV_TF32_OFF_PRECISION`` (read at import) chooses fp32's products with TF32
     off: ``ieee`` unless set; a value that is not a choice is refused, naming the choices."""
     monkeypatch.delenv("TRITONCONV_TF32_OFF_PRECISION", raising=False)
+    assert precision._tf32_off_precision() == "tf32x3_rn"
+    monkeypatch.setenv("TRITONCONV_TF32_OFF_PRECISION", "ieee")
     assert precision._tf32_off_precision() == "ieee"
     monkeypatch.setenv("TRITONCONV_TF32_OFF_PRECISION", "tf32x3_rn")
     assert precision._tf32_off_precision() == "tf32x3_rn"
