@@ -24,7 +24,7 @@ the step gains 0 or 1 ulp, half an ulp on average.) Measured (H200): it takes th
 the RMS error is unchanged. resnet50's fp32 logits went from 1.5-1.7x to 1.03-1.13x cuDNN's
 distance from float64 (``ieee``: 0.93-1.05x; three inputs).
 Under the interpreter a dot rounds to nearest, so the launchers ask for plain ``tf32x3``
-there (:func:`tritonconv.ops.direct.dot_precision`).
+there (:func:`tritonconv.precision.dot_precision`).
 """
 
 from __future__ import annotations
