@@ -17,6 +17,7 @@ analysis gives for another call the memo key lumps with it (integers of one spec
 class: 1000 and 1001, 1024 and 1040; other fake tensors of the same dtypes).
 
     .venv/bin/python scripts/compile_check.py [--draws 120] [--workers 2] [--access]
+        [--precision tf32x3_rn]
 """
 
 from __future__ import annotations
@@ -143,11 +144,13 @@ def record(draws: int, seed: int) -> list[dict]:
     import torch
 
     import tritonconv as tc
-    from tritonconv import fuzz, launch
+    from tritonconv import fuzz, launch, precision
 
     assert tc.INTERPRETER, "record runs on CPU tensors, with the interpreter's launch hook"
     seen: dict[str, dict] = {}
     real = launch._interpret
+    # the interpreter runs tf32x3_rn as tf32x3 (precision.dot_precision); the GPU would not
+    on_gpu = {"tf32x3": precision.TF32_OFF_PRECISION}
 
     def recording(kernel, grid, args, meta):
         fn = getattr(kernel, "fn", kernel)
@@ -157,6 +160,8 @@ def record(draws: int, seed: int) -> list[dict]:
             "args": [_describe(a) for a in args],
             "meta": {k: _meta_value(v) for k, v in meta.items()},
         }
+        if entry["meta"].get("DOT_PRECISION") in on_gpu:
+            entry["meta"]["DOT_PRECISION"] = on_gpu[entry["meta"]["DOT_PRECISION"]]
         seen.setdefault(json.dumps(entry, sort_keys=True), entry)
 
     launch._interpret = recording
@@ -342,6 +347,8 @@ def main() -> int:
     ap.add_argument("--access", action="store_true",
                     help="check the memoised access analysis (tritonconv.access_cache) against "
                     "PyTorch's instead of compiling")  # fmt: skip
+    ap.add_argument("--precision", default=None,
+                    help="only the launches whose DOT_PRECISION is this (e.g. tf32x3_rn)")  # fmt: skip
     ap.add_argument("--compile", help=argparse.SUPPRESS)  # internal: the compiling process
     args = ap.parse_args()
     if args.compile:
@@ -361,6 +368,8 @@ def main() -> int:
         return 1 if failures else 0
     start = time.perf_counter()
     entries = record(args.draws, args.seed)
+    if args.precision:
+        entries = [e for e in entries if e["meta"].get("DOT_PRECISION") == args.precision]
     kernels = sorted({e["name"] for e in entries})
     print(f"recorded {len(entries)} launch configurations of {len(kernels)} kernels "
           f"in {time.perf_counter() - start:.0f} s: {', '.join(kernels)}", flush=True)  # fmt: skip
