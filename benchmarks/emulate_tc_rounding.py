@@ -58,8 +58,12 @@ def half_ulp_away(x: np.ndarray) -> np.ndarray:
     return sign_exponent * np.float32(2.0**-24)
 
 
-def tf32x3(a, b, step: int, bits: int, rn: bool) -> np.ndarray:
-    big_a, big_b = tf32_nearest(a), tf32_nearest(b)
+def tf32x3(a, b, step: int, bits: int, rn: bool, split=None, fma: float = 0.0) -> np.ndarray:
+    """``split``: how ``big`` is made (default :func:`tf32_nearest`); ``fma``: instead of
+    ``rn``'s half ulp, the step made ``fma(step, fma, step)`` (rounded to nearest: 0 or 1 ulp
+    more, by the step's leading digits) before it is added."""
+    split = split or tf32_nearest
+    big_a, big_b = split(a), split(b)
     small_a, small_b = tf32_truncated(a - big_a), tf32_truncated(b - big_b)
     acc = np.zeros((a.shape[0], b.shape[1]), np.float32)
     for k0 in range(0, a.shape[1], step):
@@ -67,6 +71,8 @@ def tf32x3(a, b, step: int, bits: int, rn: bool) -> np.ndarray:
         for x, y in ((small_a, big_b), (big_a, small_b), (big_a, big_b)):
             for k in range(k0, k0 + step, 8):
                 part = hgmma_k8(part, x[:, k : k + 8], y[k : k + 8], bits)
+        if fma:
+            part = (part.astype(np.float64) * (1.0 + fma)).astype(np.float32)
         if rn:
             part = part + half_ulp_away(part)
         acc = acc + part
@@ -79,6 +85,9 @@ def main() -> None:
     ap.add_argument("--k", type=int, default=4608, help="reduction length")
     ap.add_argument("--size", type=int, default=128, help="rows = columns of the result")
     ap.add_argument("--steps", type=int, nargs="+", default=[16, 32, 64])
+    ap.add_argument("--variants", action="store_true",
+                    help="also big truncated, and the fma correction (scale x 2**-24)")  # fmt: skip
+    ap.add_argument("--fma-scale", type=float, nargs="+", default=[0.7071, 0.7213])
     args = ap.parse_args()
     rng = np.random.default_rng(0)
     a = np.maximum(rng.standard_normal((args.size, args.k)).astype(np.float32), 0)  # post-ReLU
@@ -86,10 +95,18 @@ def main() -> None:
     exact = a.astype(np.float64) @ b.astype(np.float64)
     scale = np.sqrt((exact**2).mean())
     for step in args.steps:
-        for rn in (False, True):
-            err = tf32x3(a, b, step, args.bits, rn).astype(np.float64) - exact
+        variants = {"tf32x3": dict(rn=False), "tf32x3_rn": dict(rn=True)}
+        if args.variants:
+            variants["rn, big truncated"] = dict(rn=True, split=tf32_truncated)
+            for scale_ in args.fma_scale:
+                variants[f"fma {scale_}"] = dict(rn=False, fma=scale_ * 2.0**-24)
+                variants[f"fma {scale_}, big truncated"] = dict(
+                    rn=False, fma=scale_ * 2.0**-24, split=tf32_truncated
+                )
+        for name, kw in variants.items():
+            err = tf32x3(a, b, step, args.bits, **kw).astype(np.float64) - exact
             print(
-                f"{'tf32x3_rn' if rn else 'tf32x3':9} {step:3}-deep steps: max "
+                f"{name:28} {step:3}-deep steps: max "
                 f"{np.abs(err).max() / scale:.2e} rms {np.sqrt((err**2).mean()) / scale:.2e} "
                 f"bias {(err * np.sign(exact)).mean() / scale:+.2e}",
                 flush=True,
