@@ -16,8 +16,8 @@ from ._runtime import INTERPRETER
 
 def dot_precision(dtype: torch.dtype) -> str:
     """``tl.dot``'s input precision. fp32 follows ``torch.backends.cudnn.allow_tf32`` (the flag
-    PyTorch's convolutions obey): TF32 when allowed, else ``ieee``, fp32 products and sums as
-    cuDNN's fp32 kernels compute them. 16-bit inputs ignore it.
+    PyTorch's convolutions obey): TF32 when allowed, else :data:`TF32_OFF_PRECISION`, fp32
+    accuracy (``tf32x3_rn`` unless the environment chooses another). 16-bit inputs ignore it.
 
     Measured (session 10, benchmarks/probe_fp32_models.py, H100): with ``tf32x3`` (three TF32
     tensor-core products) every layer's error was within cuDNN's, yet resnet50's fp32 output
