@@ -13,7 +13,6 @@ speed phases), for chasing the models whose outputs are over 2x cuDNN's distance
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import math
 
@@ -82,11 +81,9 @@ def main() -> None:
             if args.warmup:
                 calls = M.warmup_calls(base, spec.input, M.model_options(M.Options()))
                 warm_calls(calls)
-            ref = copy.deepcopy(base).to(M.DEVICE, torch.float32).eval()
-            ours, _ = M.converted(ref)
             shape = M._accuracy_shape(spec.input)
-            x = torch.randn(shape, generator=torch.Generator().manual_seed(0)).to(M.DEVICE)
-            exact = M.exact_run(ref, x)
+            x = torch.randn(shape, generator=torch.Generator().manual_seed(0))
+            ref, ours, x, exact = M.accuracy_sides(base, x)
             with exact_fp32(torch.float32):
                 cudnn = M.distances(ref, x, exact)
                 for value in args.precision:

@@ -149,8 +149,6 @@ def record(draws: int, seed: int) -> list[dict]:
     assert tc.INTERPRETER, "record runs on CPU tensors, with the interpreter's launch hook"
     seen: dict[str, dict] = {}
     real = launch._interpret
-    # the interpreter runs tf32x3_rn as tf32x3 (precision.dot_precision); the GPU would not
-    on_gpu = {"tf32x3": precision.TF32_OFF_PRECISION}
 
     def recording(kernel, grid, args, meta):
         fn = getattr(kernel, "fn", kernel)
@@ -160,8 +158,9 @@ def record(draws: int, seed: int) -> list[dict]:
             "args": [_describe(a) for a in args],
             "meta": {k: _meta_value(v) for k, v in meta.items()},
         }
-        if entry["meta"].get("DOT_PRECISION") in on_gpu:
-            entry["meta"]["DOT_PRECISION"] = on_gpu[entry["meta"]["DOT_PRECISION"]]
+        if entry["meta"].get("DOT_PRECISION") == "tf32x3":
+            # the interpreter runs tf32x3_rn as tf32x3 (precision.dot_precision); the GPU not
+            entry["meta"]["DOT_PRECISION"] = precision.TF32_OFF_PRECISION
         seen.setdefault(json.dumps(entry, sort_keys=True), entry)
 
     launch._interpret = recording

@@ -6,10 +6,10 @@ geometry, algorithm choice, the normalised arguments of the op. It depends only 
 other arguments, fp32's dot precision (``torch.backends.cudnn.allow_tf32``, and with it off
 ``precision.TF32_OFF_PRECISION``) and the benchmark switch. :func:`lookup` returns the cached
 plan of a signature or builds it; a build that raises (bad input) caches nothing, so every bad
-call gets the same clear error as the first. Under ``torch.compile`` nothing is cached: shapes may be symbolic, and Dynamo runs the
-build once while tracing anyway; nor inside a ``torch.func`` transform (its plans run ATen), nor
-under a dispatch mode (fake tensors: what AOTAutograd traces, where ``is_compiling`` is False
-on some torch versions).
+call gets the same clear error as the first. Under ``torch.compile`` nothing is cached: shapes
+may be symbolic, and Dynamo runs the build once while tracing anyway; nor inside a
+``torch.func`` transform (its plans run ATen), nor under a dispatch mode (fake tensors: what
+AOTAutograd traces, where ``is_compiling`` is False on some torch versions).
 
 Each cache is a :class:`caches.BoundedCache` (bounded, thread-safe; ``clear_caches`` empties it).
 """

@@ -408,39 +408,59 @@ def exact_run(model: nn.Module, x: torch.Tensor) -> Exact:
     return Exact(names, y64.detach(), probe, grads64)
 
 
-def distances(m: nn.Module, x: torch.Tensor, exact: Exact) -> dict:
-    """``m``'s (float32, eval; run under the caller's precision settings) relative distances
-    to ``exact``: ``out_err``, the worst parameter's ``grad_err`` and its name ``grad_worst``."""
+def _leaves(m: nn.Module, exact: Exact) -> list[torch.Tensor]:
+    """``m``'s parameters in ``exact``'s order."""
     params = dict(m.named_parameters())
+    return [params[n] for n in exact.names]
+
+
+def _probe_grads(m: nn.Module, x: torch.Tensor, exact: Exact, leaves: list[torch.Tensor]):
+    """``m``'s output on ``x`` and its parameters' (``leaves``) gradients of the probe's sum."""
     y = m(x)
-    grads = torch.autograd.grad((y * exact.probe).sum(), [params[n] for n in exact.names])
+    return y, torch.autograd.grad((y * exact.probe).sum(), leaves)
+
+
+def _distances_of(y: torch.Tensor, grads, exact: Exact) -> dict:
     errors = {n: _relative(g, g64) for n, g, g64 in zip(exact.names, grads, exact.grads)}
     worst = max(errors, key=errors.get, default="")
     return dict(out_err=_relative(y.detach(), exact.output), grad_err=errors.get(worst, 0.0),
                 grad_worst=worst)  # fmt: skip
 
 
+def distances(m: nn.Module, x: torch.Tensor, exact: Exact) -> dict:
+    """``m``'s (float32, eval; run under the caller's precision settings) relative distances
+    to ``exact``: ``out_err``, the worst parameter's ``grad_err`` and its name ``grad_worst``."""
+    return _distances_of(*_probe_grads(m, x, exact, _leaves(m, exact)), exact)
+
+
+def accuracy_sides(model: nn.Module, x: torch.Tensor) -> tuple:
+    """(torch's model and ours, float32 in eval mode on the device; ``x`` there; their
+    float64 run :class:`Exact`): what :func:`accuracy` compares."""
+    ref = copy.deepcopy(model).to(DEVICE, torch.float32).eval()
+    ours, _ = converted(ref)
+    x = x.to(DEVICE, torch.float32)
+    return ref, ours, x, exact_run(ref, x)
+
+
 def accuracy(model: nn.Module, x: torch.Tensor, opts: Options) -> dict:
     """fp32 (TF32 off) distances to float64 of ours and of ``model`` (eval mode): the output's
     and the worst parameter gradient's; plus the fp32 eval forward + backward times of both
     (ms, alternated; in quick mode the first pass's) at that size."""
-    ref = copy.deepcopy(model).to(DEVICE, torch.float32).eval()
-    ours, _ = converted(ref)
-    x = x.to(DEVICE, torch.float32)
-    exact = exact_run(ref, x)
+    ref, ours, x, exact = accuracy_sides(model, x)
     result: dict = {}
     steps, once = {}, {}
     with exact_fp32(torch.float32):
         for side, m in (("ours", ours), ("ref", ref)):
+            leaves = _leaves(m, exact)
             begin = time.perf_counter()
-            found = distances(m, x, exact)
+            y, grads = _probe_grads(m, x, exact, leaves)
             _sync()
             once[side] = (time.perf_counter() - begin) * 1e3
-            result.update({f"{side}_{k}": v for k, v in found.items()})
-            leaves = [dict(m.named_parameters())[n] for n in exact.names]
+            result.update({f"{side}_{k}": v for k, v in _distances_of(y, grads, exact).items()})
+            del y, grads
 
             def step(_, m=m, leaves=leaves):
-                torch.autograd.grad((m(x) * exact.probe).sum(), leaves)
+                _probe_grads(m, x, exact, leaves)
 
             steps[side] = step
         # quick: the one pass above (the interpreter is slow), else alternated repetitions
