@@ -19,7 +19,7 @@ from torch._dynamo.testing import CompileCounterWithBackend
 
 import tritonconv
 from tritonconv import precision
-from tritonconv.kernels.mma import half_ulp_away, mma
+from tritonconv.kernels.mma import lift, mma, split_tf32
 from tritonconv.ops import direct, implicit_gemm
 from tritonconv.testing import assert_close, exact_fp32, poison_, random_tensor
 
@@ -1301,32 +1301,53 @@ def test_tf32x3_at_tf32_off_matches_float64(value, device, monkeypatch):
 
 
 @triton.jit
-def _mma_test_kernel(a_ptr, b_ptr, out_ptr, half_ptr, PRECISION: tl.constexpr):
+def _mma_test_kernel(a_ptr, b_ptr, out_ptr, big_ptr, small_ptr, lifted_ptr):
     r = tl.arange(0, 16)
-    a = tl.load(a_ptr + r[:, None] * 16 + r[None, :])
-    b = tl.load(b_ptr + r[:, None] * 16 + r[None, :])
-    tl.store(
-        out_ptr + r[:, None] * 16 + r[None, :], mma(a, b, tl.zeros((16, 16), tl.float32), PRECISION)
-    )
-    tl.store(half_ptr + r[:, None] * 16 + r[None, :], half_ulp_away(a))
+    tile = r[:, None] * 16 + r[None, :]
+    a = tl.load(a_ptr + tile)
+    b = tl.load(b_ptr + tile)
+    tl.store(out_ptr + tile, mma(a, b, tl.zeros((16, 16), tl.float32), "tf32x3_rn"))
+    big, small = split_tf32(a)
+    tl.store(big_ptr + tile, big)
+    tl.store(small_ptr + tile, small)
+    tl.store(lifted_ptr + tile, lift(a))
 
 
-def test_tf32x3_rn_adds_half_an_ulp_away_from_zero(device):
-    """``mma``'s ``tf32x3_rn`` is ``tf32x3``'s step plus half an ulp of it, away from zero
-    (kernels/mma.py); ``half_ulp_away`` is 0 for zeros and subnormals."""
+def _tf32_nearest(x: torch.Tensor) -> torch.Tensor:
+    """fp32 ``x`` rounded to TF32, nearest, ties away from zero (``cvt.rna.tf32.f32``)."""
+    bits = x.view(torch.int32).to(torch.int64) & 0xFFFFFFFF
+    rounded = ((bits + 0x1000) & 0xFFFFE000).to(torch.int32)  # (wraps as int32 does)
+    return torch.where(x.isfinite(), rounded.view(torch.float32), x)
+
+
+def test_tf32x3_rn_split_and_lift(device):
+    """``tf32x3_rn``'s pieces (kernels/mma.py), bit for bit: ``split_tf32`` rounds to TF32
+    (nearest, ties away) and keeps the exact rest; ``lift`` is one
+    fma (``step * (1 + STEP_LIFT)`` rounded once); and ``mma`` at fp32 accuracy, with
+    infinities and NaNs where float64 has them."""
+    from tritonconv.kernels.mma import STEP_LIFT
+
     a = random_tensor((16, 16), torch.float32, device)
-    a[0, :4] = torch.tensor([0.0, -0.0, 1e-40, -3.0])
+    specials = [0.0, -0.0, 1e-40, -3.0, 1 + 2**-11, 1 + 3 * 2**-11, float("-inf"), float("nan")]
+    a[0, : len(specials)] = torch.tensor(specials)
+    a[1, 3] = float("inf")
     b = random_tensor((16, 16), torch.float32, device)
-    plain, rn, half = (torch.full((16, 16), float("nan"), device=device) for _ in range(3))
-    _mma_test_kernel[(1,)](a, b, plain, half, "tf32x3")
-    _mma_test_kernel[(1,)](a, b, rn, half, "tf32x3_rn")
-    _, exponent = torch.frexp(a)  # a = mantissa * 2**exponent, 0.5 <= |mantissa| < 1
-    expected = torch.ldexp(torch.sign(a), exponent - 25)  # 2**(exponent - 1) * 2**-24
-    expected[a.abs() < torch.finfo(torch.float32).tiny] = 0
-    assert torch.equal(half, expected)
-    assert half[0, 3].item() == -(2.0**-23)
-    _, step_exponent = torch.frexp(plain)
-    assert torch.equal(rn, plain + torch.ldexp(torch.sign(plain), step_exponent - 25))
+    out, big, small, lifted = (torch.full((16, 16), -7.0, device=device) for _ in range(4))
+    _mma_test_kernel[(1,)](a, b, out, big, small, lifted)
+    want_big = _tf32_nearest(a.cpu())
+    assert torch.equal(big.cpu().view(torch.int32), want_big.view(torch.int32))
+    want_small = a.cpu() - want_big  # (NaN for the infinity and the NaN)
+    assert torch.allclose(small.cpu(), want_small, rtol=0, atol=0, equal_nan=True)
+    assert big[0, 4].item() == 1 + 2**-10 and small[0, 4].item() == -(2**-11)  # tie: away
+    assert big[0, 5].item() == 1 + 2**-9 and small[0, 5].item() == -(2**-11)
+    finite = a.isfinite()
+    want_lifted = (a.double() * (1 + STEP_LIFT)).float()  # exact in float64, one rounding
+    assert torch.equal(lifted[finite], want_lifted[finite])
+    exact = a.double() @ b.double()
+    assert_close(out[2:], exact[2:], reduction=16)
+    assert out[0].isnan().all()  # (a NaN in the row)
+    assert torch.equal(out[1], exact[1].float())  # an infinity's row: infinities, not NaNs
+    assert out[1].isinf().all()
 
 
 def test_tf32_off_precision_from_the_environment(monkeypatch):

@@ -15,16 +15,26 @@ magnitude: on a 4608-deep GEMM, -3.9e-8 of the RMS result at 16-deep steps. That
 than fp32 round-off per element but systematic, and over the 50 layers of resnet50 it put
 the logits 1.5-1.7x further from float64 than cuDNN's fp32 (2.2x with 32- and 64-deep steps).
 
-**The correction.** Truncating toward zero loses half an ulp on average. ``tf32x3_rn`` adds
-half an ulp of each step's sum, away from zero (the sum's sign and exponent, scaled by
-2**-24), before adding the step to the accumulator: an unbiased estimate of the step, as
-rounding to nearest is. (The sum plus half its ulp is a midpoint, which fp32 rounds to even:
-the step gains 0 or 1 ulp, half an ulp on average.) Measured (H200): it takes the 16-deep bias from -3.9e-8 to -5.3e-9
-(what is left comes from the truncations inside the step; the emulation predicted -5.9e-9);
-the RMS error is unchanged. resnet50's fp32 logits went from 1.5-1.7x to 1.03-1.13x cuDNN's
-distance from float64 (``ieee``: 0.93-1.05x; three inputs).
+**The correction.** Truncating toward zero loses about half an ulp of each step's sum.
+``tf32x3_rn`` lifts every step before adding it to the accumulator: ``fma(step, 0.75 *
+2**-24, step)`` rounded to nearest is the step plus 0 ulp or 1 (1 where its significand
+exceeds 4/3), about 0.585 ulp on average over steps whose leading digits follow Benford's
+law, which also covers part of the truncations inside the step. Modelled
+(``emulate_tc_rounding.py --variants``, the model's 4096 x 256 x 4608 GEMM at 16-deep steps):
+bias -4.9e-9 of the RMS result and RMS 3.20e-7, against -5.9e-9 and 3.25e-7 for the half-ulp
+form used until session 28 (each step's sum plus half its ulp, away from zero, rounded to
+even; measured on an H200: -5.3e-9, from ``tf32x3``'s -3.9e-8), which took resnet50's fp32
+logits from 1.5-1.7x to 1.03-1.13x cuDNN's distance from float64.
+
+**The step** (:func:`tf32x3_step`) is built here rather than by ``tl.dot``'s ``tf32x3``: the
+same three products (operands split by :func:`split_tf32`), with the big one summed on top
+of the small ones by the tensor cores instead of by one more add per output element. With
+the lift's one ``FFMA`` in place of the half ulp's three instructions, ResNet-50's 3x3
+forward loop at 14² went from 388 to 322 SASS instructions per 16-deep step, the 1x1 layers'
+from 564 to 434 (``ptx_loop.py --tf32-off tf32x3_rn``, offline; session 28).
+
 Under the interpreter a dot rounds to nearest, so the launchers ask for plain ``tf32x3``
-there (:func:`tritonconv.precision.dot_precision`).
+there (:func:`tritonconv.precision.dot_precision`); the pieces run in the tests directly.
 """
 
 from __future__ import annotations
@@ -32,23 +42,52 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-# sign and exponent bits of an fp32 (0xFF800000 as a signed 32-bit integer)
-_SIGN_EXPONENT = tl.constexpr(-8388608)
-_HALF_ULP = tl.constexpr(2.0**-24)  # half an ulp of a number whose exponent is 0
+# TF32 rounding of an fp32's bits: add half of the 13 dropped bits' range, keep the rest
+_TF32_HALF = tl.constexpr(0x1000)
+_TF32_KEEP = tl.constexpr(-8192)  # 0xFFFFE000 as a signed 32-bit integer
+#: ``lift``'s factor (module doc): 3/8 of an ulp of a step whose significand is 1
+STEP_LIFT = 0.75 * 2.0**-24
+_STEP_LIFT = tl.constexpr(STEP_LIFT)
 
 
 @triton.jit
 def mma(a, b, acc, PRECISION: tl.constexpr):
     """``acc + a @ b`` with ``PRECISION`` products (see the module doc for ``tf32x3_rn``)."""
     if PRECISION == "tf32x3_rn":
-        step = tl.dot(a, b, input_precision="tf32x3")
-        return acc + (step + half_ulp_away(step))
+        return acc + lift(tf32x3_step(a, b))
     else:
         return tl.dot(a, b, acc, input_precision=PRECISION)
 
 
 @triton.jit
-def half_ulp_away(x):
-    """Half an ulp of fp32 ``x``, with ``x``'s sign (0 for 0 and subnormals)."""
-    sign_exponent = (x.to(tl.int32, bitcast=True) & _SIGN_EXPONENT).to(tl.float32, bitcast=True)
-    return sign_exponent * _HALF_ULP
+def tf32x3_step(a, b):
+    """``a @ b`` (fp32) from three TF32 products summed on the tensor cores from zero: the
+    two small ones first, NaNs in their sum replaced by 0 (an infinite operand's rest is NaN;
+    its big part carries the infinity), then the big one on top. Triton's own ``tf32x3``
+    computes the same products but adds the big one to the small ones outside the tensor
+    cores, one more add per output element."""
+    a_big, a_small = split_tf32(a)
+    b_big, b_small = split_tf32(b)
+    small = tl.dot(a_small, b_big, input_precision="tf32")
+    small = tl.dot(a_big, b_small, small, input_precision="tf32")
+    small = tl.where(small == small, small, 0.0)
+    return tl.dot(a_big, b_big, small, input_precision="tf32")
+
+
+@triton.jit
+def split_tf32(x):
+    """fp32 ``x`` as ``big + small``: ``big`` rounded to TF32 (nearest, ties away from zero,
+    as ``cvt.rna.tf32.f32``; infinities and NaNs kept), ``small = x - big`` (exact; NaN for
+    infinities and NaNs). Values within 2**-12 of fp32's largest round to an infinity, as
+    ``cvt.rna`` does (Triton's ``tf32x3`` shares that limit)."""
+    bits = x.to(tl.int32, bitcast=True)
+    rounded = ((bits + _TF32_HALF) & _TF32_KEEP).to(tl.float32, bitcast=True)
+    big = tl.where(tl.abs(x) < float("inf"), rounded, x)
+    return big, x - big
+
+
+@triton.jit
+def lift(step):
+    """A step's sum raised by the tensor cores' average truncation: ``fma(step, LIFT, step)``
+    rounded to nearest is the step plus 0 or 1 ulp, 1 where its significand exceeds 4/3."""
+    return tl.fma(step, _STEP_LIFT, step)
