@@ -44,8 +44,16 @@ def to_fp32_toward_zero(x: np.ndarray) -> np.ndarray:
     return rounded
 
 
+def bf16_nearest(x: np.ndarray) -> np.ndarray:
+    """fp32 ``x`` rounded to bfloat16's 7 fraction bits, nearest, ties to even."""
+    bits = x.view(np.uint32).astype(np.uint64)
+    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+    return bits.astype(np.uint32).view(np.float32)
+
+
 def hgmma_k8(acc: np.ndarray, a: np.ndarray, b: np.ndarray, bits: int) -> np.ndarray:
-    """One k8 instruction: ``acc [M, N] + a [M, 8] @ b [8, N]`` as the model above."""
+    """One instruction: ``acc [M, N] + a [M, k] @ b [k, N]`` as the model above (k = 8 for
+    TF32, 16 for bfloat16)."""
     terms = a.astype(np.float64)[:, None, :] * b.astype(np.float64).T[None, :, :]
     terms = np.concatenate([acc.astype(np.float64)[:, :, None], terms], axis=2)
     largest = np.abs(terms).max(axis=2, keepdims=True)
@@ -79,6 +87,30 @@ def tf32x3(a, b, step: int, bits: int, rn: bool, split=None, fma: float = 0.0) -
     return acc
 
 
+def bf16x6(a, b, step: int, bits: int, fma: float = 0.0) -> np.ndarray:
+    """``tritonconv.kernels.mma``'s ``bf16x6`` (the weight gradient's with TF32 off): three
+    bfloat16 pieces an operand, six products chained from zero each ``step``-deep step
+    (the five small ones first, smallest first, then ``hi x hi``) in k16 instructions, the
+    step lifted by ``fma`` as :func:`tf32x3`'s and added rounded to nearest."""
+    pieces = []
+    for x in (a, b):
+        hi = bf16_nearest(x)
+        mid = bf16_nearest(x - hi)
+        pieces.append((hi, mid, bf16_nearest(x - hi - mid)))
+    (a_hi, a_mid, a_lo), (b_hi, b_mid, b_lo) = pieces
+    order = ((a_lo, b_hi), (a_mid, b_mid), (a_hi, b_lo), (a_mid, b_hi), (a_hi, b_mid), (a_hi, b_hi))
+    acc = np.zeros((a.shape[0], b.shape[1]), np.float32)
+    for k0 in range(0, a.shape[1], step):
+        part = np.zeros_like(acc)
+        for x, y in order:
+            for k in range(k0, k0 + step, 16):
+                part = hgmma_k8(part, x[:, k : k + 16], y[k : k + 16], bits)
+        if fma:
+            part = (part.astype(np.float64) * (1.0 + fma)).astype(np.float32)
+        acc = acc + part
+    return acc
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--bits", type=int, default=25, help="bits kept below the largest term")
@@ -88,13 +120,23 @@ def main() -> None:
     ap.add_argument("--variants", action="store_true",
                     help="also big truncated, and the fma correction (scale x 2**-24)")  # fmt: skip
     ap.add_argument("--fma-scale", type=float, nargs="+", default=[0.7071, 0.7213])
+    ap.add_argument("--bf16x6", action="store_true",
+                    help="the weight gradient's bf16x6 instead (a: dy^T, Gaussian; b: x, "
+                         "post-ReLU), unlifted and lifted by each --fma-scale")  # fmt: skip
     args = ap.parse_args()
     rng = np.random.default_rng(0)
     a = np.maximum(rng.standard_normal((args.size, args.k)).astype(np.float32), 0)  # post-ReLU
     b = (rng.standard_normal((args.k, args.size)) / args.k**0.5).astype(np.float32)
+    if args.bf16x6:
+        a, b = b.T.copy(), a.T.copy()
     exact = a.astype(np.float64) @ b.astype(np.float64)
     scale = np.sqrt((exact**2).mean())
     for step in args.steps:
+        if args.bf16x6:
+            for scale_ in (0.0, *args.fma_scale):
+                err = bf16x6(a, b, step, args.bits, scale_ * 2.0**-24).astype(np.float64) - exact
+                _report(f"bf16x6, lift {scale_}", step, err, exact, scale)
+            continue
         variants = {"tf32x3": dict(rn=False), "tf32x3_rn": dict(rn=True)}
         if args.variants:
             variants["rn, big truncated"] = dict(rn=True, split=tf32_truncated)
@@ -105,12 +147,16 @@ def main() -> None:
                 )
         for name, kw in variants.items():
             err = tf32x3(a, b, step, args.bits, **kw).astype(np.float64) - exact
-            print(
-                f"{name:28} {step:3}-deep steps: max "
-                f"{np.abs(err).max() / scale:.2e} rms {np.sqrt((err**2).mean()) / scale:.2e} "
-                f"bias {(err * np.sign(exact)).mean() / scale:+.2e}",
-                flush=True,
-            )
+            _report(name, step, err, exact, scale)
+
+
+def _report(name: str, step: int, err, exact, scale) -> None:
+    print(
+        f"{name:28} {step:3}-deep steps: max "
+        f"{np.abs(err).max() / scale:.2e} rms {np.sqrt((err**2).mean()) / scale:.2e} "
+        f"bias {(err * np.sign(exact)).mean() / scale:+.2e}",
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ speed phases), for chasing the models whose outputs are over 2x cuDNN's distance
                              # library's); several: each against the same float64 and cuDNN runs
         [--k-block 32]       # tf32x3's reduction step (default TF32X3_K_BLOCK)
         [--only pointwise]   # --precision on one layer family only (pointwise, window, stem)
+        [--seeds 0 1]        # inputs: one run per seed (default 0)
 """
 
 from __future__ import annotations
@@ -67,6 +68,7 @@ def main() -> None:
     parser.add_argument("--k-block", type=int, default=None, help="tf32x3's reduction step")
     parser.add_argument("--only", choices=list(FAMILIES), default=None,
                         help="--precision for this layer family only (the rest ieee)")  # fmt: skip
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0], help="the inputs' seeds")
     args = parser.parse_args()
     if args.k_block:
         direct.TF32X3_K_BLOCK = args.k_block
@@ -75,14 +77,14 @@ def main() -> None:
     # under ``exact_fp32``, which turns ``cudnn.benchmark`` on, and alone that would put
     # tritonconv in benchmark mode too (measured tiles; until session 27 this probe ran so)
     with M._choices():
-        for name in args.models or DEFAULT:
+        for name, seed in ((n, s) for n in args.models or DEFAULT for s in args.seeds):
             spec = M.MODELS[name]
             base = M.build(spec, False)
             if args.warmup:
                 calls = M.warmup_calls(base, spec.input, M.model_options(M.Options()))
                 warm_calls(calls)
             shape = M._accuracy_shape(spec.input)
-            x = torch.randn(shape, generator=torch.Generator().manual_seed(0))
+            x = torch.randn(shape, generator=torch.Generator().manual_seed(seed))
             ref, ours, x, exact = M.accuracy_sides(base, x)
             with exact_fp32(torch.float32):
                 cudnn = M.distances(ref, x, exact)
@@ -92,12 +94,12 @@ def main() -> None:
                     elif value:
                         precision.TF32_OFF_PRECISION = value
                     found = M.distances(ours, x, exact)
-                    row = dict(model=name, precision=precision.TF32_OFF_PRECISION)
+                    row = dict(model=name, seed=seed, precision=precision.TF32_OFF_PRECISION)
                     row.update({f"ours_{k}": v for k, v in found.items()})
                     row.update({f"ref_{k}": v for k, v in cudnn.items()})
                     rows.append(row)
                     print(
-                        f"{name:20} {row['precision']:9} output ours {found['out_err']:.2e} "
+                        f"{name:20} {seed} {row['precision']:9} output ours {found['out_err']:.2e} "
                         f"cuDNN {cudnn['out_err']:.2e} ({found['out_err'] / cudnn['out_err']:.2f}x);"
                         f" worst grad ours {found['grad_err']:.1e} cuDNN {cudnn['grad_err']:.1e}"
                         f" ({found['grad_err'] / cudnn['grad_err']:.2f}x)",

@@ -17,7 +17,7 @@ analysis gives for another call the memo key lumps with it (integers of one spec
 class: 1000 and 1001, 1024 and 1040; other fake tensors of the same dtypes).
 
     .venv/bin/python scripts/compile_check.py [--draws 120] [--workers 2] [--access]
-        [--precision tf32x3_rn]
+        [--precision tf32x3_rn bf16x6]
 """
 
 from __future__ import annotations
@@ -346,8 +346,9 @@ def main() -> int:
     ap.add_argument("--access", action="store_true",
                     help="check the memoised access analysis (tritonconv.access_cache) against "
                     "PyTorch's instead of compiling")  # fmt: skip
-    ap.add_argument("--precision", default=None,
-                    help="only the launches whose DOT_PRECISION is this (e.g. tf32x3_rn)")  # fmt: skip
+    ap.add_argument("--precision", nargs="+", default=None,
+                    help="only the launches whose DOT_PRECISION is one of these (e.g. "
+                    "tf32x3_rn bf16x6)")  # fmt: skip
     ap.add_argument("--compile", help=argparse.SUPPRESS)  # internal: the compiling process
     args = ap.parse_args()
     if args.compile:
@@ -368,7 +369,7 @@ def main() -> int:
     start = time.perf_counter()
     entries = record(args.draws, args.seed)
     if args.precision:
-        entries = [e for e in entries if e["meta"].get("DOT_PRECISION") == args.precision]
+        entries = [e for e in entries if e["meta"].get("DOT_PRECISION") in args.precision]
     kernels = sorted({e["name"] for e in entries})
     print(f"recorded {len(entries)} launch configurations of {len(kernels)} kernels "
           f"in {time.perf_counter() - start:.0f} s: {', '.join(kernels)}", flush=True)  # fmt: skip

@@ -7,6 +7,7 @@ multiple of the reduction block, groups, channels-last and strided views, weight
 layout (the reduction-major copy and its skip), and the deterministic split-K weight gradient.
 """
 
+import contextlib
 import math
 import os
 
@@ -19,7 +20,7 @@ from torch._dynamo.testing import CompileCounterWithBackend
 
 import tritonconv
 from tritonconv import precision
-from tritonconv.kernels.mma import lift, mma, split_tf32
+from tritonconv.kernels.mma import bf16x6_step, lift, mma, split_bf16, split_tf32
 from tritonconv.ops import direct, implicit_gemm
 from tritonconv.testing import assert_close, exact_fp32, poison_, random_tensor
 
@@ -987,7 +988,9 @@ def test_wgrad_pack_rule():
     assert pack(torch.bfloat16, 8, 8, 3) == 1  # no power of two divides 3
     assert pack(torch.bfloat16, 8, 8, 1) == 1
     with exact_fp32():
-        assert pack(torch.float32, 8, 8, 32) == 1  # fp32 FMA products pay for the whole tile
+        assert pack(torch.float32, 8, 8, 32) == 8  # TF32 off: bf16x6 products
+        with _tf32_off_precision("ieee"):
+            assert pack(torch.float32, 8, 8, 32) == 1  # fp32 FMA products: the whole tile
     old = torch.backends.cudnn.allow_tf32
     torch.backends.cudnn.allow_tf32 = True
     try:
@@ -1016,6 +1019,50 @@ def test_folded_layers_weight_gradient_takes_the_weight_layout(weight_layout, de
         (want,) = torch.autograd.grad(F.conv2d(x.double(), wd, padding=1), [wd], dy.double())
         assert dw.stride() == w.stride()
         assert_close(dw, want, reduction=y.numel() // y.shape[1], name="dW")
+
+
+@contextlib.contextmanager
+def _tf32_off_precision(value: str):
+    """``precision.TF32_OFF_PRECISION`` set to ``value`` (caches cleared on both sides)."""
+    old = precision.TF32_OFF_PRECISION
+    precision.TF32_OFF_PRECISION = value
+    tritonconv.clear_caches()
+    try:
+        yield
+    finally:
+        precision.TF32_OFF_PRECISION = old
+        tritonconv.clear_caches()
+
+
+@pytest.mark.parametrize("groups", [1, 8])
+@pytest.mark.parametrize("tf32_off", ["tf32x3_rn", "ieee"])
+def test_tf32_off_weight_gradient_is_fp32_accurate(tf32_off, groups, device):
+    """With TF32 off the fp32 weight gradient computes ``bf16x6`` products (three bfloat16
+    pieces an operand, kernels/mma.py), or fp32 FMA ones where the TF32-off precision is
+    ``ieee``: either within fp32 accuracy of float64 (a few ulps of the products' magnitude
+    along the reduction, where ``bf16x3``'s 2^-16 would be hundreds), dense and with packed
+    groups, on data whose low bits a bfloat16 or TF32 product would drop."""
+    from tritonconv.geometry import make_geometry
+
+    with _tf32_off_precision(tf32_off):
+        want_precision = "bf16x6" if tf32_off != "ieee" else "ieee"
+        assert implicit_gemm.wgrad_precision(torch.float32) == want_precision
+        cl = torch.channels_last
+        x = random_tensor((2, 64, 6, 7), torch.float32, device).to(memory_format=cl)
+        dy = random_tensor((2, 48, 6, 7), torch.float32, device).to(memory_format=cl)
+        geometry = make_geometry((6, 7), (3, 3), (1, 1), (1, 1), (1, 1), (1, 1))
+        shape = [48, 64 // groups, 3, 3]
+        got = implicit_gemm.conv_grad_weight(dy, x, shape, geometry, groups)
+    want = torch.ops.aten.convolution_backward(
+        dy.double(), x.double(), torch.empty(shape, dtype=torch.float64, device=device),
+        None, (1, 1), (1, 1), (1, 1), False, (0, 0), groups, (False, True, False),
+    )[1]  # fmt: skip
+    terms = torch.ops.aten.convolution_backward(
+        dy.double().abs(), x.double().abs(), torch.empty(shape, dtype=torch.float64, device=device),
+        None, (1, 1), (1, 1), (1, 1), False, (0, 0), groups, (False, True, False),
+    )[1]  # fmt: skip
+    err = ((got.double() - want).abs() / terms).max().item()
+    assert err < 2**-19, err  # (84 terms summed: fp32's own sum is within 2^-17 at worst)
 
 
 @pytest.mark.parametrize(
@@ -1345,6 +1392,53 @@ def test_tf32x3_rn_split_and_lift(device):
     assert torch.equal(lifted[finite], want_lifted[finite])
     exact = a.double() @ b.double()
     assert_close(out[2:], exact[2:], reduction=16)
+    assert out[0].isnan().all()  # (a NaN in the row)
+    assert torch.equal(out[1], exact[1].float())  # an infinity's row: infinities, not NaNs
+    assert out[1].isinf().all()
+
+
+@triton.jit
+def _bf16x6_test_kernel(a_ptr, b_ptr, out_ptr, hi_ptr, mid_ptr, lo_ptr, PIECE: tl.constexpr):
+    r = tl.arange(0, 32)
+    tile = r[:, None] * 32 + r[None, :]
+    a = tl.load(a_ptr + tile)
+    b = tl.load(b_ptr + tile)
+    a_hi, a_mid, a_lo = split_bf16(a, PIECE)
+    b_hi, b_mid, b_lo = split_bf16(b, PIECE)
+    tl.store(out_ptr + tile, bf16x6_step(a_hi, a_mid, a_lo, b_hi, b_mid, b_lo))
+    tl.store(hi_ptr + tile, a_hi.to(tl.float32))
+    tl.store(mid_ptr + tile, a_mid.to(tl.float32))
+    tl.store(lo_ptr + tile, a_lo.to(tl.float32))
+
+
+def test_bf16x6_split_and_step(device):
+    """The weight gradient's ``bf16x6`` pieces (kernels/mma.py): ``split_bf16`` gives three
+    bfloat16 values summing to the fp32 input exactly, on the GPU each its rest rounded to
+    nearest (Triton's interpreter converts to bfloat16 by truncation); ``bf16x6_step`` is an
+    fp32-accurate product, with infinities and NaNs where float64 has them (an infinity's
+    rests are NaN: its row stays infinite, not NaN)."""
+    a = random_tensor((32, 32), torch.float32, device)
+    specials = [0.0, -0.0, 1e-30, -3.0, 1 + 2**-8, 1 + 3 * 2**-8, float("-inf"), float("nan")]
+    a[0, : len(specials)] = torch.tensor(specials)
+    a[1, 3] = float("inf")
+    b = random_tensor((32, 32), torch.float32, device)
+    out, hi, mid, lo = (torch.full((32, 32), -7.0, device=device) for _ in range(4))
+    piece = direct.dot_dtype(torch.bfloat16)
+    _bf16x6_test_kernel[(1,)](a, b, out, hi, mid, lo, piece)
+    a, out, hi, mid, lo = (t.cpu() for t in (a, out, hi, mid, lo))
+    finite = a.isfinite()
+    for part in (hi, mid, lo):
+        assert torch.equal(part[finite], part[finite].to(torch.bfloat16).float())
+    assert torch.equal((hi + mid + lo)[finite], a[finite])
+    assert hi[1, 3].item() == float("inf") and hi[0, 6].item() == float("-inf")
+    assert hi[0, 7].isnan() and mid[~finite].isnan().all() and lo[~finite].isnan().all()
+    if device == "cuda":
+        for part, rest in ((hi, a), (mid, a - hi), (lo, a - hi - mid)):  # each rest's nearest
+            assert torch.equal(part[finite], rest[finite].to(torch.bfloat16).float())
+        assert hi[0, 4].item() == 1 and mid[0, 4].item() == 2**-8  # tie: to even
+        assert hi[0, 5].item() == 1 + 2**-6 and mid[0, 5].item() == -(2**-8)
+    exact = a.double() @ b.cpu().double()
+    assert_close(out[2:], exact[2:], reduction=32)
     assert out[0].isnan().all()  # (a NaN in the row)
     assert torch.equal(out[1], exact[1].float())  # an infinity's row: infinities, not NaNs
     assert out[1].isinf().all()

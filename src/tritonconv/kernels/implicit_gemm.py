@@ -71,7 +71,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .mma import mma
+from .mma import bf16x6_step, lift, mma, split_bf16
 
 
 @triton.jit
@@ -482,7 +482,7 @@ def _bf16_split(v):
 
 @triton.jit
 def _wgrad_tap(
-    acc, dy, dy_lo, x_rows, inside, i_w, j, kw0, KW, IW, dil_w, x_sw, ci_ok,
+    acc, dy, dy_mid, dy_lo, x_rows, inside, i_w, j, kw0, KW, IW, dil_w, x_sw, ci_ok,
     WINDOW: tl.constexpr, TAP_TAIL: tl.constexpr, UNSIGNED_BOUNDS: tl.constexpr,
     EVEN_C: tl.constexpr, USE_DOT: tl.constexpr,
     DOT_PRECISION: tl.constexpr, DOT_DTYPE: tl.constexpr, ACC_DTYPE: tl.constexpr,
@@ -494,7 +494,10 @@ def _wgrad_tap(
 
     ``DOT_PRECISION == "bf16x3"`` (fp32 operands): ``dy`` and ``dy_lo`` are dy's bfloat16
     halves, x is split the same way, and the product is ``hi*hi + hi*lo + lo*hi`` on 16-bit
-    tensor cores (``DOT_DTYPE``: the halves' dot dtype), each term accumulated in fp32."""
+    tensor cores (``DOT_DTYPE``: the halves' dot dtype), each term accumulated in fp32.
+    ``DOT_PRECISION == "bf16x6"`` (fp32, TF32 off): ``dy``, ``dy_mid`` and ``dy_lo`` are dy's
+    :func:`~tritonconv.kernels.mma.split_bf16` pieces, x is split the same way, and the step
+    is :func:`~tritonconv.kernels.mma.bf16x6_step`'s, lifted and added in fp32."""
     ok = inside
     if WINDOW:
         col = i_w + j * dil_w
@@ -505,6 +508,9 @@ def _wgrad_tap(
         xs = tl.load(x_rows + j * dil_w * x_sw, mask=ok[:, None], other=0)
     else:
         xs = tl.load(x_rows + j * dil_w * x_sw, mask=ok[:, None] & ci_ok[None, :], other=0)
+    if DOT_PRECISION == "bf16x6":
+        x_hi, x_mid, x_lo = split_bf16(xs, DOT_DTYPE)
+        return acc + lift(bf16x6_step(dy, dy_mid, dy_lo, x_hi, x_mid, x_lo))
     if DOT_PRECISION == "bf16x3":
         x_hi, x_lo = _bf16_split(xs)
         acc = tl.dot(dy_lo.to(DOT_DTYPE), x_hi.to(DOT_DTYPE), acc, input_precision="ieee")
@@ -706,21 +712,24 @@ def conv_igemm_wgrad_kernel(
             x_rows = x_cols[None, :] + x_pos[:, None]
         dy_mask = p_ok[None, :] if EVEN_C else co_ok[:, None] & p_ok[None, :]
         dy = tl.load(dy_cols[:, None] + dy_pos[None, :], mask=dy_mask, other=0)
+        dy_mid = dy
         dy_lo = dy
         if DOT_PRECISION == "bf16x3":  # split once, for every tap
             dy, dy_lo = _bf16_split(dy)
+        if DOT_PRECISION == "bf16x6":
+            dy, dy_mid, dy_lo = split_bf16(dy, DOT_DTYPE)
         # the dy tile and the coordinates above serve TAP_GROUP taps along the width
-        acc0 = _wgrad_tap(acc0, dy, dy_lo, x_rows, inside, i_w, 0, kw0, KW, IW, dil_w, x_sw,
-                          ci_ok, not POINTWISE, TAP_TAIL, UNSIGNED_BOUNDS, EVEN_C, USE_DOT,
+        acc0 = _wgrad_tap(acc0, dy, dy_mid, dy_lo, x_rows, inside, i_w, 0, kw0, KW, IW, dil_w,
+                          x_sw, ci_ok, not POINTWISE, TAP_TAIL, UNSIGNED_BOUNDS, EVEN_C, USE_DOT,
                           DOT_PRECISION, DOT_DTYPE, ACC_DTYPE)  # fmt: skip
         if TAP_GROUP > 1:
-            acc1 = _wgrad_tap(acc1, dy, dy_lo, x_rows, inside, i_w, 1, kw0, KW, IW, dil_w, x_sw,
-                              ci_ok, not POINTWISE, TAP_TAIL, UNSIGNED_BOUNDS, EVEN_C, USE_DOT,
-                              DOT_PRECISION, DOT_DTYPE, ACC_DTYPE)  # fmt: skip
+            acc1 = _wgrad_tap(acc1, dy, dy_mid, dy_lo, x_rows, inside, i_w, 1, kw0, KW, IW,
+                              dil_w, x_sw, ci_ok, not POINTWISE, TAP_TAIL, UNSIGNED_BOUNDS, EVEN_C,
+                              USE_DOT, DOT_PRECISION, DOT_DTYPE, ACC_DTYPE)  # fmt: skip
         if TAP_GROUP > 2:
-            acc2 = _wgrad_tap(acc2, dy, dy_lo, x_rows, inside, i_w, 2, kw0, KW, IW, dil_w, x_sw,
-                              ci_ok, not POINTWISE, TAP_TAIL, UNSIGNED_BOUNDS, EVEN_C, USE_DOT,
-                              DOT_PRECISION, DOT_DTYPE, ACC_DTYPE)  # fmt: skip
+            acc2 = _wgrad_tap(acc2, dy, dy_mid, dy_lo, x_rows, inside, i_w, 2, kw0, KW, IW,
+                              dil_w, x_sw, ci_ok, not POINTWISE, TAP_TAIL, UNSIGNED_BOUNDS, EVEN_C,
+                              USE_DOT, DOT_PRECISION, DOT_DTYPE, ACC_DTYPE)  # fmt: skip
 
     tap0 = kd * p_skd + kh * p_skh + kw0 * p_skw
     dst = partial_ptr + split * partial_split_stride + tap0

@@ -2,7 +2,9 @@
 
 Every precision but one is ``tl.dot``'s own (``ieee``, ``tf32``, ``tf32x3``). The exception is
 ``tf32x3_rn``, fp32 products at fp32 accuracy (TF32 off) on tensor cores, without the bias
-that plain ``tf32x3`` leaves.
+that plain ``tf32x3`` leaves. The weight gradient, whose operand tiles TF32 products do not
+take (their reduction axis is not innermost), builds the same accuracy from bfloat16 pieces
+with :func:`split_bf16` and :func:`bf16x6_step` (its ``bf16x6``).
 
 **Why ``tf32x3`` is biased.** The tensor cores truncate: each instruction aligns its
 products and its accumulator to the largest of them, keeps about 25 bits, and truncates its
@@ -33,8 +35,14 @@ the lift's one ``FFMA`` in place of the half ulp's three instructions, ResNet-50
 forward loop at 14² went from 388 to 322 SASS instructions per 16-deep step, the 1x1 layers'
 from 564 to 434 (``ptx_loop.py --tf32-off tf32x3_rn``, offline; session 28).
 
+``bf16x6`` sums each step the same way, six bfloat16 products instead of three TF32 ones,
+and is lifted the same (its steps are 32 positions deep: two 16-deep tensor-core
+instructions per product, as a 16-deep TF32 step has).
+
 Under the interpreter a dot rounds to nearest, so the launchers ask for plain ``tf32x3``
 there (:func:`tritonconv.precision.dot_precision`); the pieces run in the tests directly.
+``bf16x6`` runs there as it is: its lift is then a bias of about half an ulp of each step,
+far inside the tests' bounds.
 """
 
 from __future__ import annotations
@@ -91,3 +99,36 @@ def lift(step):
     """A step's sum raised by the tensor cores' average truncation: ``fma(step, LIFT, step)``
     rounded to nearest is the step plus 0 or 1 ulp, 1 where its significand exceeds 4/3."""
     return tl.fma(step, _STEP_LIFT, step)
+
+
+@triton.jit
+def split_bf16(x, PIECE: tl.constexpr):
+    """fp32 ``x`` as three bfloat16 values, ``hi + mid + lo``, each the rest of the ones
+    before it rounded to nearest, held as ``PIECE`` (bfloat16; fp32 under the interpreter,
+    whose dots take no bfloat16). Each rest has at most 16, then 8 significant bits, so the
+    sum is ``x`` exactly (above 2**-110, where ``lo``'s last bits would be subnormal). For an
+    infinity or a NaN, ``hi`` is it and the other two are NaN; finite values within 2**-9 of
+    fp32's largest round to an infinity in ``hi``."""
+    hi = x.to(tl.bfloat16)
+    rest = x - hi.to(tl.float32)
+    mid = rest.to(tl.bfloat16)
+    lo = (rest - mid.to(tl.float32)).to(tl.bfloat16)
+    return hi.to(PIECE), mid.to(PIECE), lo.to(PIECE)
+
+
+@triton.jit
+def bf16x6_step(a_hi, a_mid, a_lo, b_hi, b_mid, b_lo):
+    """``a @ b`` (fp32) from :func:`split_bf16`'s pieces: the six products of order up to
+    ``2**-16`` (the three dropped, ``mid * lo``, ``lo * mid`` and ``lo * lo``, are each at
+    most ``2**-24 |a| |b|``, fp32's own rounding of a product), summed on the tensor cores from zero, smallest first; NaNs in
+    the five small ones' sum replaced by 0 (as :func:`tf32x3_step`), then ``hi * hi`` on top.
+    bfloat16 products take operand tiles in either order, where TF32 ones need the reduction
+    axis innermost (the weight gradient's tiles have it outermost), and run twice as fast:
+    six cost what :func:`tf32x3_step`'s three do."""
+    small = tl.dot(a_lo, b_hi, input_precision="ieee", out_dtype=tl.float32)
+    small = tl.dot(a_mid, b_mid, small, input_precision="ieee")
+    small = tl.dot(a_hi, b_lo, small, input_precision="ieee")
+    small = tl.dot(a_mid, b_hi, small, input_precision="ieee")
+    small = tl.dot(a_hi, b_mid, small, input_precision="ieee")
+    small = tl.where(small == small, small, 0.0)
+    return tl.dot(a_hi, b_hi, small, input_precision="ieee")

@@ -1083,7 +1083,7 @@ def _launch_grad_weight(
         UNSIGNED_BOUNDS=not signed_bounds,
         USE_DOT=x.dtype in DOT_DTYPES,
         DOT_PRECISION=precision,
-        DOT_DTYPE=dot_dtype(torch.bfloat16 if precision == "bf16x3" else x.dtype),
+        DOT_DTYPE=dot_dtype(torch.bfloat16 if precision in BF16_SPLITS else x.dtype),
         ACC_DTYPE=accumulator_dtype(x.dtype),
         BLOCK_M=block_m,
         BLOCK_N=block_n,
@@ -1126,12 +1126,13 @@ WGRAD_PACK_CHANNELS_TF32 = 64
 def wgrad_pack(dtype, in_per_group: int, out_per_group: int, groups: int) -> int:
     """How many consecutive groups one weight-gradient program runs as one (block-diagonal
     tile): a power of two dividing ``groups``, doubled while both sides stay within
-    ``WGRAD_PACK_CHANNELS`` (fp32 with TF32 allowed: ``WGRAD_PACK_CHANNELS_TF32``); 1 for one
-    group, for groups that wide already and for fp32 with TF32 off (its products run on the
-    FMA units, which the off-diagonal blocks would cost in full) and the exact dtypes."""
+    ``WGRAD_PACK_CHANNELS`` (fp32 with bfloat16-piece products, :data:`BF16_SPLITS`:
+    ``WGRAD_PACK_CHANNELS_TF32``, measured with TF32 allowed); 1 for one group, for groups
+    that wide already, for fp32 ``ieee`` products (on the FMA units, which the off-diagonal
+    blocks would cost in full) and the exact dtypes."""
     if dtype in (torch.float16, torch.bfloat16):
         width = WGRAD_PACK_CHANNELS
-    elif wgrad_precision(dtype) == "bf16x3":
+    elif wgrad_precision(dtype) in BF16_SPLITS:
         width = WGRAD_PACK_CHANNELS_TF32
     else:
         return 1
@@ -1151,14 +1152,24 @@ def wgrad_pack(dtype, in_per_group: int, out_per_group: int, groups: int) -> int
 # two bfloat16 halves and three products (``hi*hi + hi*lo + lo*hi``, fp32 sums) stand for one
 # (``bf16x3``): about 2^-16 of each operand is kept, more than TF32's 2^-11.
 WGRAD_TF32_PRECISION = "bf16x3"
+# With TF32 off, the same tiles at fp32 accuracy: each operand split into three bfloat16
+# pieces and six products summed on the tensor cores (``bf16x6``, kernels/mma.py), the tensor
+# cores' truncation lifted as ``tf32x3_rn``'s is. ``ieee`` (fp32 FMA products) where the
+# TF32-off precision is ``ieee`` (precision.TF32_OFF_PRECISION).
+WGRAD_TF32_OFF_PRECISION = "bf16x6"
+#: Weight-gradient precisions whose fp32 operands are split into bfloat16 pieces
+BF16_SPLITS = ("bf16x3", "bf16x6")
 
 
 def wgrad_precision(dtype: torch.dtype) -> str:
     """The weight gradient's ``DOT_PRECISION``: for fp32 :data:`WGRAD_TF32_PRECISION` with
-    TF32 allowed, else ``ieee``; for other dtypes :func:`dot_precision`'s."""
+    TF32 allowed, ``ieee`` with TF32 off where ``precision.TF32_OFF_PRECISION`` is ``ieee``,
+    else :data:`WGRAD_TF32_OFF_PRECISION`; for other dtypes :func:`dot_precision`'s."""
     precision = dot_precision(dtype)
     if dtype == torch.float32:
-        return WGRAD_TF32_PRECISION if precision == "tf32" else "ieee"
+        if precision == "tf32":
+            return WGRAD_TF32_PRECISION
+        return "ieee" if precision == "ieee" else WGRAD_TF32_OFF_PRECISION
     return precision
 
 
@@ -1247,13 +1258,14 @@ def _split_count(rows: int, block_k: int, wanted: int) -> int:
 
 def wgrad_programs_per_sm(dtype, config: Config, rows: int) -> int:
     """Programs a multiprocessor the split count of a weight gradient outside the cost model
-    aims for: WGRAD_PROGRAMS_PER_SM, and for fp32 with TF32 allowed (``bf16x3`` products) 4,
-    or 2 with 128 x 256 tiles under 32768 positions. Measured (session 21, H100,
+    aims for: WGRAD_PROGRAMS_PER_SM, and for fp32 with bfloat16-piece products
+    (:data:`BF16_SPLITS`; measured with TF32 allowed, ``bf16x3``) 4, or 2 with 128 x 256 tiles
+    under 32768 positions. Measured (session 21, H100,
     benchmarks/probe_wgrad_tiles.py --dtype float32): 64 x 64 tiles at 2 -> 4 programs an SM,
     ResNet-50's 3x3 layers at 56 / 14 pixels 128.7 / 128.2 -> 92.7 / 109.7 µs, UNet's at 256
     pixels 670 -> 560; 128 x 256 tiles at 14 / 7 pixels 80.1 / 99.7 µs with 2 against 117.2 /
     111.3 with 4, on the dilation-2 layer (65536 positions) 835 against 630."""
-    if wgrad_precision(dtype) != "bf16x3":
+    if wgrad_precision(dtype) not in BF16_SPLITS:
         return WGRAD_PROGRAMS_PER_SM
     return 2 if config.block_n >= 256 and rows < 32768 else 4
 
