@@ -1,14 +1,16 @@
 """Probe (issue 11): the implicit GEMM's weight-gradient tiles and split count, swept.
 
 For the dense suite's cases (bf16 channels-last; ``--dtype float32``: fp32 with TF32 allowed,
-ours then ``bf16x3``), cuDNN's weight gradient alone against ours
+ours then ``bf16x3``; ``--tf32-off``: fp32 with TF32 off on both sides, ours ``bf16x6``, whose
+split count is set per programs an SM the same way), cuDNN's weight gradient alone against ours
 with the heuristic's tiles (``wgrad_config``) and with each of ``CONFIGS``, dW in the weight's
 layout (channels-last, as the models run; also the rule's for a contiguous weight), at
 ``WGRAD_PROGRAMS_PER_SM`` 1, 2 (the rule's) and 4, so the table says which tile and split
 count each layer wants and how far the rule is from it. Every result is checked against
 cuDNN's (relative max difference). Kernel time by CUDA-graph replay (``bench.kernel_ms``), µs.
 
-    PYTHONPATH=src python benchmarks/probe_wgrad_tiles.py [--json FILE] [case ...]
+    PYTHONPATH=src python benchmarks/probe_wgrad_tiles.py [--json FILE] [--dtype float32]
+        [--tf32-off] [case ...]
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ DEFAULT = ("r50_3x3_56", "r50_3x3_28", "r50_3x3_14", "r50_3x3_7", "dil2_3x3_64",
            "unet_3x3_128", "unet_3x3_256", "aspp_dil12")  # fmt: skip
 
 
-def measure(case, opts, args_rule_only=False, dtype=torch.bfloat16) -> dict:
+def measure(case, opts, args_rule_only=False, dtype=torch.bfloat16, tf32_off=False) -> dict:
     cl = torch.channels_last
     x = torch.randn(case.input, device="cuda", dtype=dtype).to(memory_format=cl)
     w = torch.randn(case.weight, device="cuda", dtype=dtype).to(memory_format=cl)
@@ -63,7 +65,18 @@ def measure(case, opts, args_rule_only=False, dtype=torch.bfloat16) -> dict:
     rows = case.input[0] * geometry.output_numel
     rule = ig.wgrad_config(x.dtype, case.weight[0] // g, case.weight[1], rows, case.weight[3])
     row = dict(case=case.name, rule=str(rule), cudnn=kernel_ms(cudnn, 1, opts), runs=[])
-    if dtype == torch.float32:  # TF32 off on both sides: cuDNN's fp32, our ieee products
+    if tf32_off:  # our fp32 FMA products beside the bfloat16 pieces swept below
+        with overridden(ig, WGRAD_TF32_OFF_PRECISION="ieee"):
+            row["ours_ieee"] = kernel_ms(
+                lambda i: ig.conv_grad_weight(dy, x, w.shape, geometry, g, None, w.stride()),
+                1,
+                opts,
+            )
+        row["cudnn_fp32"] = row["cudnn"]
+        row["rule_own_split"] = kernel_ms(  # the rule's tiles and split count, as shipped
+            lambda i: ig.conv_grad_weight(dy, x, w.shape, geometry, g, None, w.stride()), 1, opts
+        )
+    elif dtype == torch.float32:  # TF32 off on both sides: cuDNN's fp32, our ieee products
         with overridden(torch.backends.cudnn, allow_tf32=False):
             row["cudnn_fp32"] = kernel_ms(cudnn, 1, opts)
             row["ours_ieee"] = kernel_ms(
@@ -76,7 +89,9 @@ def measure(case, opts, args_rule_only=False, dtype=torch.bfloat16) -> dict:
         lambda i: ig.conv_grad_weight(dy, x, w.shape, geometry, g), 1, opts
     )
     for per_sm in (2,) if args_rule_only else PROGRAMS_PER_SM:
-        with overridden(ig, WGRAD_PROGRAMS_PER_SM=per_sm):
+        # (fp32's bfloat16-piece products take their own count: wgrad_programs_per_sm)
+        per_sm_rule = (lambda *_, n=per_sm: n) if tf32_off else ig.wgrad_programs_per_sm
+        with overridden(ig, WGRAD_PROGRAMS_PER_SM=per_sm, wgrad_programs_per_sm=per_sm_rule):
             for config in CONFIGS:
                 if config == rule:
                     continue
@@ -105,16 +120,17 @@ def main() -> None:
     parser.add_argument("--json", default=None)
     parser.add_argument("--rule-only", action="store_true", help="the rule's tiles alone")
     parser.add_argument("--dtype", default="bfloat16", help="float32: TF32 allowed on both sides")
+    parser.add_argument("--tf32-off", action="store_true", help="fp32, TF32 off on both sides")
     args = parser.parse_args()
-    dtype = getattr(torch, args.dtype)
-    torch.backends.cudnn.allow_tf32 = True
+    dtype = torch.float32 if args.tf32_off else getattr(torch, args.dtype)
+    torch.backends.cudnn.allow_tf32 = not args.tf32_off
     opts = Options(reps=30)
     torch.backends.cudnn.benchmark = True
     out = []
     for case in [*CASES, *EXTRA]:
         if case.name not in (args.cases or DEFAULT):
             continue
-        row = measure(case, opts, args.rule_only, dtype)
+        row = measure(case, opts, args.rule_only, dtype, args.tf32_off)
         out.append(row)
         runs = [r for r in row["runs"] if "ms" in r]
         best = min(runs, key=lambda r: r["ms"])
@@ -129,6 +145,11 @@ def main() -> None:
             + (
                 f" | TF32 off: cuDNN {1000 * row['cudnn_fp32']:7.1f}, ours (ieee) "
                 f"{1000 * row['ours_ieee']:7.1f}"
+                + (
+                    f", rule with its split {1000 * row['rule_own_split']:7.1f}"
+                    if "rule_own_split" in row
+                    else ""
+                )
                 if "ours_ieee" in row
                 else ""
             ),
