@@ -1065,6 +1065,29 @@ def test_tf32_off_weight_gradient_is_fp32_accurate(tf32_off, groups, device):
     assert err < 2**-19, err  # (84 terms summed: fp32's own sum is within 2^-17 at worst)
 
 
+def test_tf32_off_weight_gradient_rule(monkeypatch):
+    """With TF32 off, the weight gradient's GPU rule: ``bf16x6`` products for programs at
+    least ``WGRAD_BF16X6_MIN_CHANNELS`` wide a side (packed groups counted together), fp32
+    FMA ones for narrower programs (folded stems) and unpacked; 128 x 128 x 64 tiles, two
+    programs an SM, from ``WGRAD_BF16X6_WIDE`` channels a side."""
+    monkeypatch.setattr(implicit_gemm, "INTERPRETER", False)
+    f32, wide = torch.float32, implicit_gemm.Config(128, 128, 64, 8, 3)
+    with exact_fp32():
+        assert implicit_gemm.wgrad_precision(f32, 21, 64) == "ieee"  # ResNet-50's folded stem
+        assert implicit_gemm.wgrad_precision(f32, 64, 64) == "bf16x6"
+        assert implicit_gemm.wgrad_pack(f32, 8, 8, 32) == 8  # 64 channels packed: bf16x6
+        assert implicit_gemm.wgrad_pack(f32, 4, 4, 2) == 1  # 8 even packed: ieee, unpacked
+        assert implicit_gemm.wgrad_config(f32, 128, 128, 25088, 3) == wide
+        assert implicit_gemm.wgrad_config(f32, 384, 96, 100352) == wide
+        assert implicit_gemm.wgrad_programs_per_sm(f32, wide, 25088, 128, 128) == 2
+        narrow = implicit_gemm.wgrad_config(f32, 64, 64, 100352, 3)
+        assert narrow.block_k == 32  # (64 x 64 tiles: the lift's 32-deep steps)
+        assert implicit_gemm.wgrad_programs_per_sm(f32, narrow, 100352, 64, 64) == 4
+        with _tf32_off_precision("ieee"):
+            assert implicit_gemm.wgrad_precision(f32, 128, 128) == "ieee"
+            assert implicit_gemm.wgrad_config(f32, 128, 128, 25088, 3) != wide
+
+
 @pytest.mark.parametrize(
     "kernel, channels", [((3, 3), (32, 48)), ((1, 1), (32, 48)), ((3, 3), (256, 256))], ids=str
 )

@@ -236,6 +236,10 @@ def tail_columns(dtype, dst_per_group: int) -> int:
     return next((n2 for n2 in (16, 32, 64) if dst_per_group % (128 + n2) == 0), 0)
 
 
+#: Channels a side from which ``bf16x6`` weight gradients take 128 x 128 tiles
+WGRAD_BF16X6_WIDE = 96
+
+
 def wgrad_config(dtype, out_per_group: int, in_per_group: int, rows: int, kw: int = 1) -> Config:
     """The heuristic tile configuration of ``conv_igemm_wgrad_kernel``: a ``[C_out, C_in]``
     tile per (group, tap), reducing over ``rows`` positions ``block_k`` at a time. When a
@@ -258,7 +262,14 @@ def wgrad_config(dtype, out_per_group: int, in_per_group: int, rows: int, kw: in
     fp32 = dtype == torch.float32
     if kw > 1 and not fp32:  # 64-position steps, 3 stages: three width taps a program fit
         return Config(block_m, block_n, 64, 4, 3)
-    if wgrad_precision(dtype) == "bf16x3" and min(out_per_group, in_per_group) >= 256:
+    precision = wgrad_precision(dtype, in_per_group, out_per_group)
+    if precision == "bf16x6" and min(out_per_group, in_per_group) >= WGRAD_BF16X6_WIDE:
+        # measured (session 29, H100, probe_wgrad_tiles.py --tf32-off): ResNet-50's 3x3
+        # layers at 28 / 14 / 7 pixels 186 / 177 / 172 µs with 64 x 64 x 32 tiles, four
+        # programs an SM, against 125 / 143 / 167 with these, two; the pointwise 96 -> 384 at
+        # 56 pixels 240 against 155 (cuDNN's fp32: 169 / 108 / 113 / 354)
+        return Config(128, 128, 64, 8, 3)
+    if precision == "bf16x3" and min(out_per_group, in_per_group) >= 256:
         # bf16x3 products (WGRAD_TF32_PRECISION): measured (session 21, H100), 128 x 256 tiles
         # took ResNet-50's 3x3 layers at 14 / 7 pixels 128.2 / 109.7 -> 80.1 / 99.7 µs and
         # the dilation-2 one 828 -> 630 (with four programs an SM: wgrad_programs_per_sm)
@@ -1045,7 +1056,7 @@ def _launch_grad_weight(
     out_sizes = _spatial3(grad_out.shape[2:], 1)
     positions = (*_position_strides(grad_out), *_position_strides(x))
     align = _alignment(*positions, in_g, out_g)
-    precision = wgrad_precision(x.dtype)
+    precision = wgrad_precision(x.dtype, in_per_group, out_per_group)
     signed_bounds = wgrad_signed_bounds(dil)
     launch(
         conv_igemm_wgrad_kernel,
@@ -1139,6 +1150,11 @@ def wgrad_pack(dtype, in_per_group: int, out_per_group: int, groups: int) -> int
     pack = 1
     while groups % (2 * pack) == 0 and 2 * pack * max(in_per_group, out_per_group) <= width:
         pack *= 2
+    if (
+        dtype == torch.float32
+        and wgrad_precision(dtype, pack * in_per_group, pack * out_per_group) == "ieee"
+    ):
+        return 1  # (fp32 programs too narrow for bfloat16 pieces even packed: FMA products)
     return pack
 
 
@@ -1159,17 +1175,25 @@ WGRAD_TF32_PRECISION = "bf16x3"
 WGRAD_TF32_OFF_PRECISION = "bf16x6"
 #: Weight-gradient precisions whose fp32 operands are split into bfloat16 pieces
 BF16_SPLITS = ("bf16x3", "bf16x6")
+# Programs narrower than this many channels a side (after packing groups) keep fp32 FMA
+# products with TF32 off. Measured (session 29, H100, benchmarks/probe_wgrad_tiles.py
+# --tf32-off, weight gradient alone): the folded stems, 21 and 9 channels, took 1234 / 406 µs
+# with ``bf16x6`` against 572 / 282 with ``ieee`` (ResNet-50's, VGG's first layer).
+WGRAD_BF16X6_MIN_CHANNELS = 32
 
 
-def wgrad_precision(dtype: torch.dtype) -> str:
+def wgrad_precision(dtype: torch.dtype, in_per_group: int = 0, out_per_group: int = 0) -> str:
     """The weight gradient's ``DOT_PRECISION``: for fp32 :data:`WGRAD_TF32_PRECISION` with
-    TF32 allowed, ``ieee`` with TF32 off where ``precision.TF32_OFF_PRECISION`` is ``ieee``,
+    TF32 allowed, ``ieee`` with TF32 off where ``precision.TF32_OFF_PRECISION`` is ``ieee``
+    or where a program's channels (``in_per_group``, ``out_per_group``: packed groups as
+    one; 0: not known, any width) are fewer than :data:`WGRAD_BF16X6_MIN_CHANNELS` a side,
     else :data:`WGRAD_TF32_OFF_PRECISION`; for other dtypes :func:`dot_precision`'s."""
     precision = dot_precision(dtype)
     if dtype == torch.float32:
         if precision == "tf32":
             return WGRAD_TF32_PRECISION
-        return "ieee" if precision == "ieee" else WGRAD_TF32_OFF_PRECISION
+        narrow = 0 < min(in_per_group, out_per_group) < WGRAD_BF16X6_MIN_CHANNELS
+        return "ieee" if precision == "ieee" or narrow else WGRAD_TF32_OFF_PRECISION
     return precision
 
 
@@ -1256,7 +1280,9 @@ def _split_count(rows: int, block_k: int, wanted: int) -> int:
     return cdiv(rows, cdiv(cdiv(rows, block_k), wanted) * block_k)
 
 
-def wgrad_programs_per_sm(dtype, config: Config, rows: int) -> int:
+def wgrad_programs_per_sm(
+    dtype, config: Config, rows: int, in_per_group: int = 0, out_per_group: int = 0
+) -> int:
     """Programs a multiprocessor the split count of a weight gradient outside the cost model
     aims for: WGRAD_PROGRAMS_PER_SM, and for fp32 with bfloat16-piece products
     (:data:`BF16_SPLITS`; measured with TF32 allowed, ``bf16x3``) 4, or 2 with 128 x 256 tiles
@@ -1265,8 +1291,11 @@ def wgrad_programs_per_sm(dtype, config: Config, rows: int) -> int:
     ResNet-50's 3x3 layers at 56 / 14 pixels 128.7 / 128.2 -> 92.7 / 109.7 µs, UNet's at 256
     pixels 670 -> 560; 128 x 256 tiles at 14 / 7 pixels 80.1 / 99.7 µs with 2 against 117.2 /
     111.3 with 4, on the dilation-2 layer (65536 positions) 835 against 630."""
-    if wgrad_precision(dtype) not in BF16_SPLITS:
+    precision = wgrad_precision(dtype, in_per_group, out_per_group)
+    if precision not in BF16_SPLITS:
         return WGRAD_PROGRAMS_PER_SM
+    if precision == "bf16x6" and config.block_m * config.block_n >= 128 * 128:
+        return 2  # (session 29: ResNet-50's 3x3 at 28 pixels 125 µs, 149 with four)
     return 2 if config.block_n >= 256 and rows < 32768 else 4
 
 
@@ -1356,7 +1385,7 @@ def conv_grad_weight(
         # (tiles smaller than that step as long: their loops are latency-bound, not MMA-bound)
         work = config.block_m * config.block_n * config.block_k * tap_group / (64**3 * 3)
         step_work = max(1.0, work)
-    per_sm = wgrad_programs_per_sm(x.dtype, config, rows)
+    per_sm = wgrad_programs_per_sm(x.dtype, config, rows, in_per_group, out_per_group)
     splits = _splits(rows, programs, weight_numel, config.block_k, x.device, step_work, per_sm)
     result = allocate(weight_shape, x.dtype, x.device, layout)
     grad_weight = result
