@@ -769,10 +769,13 @@ def _launch_conv(src, weight, bias, dst, geometry: Geometry, groups: int, transp
     # TF32 tensor-core products take only K-major tiles (reduction axis innermost): an fp32
     # input gradient reading a channels-last weight along its destination channels ran at
     # ~1/3 of the forward's speed (session 12, benchmarks/probe_fp32_backward.py), so under
-    # TF32 the weight is always read along the reduction side (a copy of the weight).
+    # TF32 the weight is always read along the reduction side (a copy of the weight). The
+    # three-TF32 products (TF32 off) too: they split the tile in registers, and its store
+    # back to shared memory, transposed, left their input gradients 1.6x the forward's time
+    # (session 29).
     src_dim = 0 if transposed else 1
     w = weight
-    tf32 = src.dtype == torch.float32 and dot_precision(src.dtype) == "tf32"
+    tf32 = src.dtype == torch.float32 and dot_precision(src.dtype) in TF32_PRODUCTS
     if weight.stride(src_dim) != 1 and (tf32 or weight.stride(1 - src_dim) != 1):
         w = _innermost(weight, src_dim)
     w_so, w_si, *w_taps = w.stride()
@@ -1173,6 +1176,8 @@ WGRAD_TF32_PRECISION = "bf16x3"
 # cores' truncation lifted as ``tf32x3_rn``'s is. ``ieee`` (fp32 FMA products) where the
 # TF32-off precision is ``ieee`` (precision.TF32_OFF_PRECISION).
 WGRAD_TF32_OFF_PRECISION = "bf16x6"
+#: fp32 dot precisions made of TF32 tensor-core products (K-major operand tiles only)
+TF32_PRODUCTS = ("tf32", "tf32x3", "tf32x3_rn")
 #: Weight-gradient precisions whose fp32 operands are split into bfloat16 pieces
 BF16_SPLITS = ("bf16x3", "bf16x6")
 # Programs narrower than this many channels a side (after packing groups) keep fp32 FMA
