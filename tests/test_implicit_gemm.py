@@ -139,12 +139,19 @@ def test_every_output_element_is_written(device):
                  reduction=64)  # fmt: skip
 
 
-def test_weight_is_copied_only_when_neither_channel_axis_is_innermost(device, monkeypatch):
+@pytest.mark.parametrize("tf32_off", ["ieee", "tf32x3_rn"])
+def test_weight_is_copied_only_when_neither_channel_axis_is_innermost(
+    tf32_off, device, monkeypatch
+):
     """The forward reads a channels-last weight along its input channels and the input
-    gradient along the same axis (its destination side): neither copies it. A weight with
-    neither channel axis innermost (NCHW, 3x3) is copied once per call, reduction side
-    innermost (the results are checked against float64 by the tests above)."""
+    gradient along the same axis (its destination side): with fp32 FMA products neither
+    copies it. TF32 products (``tf32x3_rn`` with TF32 off) take only tiles whose reduction
+    axis is innermost, so there the input gradient copies it. A weight with neither channel
+    axis innermost (NCHW, 3x3) is copied once per call, reduction side innermost (the results
+    are checked against float64 by the tests above)."""
     from tritonconv.geometry import make_geometry
+
+    monkeypatch.setattr(precision, "TF32_OFF_PRECISION", tf32_off)
 
     copies = []
     original = implicit_gemm.crop_into
@@ -153,7 +160,7 @@ def test_weight_is_copied_only_when_neither_channel_axis_is_innermost(device, mo
     x = random_tensor((2, 16, 6, 6), torch.float32, device).to(memory_format=cl)
     dy = random_tensor((2, 24, 6, 6), torch.float32, device).to(memory_format=cl)
     geometry = make_geometry((6, 6), (3, 3), (1, 1), (1, 1), (1, 1), (1, 1))
-    for weight_layout, expected in ((cl, 0), (torch.contiguous_format, 2)):
+    for weight_layout, expected in ((cl, int(tf32_off != "ieee")), (torch.contiguous_format, 2)):
         w = random_tensor((24, 16, 3, 3), torch.float32, device).to(memory_format=weight_layout)
         tritonconv.clear_caches()
         copies.clear()
