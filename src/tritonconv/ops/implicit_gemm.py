@@ -3,17 +3,20 @@
 The kernels (``kernels/implicit_gemm.py``) are written over three spatial axes; a 2-D (or 1-D)
 problem is passed as a 3-D one with leading size-1 axes (unit kernel, stride and dilation, no
 padding). float16, bfloat16 and float32 run on tensor cores (:data:`DOT_DTYPES`); fp32 obeys
-``torch.backends.cudnn.allow_tf32`` (TF32, or fp32 products and sums, ``ieee``, when False),
-except fp32 weight gradients, which compute fp32 products, or with TF32 allowed products of
-bfloat16 pairs (:data:`WGRAD_TF32_PRECISION`). float64 and the integer dtypes take the kernels'
-exact outer-product path (int64 accumulation, wrapping like PyTorch), so every real dtype has a
-convolution of any rank.
+``torch.backends.cudnn.allow_tf32`` (TF32, or when False ``precision.TF32_OFF_PRECISION``:
+three TF32 products at fp32 accuracy, ``tf32x3_rn``, or fp32 products and sums, ``ieee``),
+except fp32 weight gradients, which compute products of bfloat16 pieces, pairs with TF32
+allowed (:data:`WGRAD_TF32_PRECISION`), triples with it off (:data:`WGRAD_TF32_OFF_PRECISION`;
+``ieee`` for narrow programs: :func:`wgrad_precision`). float64 and the integer dtypes take the
+kernels' exact outer-product path (int64 accumulation, wrapping like PyTorch), so every real
+dtype has a convolution of any rank.
 
 The weight tile is read along its reduction channels (input channels forward, output channels
 for the input gradient) or along the other channel axis: a channels-last weight (input channels
-innermost) is read as it is both ways; a weight with neither channel axis innermost (NCHW
-with a kernel wider than 1x1) is first copied with the reduction channels innermost
-(``crop_into``).
+innermost) is read as it is both ways, except by an fp32 input gradient with TF32 products
+(:data:`TF32_PRODUCTS`), which take only tiles along the reduction; a weight with neither
+channel axis innermost (NCHW with a kernel wider than 1x1) is first copied with the reduction
+channels innermost (``crop_into``).
 
 Tile configurations are a :class:`Config`; :func:`forward_config`, :func:`wgrad_config` choose
 one per shape class (the heuristic, from the sweep recorded in ``benchmarks/NOTES.md``); any
