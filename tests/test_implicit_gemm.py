@@ -1402,6 +1402,27 @@ def _tf32_nearest(x: torch.Tensor) -> torch.Tensor:
     return torch.where(x.isfinite(), rounded.view(torch.float32), x)
 
 
+def _operands_with_specials(n: int, tiny: float, tie: float, device):
+    """Random ``[n, n]`` fp32 operands; ``a``'s row 0 starts with zeros, a tiny value, ties
+    ``1 + tie`` and ``1 + 3 * tie`` (``tie``: half an ulp of the split's first piece), -inf
+    and NaN; row 1 holds +inf."""
+    a = random_tensor((n, n), torch.float32, device)
+    specials = [0.0, -0.0, tiny, -3.0, 1 + tie, 1 + 3 * tie, float("-inf"), float("nan")]
+    a[0, : len(specials)] = torch.tensor(specials)
+    a[1, 3] = float("inf")
+    return a, random_tensor((n, n), torch.float32, device)
+
+
+def _assert_product_with_specials(out, a, b) -> None:
+    """``out`` is ``a @ b`` at fp32 accuracy, NaN in the NaN's row, infinities (not NaNs) in
+    the infinity's row, as float64 has them."""
+    out, exact = out.cpu(), a.cpu().double() @ b.cpu().double()
+    assert_close(out[2:], exact[2:], reduction=a.shape[1])
+    assert out[0].isnan().all()
+    assert torch.equal(out[1], exact[1].float())
+    assert out[1].isinf().all()
+
+
 def test_tf32x3_rn_split_and_lift(device):
     """``tf32x3_rn``'s pieces (kernels/mma.py), bit for bit: ``split_tf32`` rounds to TF32
     (nearest, ties away) and keeps the exact rest; ``lift`` is one
@@ -1409,11 +1430,7 @@ def test_tf32x3_rn_split_and_lift(device):
     infinities and NaNs where float64 has them."""
     from tritonconv.kernels.mma import STEP_LIFT
 
-    a = random_tensor((16, 16), torch.float32, device)
-    specials = [0.0, -0.0, 1e-40, -3.0, 1 + 2**-11, 1 + 3 * 2**-11, float("-inf"), float("nan")]
-    a[0, : len(specials)] = torch.tensor(specials)
-    a[1, 3] = float("inf")
-    b = random_tensor((16, 16), torch.float32, device)
+    a, b = _operands_with_specials(16, 1e-40, 2**-11, device)
     out, big, small, lifted = (torch.full((16, 16), -7.0, device=device) for _ in range(4))
     _mma_test_kernel[(1,)](a, b, out, big, small, lifted)
     want_big = _tf32_nearest(a.cpu())
@@ -1425,11 +1442,7 @@ def test_tf32x3_rn_split_and_lift(device):
     finite = a.isfinite()
     want_lifted = (a.double() * (1 + STEP_LIFT)).float()  # exact in float64, one rounding
     assert torch.equal(lifted[finite], want_lifted[finite])
-    exact = a.double() @ b.double()
-    assert_close(out[2:], exact[2:], reduction=16)
-    assert out[0].isnan().all()  # (a NaN in the row)
-    assert torch.equal(out[1], exact[1].float())  # an infinity's row: infinities, not NaNs
-    assert out[1].isinf().all()
+    _assert_product_with_specials(out, a, b)
 
 
 @triton.jit
@@ -1452,11 +1465,7 @@ def test_bf16x6_split_and_step(device):
     nearest (Triton's interpreter converts to bfloat16 by truncation); ``bf16x6_step`` is an
     fp32-accurate product, with infinities and NaNs where float64 has them (an infinity's
     rests are NaN: its row stays infinite, not NaN)."""
-    a = random_tensor((32, 32), torch.float32, device)
-    specials = [0.0, -0.0, 1e-30, -3.0, 1 + 2**-8, 1 + 3 * 2**-8, float("-inf"), float("nan")]
-    a[0, : len(specials)] = torch.tensor(specials)
-    a[1, 3] = float("inf")
-    b = random_tensor((32, 32), torch.float32, device)
+    a, b = _operands_with_specials(32, 1e-30, 2**-8, device)
     out, hi, mid, lo = (torch.full((32, 32), -7.0, device=device) for _ in range(4))
     piece = direct.dot_dtype(torch.bfloat16)
     _bf16x6_test_kernel[(1,)](a, b, out, hi, mid, lo, piece)
@@ -1472,11 +1481,7 @@ def test_bf16x6_split_and_step(device):
             assert torch.equal(part[finite], rest[finite].to(torch.bfloat16).float())
         assert hi[0, 4].item() == 1 and mid[0, 4].item() == 2**-8  # tie: to even
         assert hi[0, 5].item() == 1 + 2**-6 and mid[0, 5].item() == -(2**-8)
-    exact = a.double() @ b.cpu().double()
-    assert_close(out[2:], exact[2:], reduction=32)
-    assert out[0].isnan().all()  # (a NaN in the row)
-    assert torch.equal(out[1], exact[1].float())  # an infinity's row: infinities, not NaNs
-    assert out[1].isinf().all()
+    _assert_product_with_specials(out, a, b)
 
 
 def test_tf32_off_precision_from_the_environment(monkeypatch):
