@@ -15,8 +15,12 @@ With 25 bits it reproduces the H100/H200 probe to about two digits (RMS and bias
 4096 x 256 x 4608 GEMM at 16-, 32- and 64-deep steps). Errors are relative to the RMS of the
 exact result; bias is the mean error along the exact result's sign (negative: toward zero).
 
+``--bf16x6`` models the weight gradient's ``bf16x6`` (three bfloat16 pieces an operand, six
+products in k16 instructions; session 29: bias -3.0e-8 unlifted, +3.8e-9 lifted at 32-deep
+steps, -8.8e-9 at 64-deep, on a 96 x 4608 x 96 GEMM; not yet checked against the GPU).
+
     python benchmarks/emulate_tc_rounding.py [--bits 25] [--k 4608] [--size 128]
-        [--steps 16 32 64]
+        [--steps 16 32 64] [--variants] [--bf16x6 [--fma-scale 0.75]]
 """
 
 from __future__ import annotations
