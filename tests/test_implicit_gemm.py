@@ -1405,22 +1405,25 @@ def _tf32_nearest(x: torch.Tensor) -> torch.Tensor:
 def _operands_with_specials(n: int, tiny: float, tie: float, device):
     """Random ``[n, n]`` fp32 operands; ``a``'s row 0 starts with zeros, a tiny value, ties
     ``1 + tie`` and ``1 + 3 * tie`` (``tie``: half an ulp of the split's first piece), -inf
-    and NaN; row 1 holds +inf."""
+    and NaN; row 1 holds +inf, and ``b``'s column 5 -inf."""
     a = random_tensor((n, n), torch.float32, device)
     specials = [0.0, -0.0, tiny, -3.0, 1 + tie, 1 + 3 * tie, float("-inf"), float("nan")]
     a[0, : len(specials)] = torch.tensor(specials)
     a[1, 3] = float("inf")
-    return a, random_tensor((n, n), torch.float32, device)
+    b = random_tensor((n, n), torch.float32, device)
+    b[3, 5] = float("-inf")
+    return a, b
 
 
 def _assert_product_with_specials(out, a, b) -> None:
-    """``out`` is ``a @ b`` at fp32 accuracy, NaN in the NaN's row, infinities (not NaNs) in
-    the infinity's row, as float64 has them."""
+    """``out`` is ``a @ b`` at fp32 accuracy, with the infinities (not NaNs) and the NaNs
+    float64 has: NaN in the NaN's row, infinities in the infinities' row and column."""
     out, exact = out.cpu(), a.cpu().double() @ b.cpu().double()
-    assert_close(out[2:], exact[2:], reduction=a.shape[1])
-    assert out[0].isnan().all()
-    assert torch.equal(out[1], exact[1].float())
-    assert out[1].isinf().all()
+    finite = exact.isfinite()
+    assert_close(out[finite], exact[finite], reduction=a.shape[1])
+    assert torch.equal(out.isnan(), exact.isnan())
+    assert torch.equal(out[exact.isinf()], exact[exact.isinf()].float())
+    assert out[0].isnan().all() and out[1].isinf().all() and out[1:, 5].isinf().all()
 
 
 def test_tf32x3_rn_split_and_lift(device):
