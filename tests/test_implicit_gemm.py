@@ -873,6 +873,7 @@ def test_nchw_images_run_as_channels_last(device, monkeypatch):
         return crop_into(source, target, offsets)
 
     monkeypatch.setattr(implicit_gemm, "crop_into", spy)
+    monkeypatch.setattr(precision, "TF32_OFF_PRECISION", "tf32x3_rn")  # (its weight copy)
 
     x = random_tensor((2, 16, 7, 6), torch.float32, device)
     w = random_tensor((24, 16, 3, 3), torch.float32, device)
@@ -999,7 +1000,7 @@ def test_wgrad_pack_rule():
     assert pack(torch.bfloat16, 64, 64, 4) == 1  # wide enough already
     assert pack(torch.bfloat16, 8, 8, 3) == 1  # no power of two divides 3
     assert pack(torch.bfloat16, 8, 8, 1) == 1
-    with exact_fp32():
+    with exact_fp32(), _tf32_off_precision("tf32x3_rn"):
         assert pack(torch.float32, 8, 8, 32) == 8  # TF32 off: bf16x6 products
         with _tf32_off_precision("ieee"):
             assert pack(torch.float32, 8, 8, 32) == 1  # fp32 FMA products: the whole tile
@@ -1046,25 +1047,45 @@ def _tf32_off_precision(value: str):
         tritonconv.clear_caches()
 
 
-@pytest.mark.parametrize("groups", [1, 8])
+@pytest.mark.parametrize(
+    "channels, groups, config",
+    [
+        ((64, 48), 1, None),
+        ((64, 48), 8, None),  # 8 channels a group, packed 8 a program
+        ((128, 128), 1, implicit_gemm.Config(128, 128, 64, 8, 3)),  # the wide rule's tiles
+        ((16, 48), 1, None),  # a program under WGRAD_BF16X6_MIN_CHANNELS: ieee
+    ],
+    ids=["dense", "packed", "wide", "narrow"],
+)
 @pytest.mark.parametrize("tf32_off", ["tf32x3_rn", "ieee"])
-def test_tf32_off_weight_gradient_is_fp32_accurate(tf32_off, groups, device):
+def test_tf32_off_weight_gradient_is_fp32_accurate(
+    tf32_off, channels, groups, config, device, monkeypatch
+):
     """With TF32 off the fp32 weight gradient computes ``bf16x6`` products (three bfloat16
     pieces an operand, kernels/mma.py), or fp32 FMA ones where the TF32-off precision is
-    ``ieee``: either within fp32 accuracy of float64 (a few ulps of the products' magnitude
-    along the reduction, where ``bf16x3``'s 2^-16 would be hundreds), dense and with packed
-    groups, on data whose low bits a bfloat16 or TF32 product would drop."""
+    ``ieee`` or the program is narrow: within fp32 accuracy of float64 (a few ulps of the
+    products' magnitude along the reduction, where ``bf16x3``'s 2^-16 would be hundreds),
+    dense, with packed groups and with the wide 64-deep tiles, on data whose low bits a
+    bfloat16 or TF32 product would drop; the kernel is launched with that precision."""
     from tritonconv.geometry import make_geometry
 
+    launched, real = [], implicit_gemm.launch
+    monkeypatch.setattr(
+        implicit_gemm,
+        "launch",
+        lambda *a, **meta: launched.append(meta.get("DOT_PRECISION")) or real(*a, **meta),
+    )
+    cin, cout = channels
     with _tf32_off_precision(tf32_off):
-        want_precision = "bf16x6" if tf32_off != "ieee" else "ieee"
-        assert implicit_gemm.wgrad_precision(torch.float32) == want_precision
+        narrow = min(cin, cout) < implicit_gemm.WGRAD_BF16X6_MIN_CHANNELS
+        want_precision = "ieee" if tf32_off == "ieee" or narrow else "bf16x6"
         cl = torch.channels_last
-        x = random_tensor((2, 64, 6, 7), torch.float32, device).to(memory_format=cl)
-        dy = random_tensor((2, 48, 6, 7), torch.float32, device).to(memory_format=cl)
+        x = random_tensor((2, cin, 6, 7), torch.float32, device).to(memory_format=cl)
+        dy = random_tensor((2, cout, 6, 7), torch.float32, device).to(memory_format=cl)
         geometry = make_geometry((6, 7), (3, 3), (1, 1), (1, 1), (1, 1), (1, 1))
-        shape = [48, 64 // groups, 3, 3]
-        got = implicit_gemm.conv_grad_weight(dy, x, shape, geometry, groups)
+        shape = [cout, cin // groups, 3, 3]
+        got = implicit_gemm.conv_grad_weight(dy, x, shape, geometry, groups, config)
+    assert launched[0] == want_precision, launched
     want = torch.ops.aten.convolution_backward(
         dy.double(), x.double(), torch.empty(shape, dtype=torch.float64, device=device),
         None, (1, 1), (1, 1), (1, 1), False, (0, 0), groups, (False, True, False),
@@ -1084,7 +1105,7 @@ def test_tf32_off_weight_gradient_rule(monkeypatch):
     programs an SM, from ``WGRAD_BF16X6_WIDE`` channels a side."""
     monkeypatch.setattr(implicit_gemm, "INTERPRETER", False)
     f32, wide = torch.float32, implicit_gemm.Config(128, 128, 64, 8, 3)
-    with exact_fp32():
+    with exact_fp32(), _tf32_off_precision("tf32x3_rn"):
         assert implicit_gemm.wgrad_precision(f32, 21, 64) == "ieee"  # ResNet-50's folded stem
         assert implicit_gemm.wgrad_precision(f32, 64, 64) == "bf16x6"
         assert implicit_gemm.wgrad_pack(f32, 8, 8, 32) == 8  # 64 channels packed: bf16x6
@@ -1093,7 +1114,7 @@ def test_tf32_off_weight_gradient_rule(monkeypatch):
         assert implicit_gemm.wgrad_config(f32, 384, 96, 100352) == wide
         assert implicit_gemm.wgrad_programs_per_sm(f32, wide, 25088, 128, 128) == 2
         narrow = implicit_gemm.wgrad_config(f32, 64, 64, 100352, 3)
-        assert narrow.block_k == 32  # (64 x 64 tiles: the lift's 32-deep steps)
+        assert narrow.block_k == 32  # (64 x 64 tiles: 32-deep steps)
         assert implicit_gemm.wgrad_programs_per_sm(f32, narrow, 100352, 64, 64) == 4
         with _tf32_off_precision("ieee"):
             assert implicit_gemm.wgrad_precision(f32, 128, 128) == "ieee"
@@ -1421,6 +1442,8 @@ def _assert_product_with_specials(out, a, b) -> None:
     out, exact = out.cpu(), a.cpu().double() @ b.cpu().double()
     finite = exact.isfinite()
     assert_close(out[finite], exact[finite], reduction=a.shape[1])
+    terms = a.cpu().double().abs() @ b.cpu().double().abs()  # fp32 products: about 2^-24 of it
+    assert ((out.double() - exact).abs() / terms)[finite].max() < 2**-20
     assert torch.equal(out.isnan(), exact.isnan())
     assert torch.equal(out[exact.isinf()], exact[exact.isinf()].float())
     assert out[0].isnan().all() and out[1].isinf().all() and out[1:, 5].isinf().all()

@@ -36,8 +36,10 @@ forward loop at 14² went from 388 to 322 SASS instructions per 16-deep step, th
 from 564 to 434 (``ptx_loop.py --tf32-off tf32x3_rn``, offline; session 28).
 
 ``bf16x6`` sums each step the same way, six bfloat16 products instead of three TF32 ones,
-and is lifted the same (its steps are 32 positions deep: two 16-deep tensor-core
-instructions per product, as a 16-deep TF32 step has).
+and is lifted the same. Its steps are 32 positions deep (two 16-deep tensor-core
+instructions per product, as a 16-deep TF32 step has) or, in the weight gradient's wide
+tiles, 64 (four). Modelled (``emulate_tc_rounding.py --bf16x6``, a 96 x 4608 x 96 GEMM):
+bias +3.8e-9 lifted at 32-deep steps, -8.8e-9 at 64-deep (unlifted -3.0e-8 / -4.2e-8).
 
 Under the interpreter a dot rounds to nearest, so the launchers ask for plain ``tf32x3``
 there (:func:`tritonconv.precision.dot_precision`); the pieces run in the tests directly.

@@ -1169,10 +1169,11 @@ def wgrad_pack(dtype, in_per_group: int, out_per_group: int, groups: int) -> int
 # tiles whose reduction axis is innermost: measured (H100, session 12,
 # benchmarks/probe_fp32_backward.py), the TF32 weight gradient took 0.467 / 0.433 / 2.018 ms on
 # ResNet-50 56x56 / 14x14 and UNet 256x256 3x3 layers against 0.362 / 0.346 / 1.537 ms with
-# fp32 FMA products (``ieee``, exact to fp32, what TF32 off computes). 16-bit tensor-core
-# products take those tiles as they are, so with TF32 allowed each fp32 operand is split into
-# two bfloat16 halves and three products (``hi*hi + hi*lo + lo*hi``, fp32 sums) stand for one
-# (``bf16x3``): about 2^-16 of each operand is kept, more than TF32's 2^-11.
+# fp32 FMA products (``ieee``, exact to fp32, what TF32 off computed until session 29).
+# 16-bit tensor-core products take those tiles as they are, so with TF32 allowed each fp32
+# operand is split into two bfloat16 halves and three products (``hi*hi + hi*lo + lo*hi``,
+# fp32 sums) stand for one (``bf16x3``): about 2^-16 of each operand is kept, more than
+# TF32's 2^-11.
 WGRAD_TF32_PRECISION = "bf16x3"
 # With TF32 off, the same tiles at fp32 accuracy: each operand split into three bfloat16
 # pieces and six products summed on the tensor cores (``bf16x6``, kernels/mma.py), the tensor
