@@ -7,7 +7,6 @@ multiple of the reduction block, groups, channels-last and strided views, weight
 layout (the reduction-major copy and its skip), and the deterministic split-K weight gradient.
 """
 
-import contextlib
 import math
 import os
 
@@ -20,6 +19,7 @@ from torch._dynamo.testing import CompileCounterWithBackend
 
 import tritonconv
 from tritonconv import precision
+from tritonconv.bench import overridden
 from tritonconv.kernels.mma import bf16x6_step, lift, mma, split_bf16, split_tf32
 from tritonconv.ops import direct, implicit_gemm
 from tritonconv.testing import assert_close, exact_fp32, poison_, random_tensor
@@ -1000,9 +1000,9 @@ def test_wgrad_pack_rule():
     assert pack(torch.bfloat16, 64, 64, 4) == 1  # wide enough already
     assert pack(torch.bfloat16, 8, 8, 3) == 1  # no power of two divides 3
     assert pack(torch.bfloat16, 8, 8, 1) == 1
-    with exact_fp32(), _tf32_off_precision("tf32x3_rn"):
+    with exact_fp32(), overridden(precision, TF32_OFF_PRECISION="tf32x3_rn"):
         assert pack(torch.float32, 8, 8, 32) == 8  # TF32 off: bf16x6 products
-        with _tf32_off_precision("ieee"):
+        with overridden(precision, TF32_OFF_PRECISION="ieee"):
             assert pack(torch.float32, 8, 8, 32) == 1  # fp32 FMA products: the whole tile
     old = torch.backends.cudnn.allow_tf32
     torch.backends.cudnn.allow_tf32 = True
@@ -1034,19 +1034,6 @@ def test_folded_layers_weight_gradient_takes_the_weight_layout(weight_layout, de
         assert_close(dw, want, reduction=y.numel() // y.shape[1], name="dW")
 
 
-@contextlib.contextmanager
-def _tf32_off_precision(value: str):
-    """``precision.TF32_OFF_PRECISION`` set to ``value`` (caches cleared on both sides)."""
-    old = precision.TF32_OFF_PRECISION
-    precision.TF32_OFF_PRECISION = value
-    tritonconv.clear_caches()
-    try:
-        yield
-    finally:
-        precision.TF32_OFF_PRECISION = old
-        tritonconv.clear_caches()
-
-
 @pytest.mark.parametrize(
     "channels, groups, config",
     [
@@ -1076,7 +1063,7 @@ def test_tf32_off_weight_gradient_is_fp32_accurate(
         lambda *a, **meta: launched.append(meta.get("DOT_PRECISION")) or real(*a, **meta),
     )
     cin, cout = channels
-    with _tf32_off_precision(tf32_off):
+    with overridden(precision, TF32_OFF_PRECISION=tf32_off):
         narrow = min(cin, cout) < implicit_gemm.WGRAD_BF16X6_MIN_CHANNELS
         want_precision = "ieee" if tf32_off == "ieee" or narrow else "bf16x6"
         cl = torch.channels_last
@@ -1105,7 +1092,7 @@ def test_tf32_off_weight_gradient_rule(monkeypatch):
     programs an SM, from ``WGRAD_BF16X6_WIDE`` channels a side."""
     monkeypatch.setattr(implicit_gemm, "INTERPRETER", False)
     f32, wide = torch.float32, implicit_gemm.Config(128, 128, 64, 8, 3)
-    with exact_fp32(), _tf32_off_precision("tf32x3_rn"):
+    with exact_fp32(), overridden(precision, TF32_OFF_PRECISION="tf32x3_rn"):
         assert implicit_gemm.wgrad_precision(f32, 21, 64) == "ieee"  # ResNet-50's folded stem
         assert implicit_gemm.wgrad_precision(f32, 64, 64) == "bf16x6"
         assert implicit_gemm.wgrad_pack(f32, 8, 8, 32) == 8  # 64 channels packed: bf16x6
@@ -1116,7 +1103,7 @@ def test_tf32_off_weight_gradient_rule(monkeypatch):
         narrow = implicit_gemm.wgrad_config(f32, 64, 64, 100352, 3)
         assert narrow.block_k == 32  # (64 x 64 tiles: 32-deep steps)
         assert implicit_gemm.wgrad_programs_per_sm(f32, narrow, 100352, 64, 64) == 4
-        with _tf32_off_precision("ieee"):
+        with overridden(precision, TF32_OFF_PRECISION="ieee"):
             assert implicit_gemm.wgrad_precision(f32, 128, 128) == "ieee"
             assert implicit_gemm.wgrad_config(f32, 128, 128, 25088, 3) != wide
 

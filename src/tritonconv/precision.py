@@ -40,6 +40,12 @@ def dot_precision(dtype: torch.dtype) -> str:
 #: sums), or three TF32 tensor-core products (kernels/mma.py), ``tf32x3_rn`` with the tensor
 #: cores' truncation compensated.
 TF32_OFF_PRECISIONS = ("ieee", "tf32x3", "tf32x3_rn")
+#: The precisions made of three TF32 products (reduction steps capped:
+#: ``ops.direct.tf32x3_block``)
+TF32X3_PRECISIONS = ("tf32x3", "tf32x3_rn")
+#: The precisions made of TF32 tensor-core products, which take only operand tiles whose
+#: reduction axis is innermost
+TF32_PRODUCTS = ("tf32", *TF32X3_PRECISIONS)
 
 #: The TF32-off precision unless the environment chooses another: ``tf32x3_rn`` since
 #: session 28. The dense forwards run at 1.30x cuDNN fp32 with it against ``ieee``'s 0.60x

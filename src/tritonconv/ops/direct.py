@@ -21,7 +21,7 @@ from .._runtime import INTERPRETER, check_kernel_device
 from ..geometry import Geometry
 from ..kernels.direct import direct_conv_kernel, direct_grad_weight_kernel
 from ..launch import allocate, launch, launch_plan
-from ..precision import dot_precision
+from ..precision import TF32X3_PRECISIONS, dot_precision
 from .common import (
     accumulator_dtype,
     cdiv,
@@ -49,7 +49,7 @@ TF32X3_K_BLOCK = 16
 def tf32x3_block(block: int, dtype: torch.dtype) -> int:
     """A kernel's reduction block ``block``, capped at :data:`TF32X3_K_BLOCK` where fp32 takes
     ``tf32x3`` products (every launcher whose dots reduce along a block asks this)."""
-    if dtype == torch.float32 and dot_precision(dtype) in ("tf32x3", "tf32x3_rn"):
+    if dtype == torch.float32 and dot_precision(dtype) in TF32X3_PRECISIONS:
         return min(block, TF32X3_K_BLOCK)
     return block
 

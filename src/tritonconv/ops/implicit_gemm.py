@@ -14,7 +14,7 @@ dtype has a convolution of any rank.
 The weight tile is read along its reduction channels (input channels forward, output channels
 for the input gradient) or along the other channel axis: a channels-last weight (input channels
 innermost) is read as it is both ways, except by an fp32 input gradient with TF32 products
-(:data:`TF32_PRODUCTS`), which take only tiles along the reduction; a weight with neither
+(``precision.TF32_PRODUCTS``), which take only tiles along the reduction; a weight with neither
 channel axis innermost (NCHW with a kernel wider than 1x1) is first copied with the reduction
 channels innermost (``crop_into``).
 
@@ -48,7 +48,7 @@ from ..launch import (
     takes_descriptors,
     tracing,
 )
-from ..precision import dot_precision
+from ..precision import TF32_PRODUCTS, dot_precision
 from .common import (
     accumulator_dtype,
     cdiv,
@@ -1180,8 +1180,6 @@ WGRAD_TF32_PRECISION = "bf16x3"
 # cores' truncation lifted as ``tf32x3_rn``'s is. ``ieee`` (fp32 FMA products) where the
 # TF32-off precision is ``ieee`` (precision.TF32_OFF_PRECISION).
 WGRAD_TF32_OFF_PRECISION = "bf16x6"
-#: fp32 dot precisions made of TF32 tensor-core products (K-major operand tiles only)
-TF32_PRODUCTS = ("tf32", "tf32x3", "tf32x3_rn")
 #: Weight-gradient precisions whose fp32 operands are split into bfloat16 pieces
 BF16_SPLITS = ("bf16x3", "bf16x6")
 # Programs narrower than this many channels a side (after packing groups) keep fp32 FMA
