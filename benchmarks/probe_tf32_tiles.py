@@ -1,12 +1,15 @@
-"""Probe (issue 11): the implicit GEMM's forward tiles for fp32 with TF32 allowed.
+"""Probe (issue 11): the implicit GEMM's forward tiles for fp32 with TF32 allowed (or off).
 
 The fp32 forward rule (``forward_config``) was fitted before the loop changes of sessions 18-22
 and the dense suite has no benchmark-mode rows for fp32, so nothing re-checks it. This probe
 times the forward of the dense suite's channels-last layers (TF32 on, PyTorch's default) with
 the heuristic's tiles and with each of ``CONFIGS`` (kernel time, CUDA-graph replay), cuDNN's
-TF32 beside it, each result checked against the heuristic's (TF32 rounding).
+TF32 beside it, each result checked against the heuristic's (TF32 rounding). ``--tf32-off``:
+TF32 off on both sides (ours ``tf32x3_rn``, whose steps are capped at 16 channels, so the 32-
+and 64-deep candidates run 16-deep). Layers with few input channels (stems) are timed folded,
+as the rule runs them (``implicit_gemm.foldable``: an explicit configuration does not fold).
 
-    PYTHONPATH=src python benchmarks/probe_tf32_tiles.py [--json FILE] [case ...]
+    PYTHONPATH=src python benchmarks/probe_tf32_tiles.py [--json FILE] [--tf32-off] [case ...]
 """
 
 from __future__ import annotations
@@ -29,7 +32,9 @@ from probe_small_wave import ranked, time_or_run
 C = ig.Config
 CONFIGS = [C(64, 64, 64, 4, 3), C(64, 64, 32, 4, 4), C(64, 64, 32, 4, 3), C(128, 64, 32, 4, 4),
            C(64, 128, 32, 4, 4), C(128, 128, 32, 8, 3), C(128, 128, 32, 8, 4),
-           C(128, 64, 32, 4, 3), C(64, 64, 16, 4, 5), C(128, 128, 16, 8, 4)]  # fmt: skip
+           C(128, 64, 32, 4, 3), C(64, 64, 16, 4, 5), C(128, 128, 16, 8, 4),
+           C(128, 64, 16, 8, 4), C(64, 32, 16, 4, 4), C(128, 32, 16, 4, 4), C(256, 64, 16, 8, 3),
+           C(64, 128, 16, 4, 3)]  # fmt: skip
 DEFAULT = ("r50_3x3_56", "r50_3x3_28", "r50_3x3_14", "r50_3x3_7", "dil2_3x3_64",
            "grp32_3x3_28", "unet_3x3_128", "unet_3x3_256")  # fmt: skip
 
@@ -38,8 +43,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("cases", nargs="*")
     ap.add_argument("--json")
+    ap.add_argument("--tf32-off", action="store_true", help="fp32 without TF32 (both sides)")
     args = ap.parse_args()
-    torch.backends.cudnn.allow_tf32 = True
+    torch.backends.cudnn.allow_tf32 = not args.tf32_off
     torch.backends.cudnn.benchmark = True
     gpu = torch.cuda.is_available()
     device = "cuda" if gpu else "cpu"
@@ -59,6 +65,10 @@ def main() -> None:
         kw["groups"] = case.groups
         cudnn = time_or_run(lambda x=x, w=w, kw=kw: F.conv2d(x, w, **kw))
         reference = ig.conv_forward(x, w, None, geometry, case.groups).float()
+        if ig.foldable(x.dtype, x.shape[1], geometry, case.groups):  # (as conv_forward does)
+            kernel_width = w.shape[-1]
+            x, geometry = ig._fold_input(x, geometry)
+            w = ig._folded(ig._channels_last(w), kernel_width, 1)
         scale = reference.abs().max().item()
         timed = []
 

@@ -24,8 +24,8 @@ import subprocess
 import sys
 import tempfile
 
-# (input shape, weight shape, stride, padding[, dilation]): bf16 channels-last, as in the
-# models suite
+# (input shape, weight shape, stride, padding[, dilation[, groups]]): bf16 channels-last, as in
+# the models suite
 LAYERS = {
     "r50_3x3_56": ((32, 64, 56, 56), (64, 64, 3, 3), 1, 1),
     "r50_stem": ((32, 3, 224, 224), (64, 3, 7, 7), 2, 3),
@@ -40,6 +40,15 @@ LAYERS = {
     "r2p1d_144": ((128, 64, 56, 56), (144, 64, 3, 3), 1, 1),
     # suite more's conv3d 3x3x3 64 -> 64 at 16x56x56, batch 8 (issue 12's miss, session 26)
     "conv3d_64": ((8, 64, 16, 56, 56), (64, 64, 3, 3, 3), 1, 1),
+    # the dense suite's grouped layer and VGG's first (3 input channels), session 30
+    "grp32_3x3_28": ((32, 256, 28, 28), (256, 8, 3, 3), 1, 1, 1, 32),
+    "vgg_first": ((16, 3, 224, 224), (64, 3, 3, 3), 1, 1),
+    "r50_1x1_56": ((32, 64, 56, 56), (256, 64, 1, 1), 1, 0),
+    "unet_3x3_128": ((8, 128, 128, 128), (64, 128, 3, 3), 1, 1),
+    "unet_3x3_256": ((8, 64, 256, 256), (64, 64, 3, 3), 1, 1),
+    "pw_96_384_56": ((32, 96, 56, 56), (384, 96, 1, 1), 1, 0),
+    "pw_40_120_28": ((32, 40, 28, 28), (120, 40, 1, 1), 1, 0),
+    "aspp_dil12": ((8, 512, 64, 64), (256, 512, 3, 3), 1, 12, 12),
 }
 
 
@@ -68,7 +77,7 @@ def record(layer: str, dtype: str = "bfloat16", tf32_off: str = "") -> list[dict
         launches.append({"module": fn.__module__, "name": fn.__name__, "args": values,
                          "meta": meta})  # fmt: skip
 
-    xs, ws, stride, pad, *dilation = LAYERS[layer]
+    xs, ws, stride, pad, *dilation_groups = LAYERS[layer]
     cl = torch.channels_last_3d if len(xs) == 5 else torch.channels_last
     conv = tc.conv3d if len(xs) == 5 else tc.conv2d
     dtype = getattr(torch, dtype)  # float32: TF32 (PyTorch's default for convolutions)
@@ -78,7 +87,7 @@ def record(layer: str, dtype: str = "bfloat16", tf32_off: str = "") -> list[dict
     launch._interpret = recording
     undo = _gpu_launchers()
     try:
-        y = conv(x, w, None, stride, pad, *dilation, algo="implicit_gemm")
+        y = conv(x, w, None, stride, pad, *dilation_groups, algo="implicit_gemm")
         y.backward(torch.zeros_like(y))
     finally:
         launch._interpret = real

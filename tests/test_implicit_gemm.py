@@ -20,7 +20,14 @@ from torch._dynamo.testing import CompileCounterWithBackend
 import tritonconv
 from tritonconv import precision
 from tritonconv.bench import overridden
-from tritonconv.kernels.mma import bf16x6_step, lift, mma, split_bf16, split_tf32
+from tritonconv.kernels.mma import (
+    bf16x6_step,
+    lift,
+    mma,
+    split_bf16,
+    split_tf32,
+    split_tf32_finite,
+)
 from tritonconv.ops import direct, implicit_gemm
 from tritonconv.testing import assert_close, exact_fp32, poison_, random_tensor
 
@@ -1391,15 +1398,24 @@ def test_tf32x3_at_tf32_off_matches_float64(value, device, monkeypatch):
 
 
 @triton.jit
-def _mma_test_kernel(a_ptr, b_ptr, out_ptr, big_ptr, small_ptr, lifted_ptr):
+def _mma_test_kernel(a_ptr, b_ptr, out_ptr, big_ptr, rest_ptr, lifted_ptr, N: tl.constexpr):
+    """``mma`` of a 16 x 16 ``a`` and a 16 x ``N`` ``b``: ``N`` of 64 and more takes the
+    step's clean-up of the operands, less its clean-up of the small sum. Also ``a``'s pieces
+    by ``split_tf32`` (``split_tf32_finite`` where ``N`` is 64 or more) and ``lift(a)``."""
     r = tl.arange(0, 16)
+    c = tl.arange(0, N)
+    a = tl.load(a_ptr + r[:, None] * 16 + r[None, :])
+    b = tl.load(b_ptr + r[:, None] * N + c[None, :])
+    tl.store(
+        out_ptr + r[:, None] * N + c[None, :], mma(a, b, tl.zeros((16, N), tl.float32), "tf32x3_rn")
+    )
+    if N >= 64:
+        big, rest, _ = split_tf32_finite(a)
+    else:
+        big, rest = split_tf32(a)
     tile = r[:, None] * 16 + r[None, :]
-    a = tl.load(a_ptr + tile)
-    b = tl.load(b_ptr + tile)
-    tl.store(out_ptr + tile, mma(a, b, tl.zeros((16, 16), tl.float32), "tf32x3_rn"))
-    big, small = split_tf32(a)
     tl.store(big_ptr + tile, big)
-    tl.store(small_ptr + tile, small)
+    tl.store(rest_ptr + tile, rest)
     tl.store(lifted_ptr + tile, lift(a))
 
 
@@ -1410,15 +1426,16 @@ def _tf32_nearest(x: torch.Tensor) -> torch.Tensor:
     return torch.where(x.isfinite(), rounded.view(torch.float32), x)
 
 
-def _operands_with_specials(n: int, tiny: float, tie: float, device):
-    """Random ``[n, n]`` fp32 operands; ``a``'s row 0 starts with zeros, a tiny value, ties
-    ``1 + tie`` and ``1 + 3 * tie`` (``tie``: half an ulp of the split's first piece), -inf
-    and NaN; row 1 holds +inf, and ``b``'s column 5 -inf."""
+def _operands_with_specials(n: int, tiny: float, tie: float, device, columns: int = 0):
+    """Random fp32 operands, ``a`` ``[n, n]`` and ``b`` ``[n, columns or n]``; ``a``'s row 0
+    starts with zeros, a tiny value, ties ``1 + tie`` and ``1 + 3 * tie`` (``tie``: half an
+    ulp of the split's first piece), -inf and NaN; row 1 holds +inf, and ``b``'s column 5
+    -inf."""
     a = random_tensor((n, n), torch.float32, device)
     specials = [0.0, -0.0, tiny, -3.0, 1 + tie, 1 + 3 * tie, float("-inf"), float("nan")]
     a[0, : len(specials)] = torch.tensor(specials)
     a[1, 3] = float("inf")
-    b = random_tensor((n, n), torch.float32, device)
+    b = random_tensor((n, columns or n), torch.float32, device)
     b[3, 5] = float("-inf")
     return a, b
 
@@ -1436,22 +1453,28 @@ def _assert_product_with_specials(out, a, b) -> None:
     assert out[0].isnan().all() and out[1].isinf().all() and out[1:, 5].isinf().all()
 
 
-def test_tf32x3_rn_split_and_lift(device):
+@pytest.mark.parametrize("columns", [16, 64], ids=["sum_cleanup", "operand_cleanup"])
+def test_tf32x3_rn_split_and_lift(columns, device):
     """``tf32x3_rn``'s pieces (kernels/mma.py), bit for bit: ``split_tf32`` rounds to TF32
-    (nearest, ties away) and keeps the exact rest; ``lift`` is one
-    fma (``step * (1 + STEP_LIFT)`` rounded once); and ``mma`` at fp32 accuracy, with
-    infinities and NaNs where float64 has them."""
-    from tritonconv.kernels.mma import STEP_LIFT
+    (nearest, ties away) and keeps the exact rest (``split_tf32_finite``: 0 for an infinity
+    or a NaN); ``lift`` is one fma (``step * (1 + STEP_LIFT)`` rounded once); and ``mma`` at
+    fp32 accuracy, with infinities and NaNs where float64 has them, by either of the step's
+    clean-ups (16 columns: of the small sum; 64: of the operands)."""
+    from tritonconv.kernels.mma import OPERAND_CLEANUP_WIDTH, STEP_LIFT
 
-    a, b = _operands_with_specials(16, 1e-40, 2**-11, device)
-    out, big, small, lifted = (torch.full((16, 16), -7.0, device=device) for _ in range(4))
-    _mma_test_kernel[(1,)](a, b, out, big, small, lifted)
+    assert (columns >= OPERAND_CLEANUP_WIDTH * 16) == (columns == 64)
+    a, b = _operands_with_specials(16, 1e-40, 2**-11, device, columns)
+    out = torch.full((16, columns), -7.0, device=device)
+    big, rest, lifted = (torch.full((16, 16), -7.0, device=device) for _ in range(3))
+    _mma_test_kernel[(1,)](a, b, out, big, rest, lifted, columns)
     want_big = _tf32_nearest(a.cpu())
     assert torch.equal(big.cpu().view(torch.int32), want_big.view(torch.int32))
-    want_small = a.cpu() - want_big  # (NaN for the infinity and the NaN)
-    assert torch.allclose(small.cpu(), want_small, rtol=0, atol=0, equal_nan=True)
-    assert big[0, 4].item() == 1 + 2**-10 and small[0, 4].item() == -(2**-11)  # tie: away
-    assert big[0, 5].item() == 1 + 2**-9 and small[0, 5].item() == -(2**-11)
+    want_rest = a.cpu() - want_big  # (NaN for the infinity and the NaN)
+    if columns == 64:
+        want_rest = torch.where(want_big.isfinite(), want_rest, 0.0)
+    assert torch.allclose(rest.cpu(), want_rest, rtol=0, atol=0, equal_nan=True)
+    assert big[0, 4].item() == 1 + 2**-10 and rest[0, 4].item() == -(2**-11)  # tie: away
+    assert big[0, 5].item() == 1 + 2**-9 and rest[0, 5].item() == -(2**-11)
     finite = a.isfinite()
     want_lifted = (a.double() * (1 + STEP_LIFT)).float()  # exact in float64, one rounding
     assert torch.equal(lifted[finite], want_lifted[finite])

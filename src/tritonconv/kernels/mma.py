@@ -29,11 +29,13 @@ even; measured on an H200: -5.3e-9, from ``tf32x3``'s -3.9e-8), which took resne
 logits from 1.5-1.7x to 1.03-1.13x cuDNN's distance from float64.
 
 **The step** (:func:`tf32x3_step`) is built here rather than by ``tl.dot``'s ``tf32x3``: the
-same three products (operands split by :func:`split_tf32`), with the big one summed on top
-of the small ones by the tensor cores instead of by one more add per output element. With
-the lift's one ``FFMA`` in place of the half ulp's three instructions, ResNet-50's 3x3
-forward loop at 14² went from 388 to 322 SASS instructions per 16-deep step, the 1x1 layers'
-from 564 to 434 (``ptx_loop.py --tf32-off tf32x3_rn``, offline; session 28).
+same three products (operands split by :func:`split_tf32` or :func:`split_tf32_finite`), with
+the big one summed on top of the small ones by the tensor cores instead of by one more add
+per output element. With the lift's one ``FFMA`` in place of the half ulp's three
+instructions, ResNet-50's 3x3 forward loop at 14² went from 388 to 322 SASS instructions per
+16-deep step, the 1x1 layers' from 564 to 434 (``ptx_loop.py --tf32-off tf32x3_rn``, offline;
+session 28). Session 30 moved the clean-up of infinities and NaNs to the operands on wide
+tiles (:func:`tf32x3_step`): 128 x 128 tiles 443 -> 369.
 
 ``bf16x6`` sums each step the same way, six bfloat16 products instead of three TF32 ones,
 and is lifted the same. Its steps are 32 positions deep (two 16-deep tensor-core
@@ -58,6 +60,9 @@ _TF32_KEEP = tl.constexpr(-8192)  # 0xFFFFE000 as a signed 32-bit integer
 #: ``lift``'s factor (module doc): 3/8 of an ulp of a step whose significand is 1
 STEP_LIFT = 0.75 * 2.0**-24
 _STEP_LIFT = tl.constexpr(STEP_LIFT)
+#: :func:`tf32x3_step` cleans its operands, not its small sum, from ``b`` this many times as
+#: wide as the step is deep (``BLOCK_N >= 4 * BLOCK_K``: 64 columns at 16-deep steps)
+OPERAND_CLEANUP_WIDTH = tl.constexpr(4)
 
 
 @triton.jit
@@ -72,28 +77,65 @@ def mma(a, b, acc, PRECISION: tl.constexpr):
 @triton.jit
 def tf32x3_step(a, b):
     """``a @ b`` (fp32) from three TF32 products summed on the tensor cores from zero: the
-    two small ones first, NaNs in their sum replaced by 0 (an infinite operand's rest is NaN;
-    its big part carries the infinity), then the big one on top. Triton's own ``tf32x3``
-    computes the same products but adds the big one to the small ones outside the tensor
-    cores, one more add per output element."""
-    a_big, a_small = split_tf32(a)
-    b_big, b_small = split_tf32(b)
-    small = tl.dot(a_small, b_big, input_precision="tf32")
-    small = tl.dot(a_big, b_small, small, input_precision="tf32")
-    small = tl.where(small == small, small, 0.0)
+    two small ones first, then the big one on top. Triton's own ``tf32x3`` computes the same
+    products but adds the big one to the small ones outside the tensor cores, one more add
+    per output element.
+
+    Infinities and NaNs must reach the result through the big product alone (an infinite
+    operand's rest is NaN, or an infinity times a rest of 0 is). Two ways, chosen by the
+    tile's shape when it compiles:
+
+    - **Clean the operands** where ``b`` is at least ``OPERAND_CLEANUP_WIDTH`` times as wide
+      as the step is deep: the small products take the rests and big parts with infinities
+      and NaNs as 0 (:func:`split_tf32_finite`), a select per operand element.
+    - **Clean the small sum** on narrower tiles: NaNs in it replaced by 0, a compare and a
+      select per output element.
+
+    A thread holds ``BLOCK_N / BLOCK_K`` times as many outputs as ``a`` elements, so that ratio
+    says which is fewer instructions. Measured (H100, fp32 at TF32 off, session 30): the
+    operand clean-up took ResNet-50's 3x3 at 28² (128 x 128 tiles) from 186 to 152 µs and
+    dilation 2 from 1438 to 1167, was even on 128 x 64, and cost the grouped layer's 128 x 32
+    tiles 23 % and the stem's backward (its input gradient's 128 x 16 tiles) 21 %."""
+    if b.shape[1] >= OPERAND_CLEANUP_WIDTH * a.shape[1]:
+        a_big, a_rest, a_big_finite = split_tf32_finite(a)
+        b_big, b_rest, b_big_finite = split_tf32_finite(b)
+        small = tl.dot(a_rest, b_big_finite, input_precision="tf32")
+        small = tl.dot(a_big_finite, b_rest, small, input_precision="tf32")
+    else:
+        a_big, a_rest = split_tf32(a)
+        b_big, b_rest = split_tf32(b)
+        small = tl.dot(a_rest, b_big, input_precision="tf32")
+        small = tl.dot(a_big, b_rest, small, input_precision="tf32")
+        small = tl.where(small == small, small, 0.0)
     return tl.dot(a_big, b_big, small, input_precision="tf32")
 
 
 @triton.jit
-def split_tf32(x):
-    """fp32 ``x`` as ``big + small``: ``big`` rounded to TF32 (nearest, ties away from zero,
-    as ``cvt.rna.tf32.f32``; infinities and NaNs kept), ``small = x - big`` (exact; NaN for
-    infinities and NaNs). Values within 2**-12 of fp32's largest round to an infinity, as
-    ``cvt.rna`` does (Triton's ``tf32x3`` shares that limit)."""
+def round_tf32(x):
+    """fp32 ``x`` rounded to TF32 by its bits: nearest, ties away from zero, as
+    ``cvt.rna.tf32.f32``. Infinities stay, NaNs stay NaNs; values within 2**-12 of fp32's
+    largest round to an infinity, as ``cvt.rna`` does (Triton's ``tf32x3`` shares that
+    limit)."""
     bits = x.to(tl.int32, bitcast=True)
-    rounded = ((bits + _TF32_HALF) & _TF32_KEEP).to(tl.float32, bitcast=True)
-    big = tl.where(tl.abs(x) < float("inf"), rounded, x)
+    return ((bits + _TF32_HALF) & _TF32_KEEP).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def split_tf32(x):
+    """fp32 ``x`` as ``big + rest``: ``big`` rounded to TF32 (:func:`round_tf32`; infinities
+    and NaNs kept), ``rest = x - big`` (exact; NaN for infinities and NaNs)."""
+    big = tl.where(tl.abs(x) < float("inf"), round_tf32(x), x)
     return big, x - big
+
+
+@triton.jit
+def split_tf32_finite(x):
+    """:func:`split_tf32`'s ``big`` and ``rest``, but the rest 0 where ``big`` is not finite,
+    and a third piece for the small products: ``big`` with its infinities and NaNs as 0."""
+    rounded = round_tf32(x)
+    finite = tl.abs(rounded) < float("inf")
+    big = tl.where(tl.abs(x) < float("inf"), rounded, x)
+    return big, tl.where(finite, x - rounded, 0.0), tl.where(finite, rounded, 0.0)
 
 
 @triton.jit
