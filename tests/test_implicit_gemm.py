@@ -1115,18 +1115,52 @@ def test_tf32_off_weight_gradient_rule(monkeypatch):
             assert implicit_gemm.wgrad_config(f32, 128, 128, 25088, 3) != wide
 
 
+def test_tf32_off_tall_tiles_rule(monkeypatch):
+    """fp32 with TF32 off: 64-column layers of at most ``TF32X3_TALL_MAX_CHANNELS`` source
+    channels (the folded stems) take 256 x 64 tiles on 8 warps; wider sources, and TF32
+    allowed, keep 128 x 64 on 4."""
+    monkeypatch.setattr(implicit_gemm, "INTERPRETER", False)
+    monkeypatch.setattr(implicit_gemm, "multiprocessor_count", lambda device: 132)
+    f32, C = torch.float32, implicit_gemm.Config
+    tall = C(256, 64, 16, 8, 3)
+    stem = dict(rows=32 * 112 * 112, src_per_group=21, dst_per_group=64, groups=1, taps=7)
+    with exact_fp32(), overridden(precision, TF32_OFF_PRECISION="tf32x3_rn"):
+        assert implicit_gemm.forward_config(f32, device="cuda", **stem) == tall
+        wide = dict(stem, src_per_group=64, taps=9)
+        assert implicit_gemm.forward_config(f32, device="cuda", **wide) == C(128, 64, 16, 4, 4)
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", True)
+    assert implicit_gemm.forward_config(f32, device="cuda", **stem) != tall
+
+
+def test_tf32_weight_gradient_rule(monkeypatch):
+    """With TF32 allowed (``bf16x3`` products), the weight gradient's GPU tiles: 128 x 256 from
+    256 channels a side, 128 x 64 x 64 from 128 for windows (not 1x1 layers), 64 x 64 x 32
+    below."""
+    monkeypatch.setattr(implicit_gemm, "INTERPRETER", False)
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", True)
+    f32, C = torch.float32, implicit_gemm.Config
+    assert implicit_gemm.wgrad_precision(f32, 128, 128) == "bf16x3"
+    assert implicit_gemm.wgrad_config(f32, 256, 256, 6272, 3) == C(128, 256, 32, 8, 3)
+    assert implicit_gemm.wgrad_config(f32, 128, 128, 25088, 3) == C(128, 64, 64, 4, 3)
+    assert implicit_gemm.wgrad_config(f32, 128, 128, 25088, 1) == C(64, 64, 32, 4, 4)
+    assert implicit_gemm.wgrad_config(f32, 64, 64, 100352, 3) == C(64, 64, 32, 4, 4)
+
+
 @pytest.mark.parametrize(
-    "kernel, channels", [((3, 3), (32, 48)), ((1, 1), (32, 48)), ((3, 3), (256, 256))], ids=str
+    "kernel, channels",
+    [((3, 3), (32, 48)), ((1, 1), (32, 48)), ((3, 3), (128, 128)), ((3, 3), (256, 256))],
+    ids=str,
 )
 def test_tf32_weight_gradient_is_closer_than_tf32(kernel, channels, device):
     """With TF32 allowed the fp32 weight gradient multiplies bfloat16 halves of its operands
     (``bf16x3``): against float64 it must be well inside TF32's error (2^-11 of each operand),
-    on data whose low bits a single bfloat16 or TF32 product would drop. 256 channels take the
-    GPU's 128 x 256 tiles (on the GPU only: slow in the interpreter, which tiles differently)."""
+    on data whose low bits a single bfloat16 or TF32 product would drop. 128 and 256 channels
+    take the GPU's 128 x 64 x 64 and 128 x 256 tiles (on the GPU only: slow in the
+    interpreter, which tiles differently)."""
     from tritonconv.geometry import make_geometry
 
     cin, cout = channels
-    if cin >= 256 and device == "cpu":
+    if cin >= 128 and device == "cpu":
         pytest.skip("the GPU's wide tiles")
     tritonconv.clear_caches()
     old = torch.backends.cudnn.allow_tf32

@@ -48,7 +48,7 @@ from ..launch import (
     takes_descriptors,
     tracing,
 )
-from ..precision import TF32_PRODUCTS, dot_precision
+from ..precision import TF32_PRODUCTS, TF32X3_PRECISIONS, dot_precision
 from .common import (
     accumulator_dtype,
     cdiv,
@@ -162,6 +162,7 @@ def _forward_config(
     if INTERPRETER:
         return Config(128, block_n, block_k, 4, 1)
     fp32 = dtype == torch.float32
+    tf32x3 = fp32 and dot_precision(dtype) in TF32X3_PRECISIONS
     if cdiv(rows, 128) * cdiv(dst_per_group, block_n) * groups < multiprocessor_count(device):
         # Under one wave of 128-row tiles: small tiles (more programs). 16-bit reductions up
         # to SMALL_WAVE_LONG_REDUCTION long run 64-channel steps in 4 stages, longer ones
@@ -179,6 +180,8 @@ def _forward_config(
                 return Config(64, 64, 64 if fp32 else 128, 4, 3)
             return Config(64, 64, 64, 4, 4)
         return Config(64, min(block_n, 64), block_k, 4, 4)
+    if block_n == 64 and src_per_group <= TF32X3_TALL_MAX_CHANNELS and tf32x3:
+        return Config(256, 64, 16, 8, 3)
     if block_n < 128:
         # 16-bit 64-channel steps in 3 stages (72 KB: three programs an SM) rather than 4
         # (96 KB: two). Session 18's probe (probe_swap_tiles.py, H100, bf16 channels-last):
@@ -214,6 +217,13 @@ def _forward_config(
         return Config(256, 128, 64, 8, 3)
     return Config(128, 128, block_k, 8, 3 if block_k * (2 if fp32 else 1) >= 64 else 4)
 
+
+# fp32 with TF32 off (``tf32x3`` products) over 64 destination channels a group and at most
+# this many source channels: 256 x 64 tiles on 8 warps, each B tile's split shared by twice
+# the rows. Measured (session 30, H100, probe_tf32_tiles.py --tf32-off, forward): the folded
+# stems of ResNet-50 (21 channels) and VGG (9) 470.7 / 293.6 µs with 128 x 64 x 16 tiles on
+# 4 warps, 408.2 / 263.3 with these (cuDNN fp32 379.3 / 242.4).
+TF32X3_TALL_MAX_CHANNELS = 32
 
 #: Whether 16-bit forward/input-gradient tiles may take a second accumulator (:func:`tail_columns`).
 TAIL_COLUMNS = True
@@ -277,6 +287,11 @@ def wgrad_config(dtype, out_per_group: int, in_per_group: int, rows: int, kw: in
         # took ResNet-50's 3x3 layers at 14 / 7 pixels 128.2 / 109.7 -> 80.1 / 99.7 µs and
         # the dilation-2 one 828 -> 630 (with four programs an SM: wgrad_programs_per_sm)
         return Config(128, 256, 32, 8, 3)
+    if precision == "bf16x3" and kw > 1 and min(out_per_group, in_per_group) >= 128:
+        # measured (session 30, H100, probe_wgrad_tiles.py --dtype float32): ResNet-50's 3x3
+        # 128 -> 128 at 28 pixels 107.0 µs with 64 x 64 x 32 tiles, 85.5 with these (cuDNN's
+        # TF32 62.8); 128 x 128 x 64 95.4
+        return Config(128, 64, 64, 4, 3)
     if min(out_per_group, in_per_group) >= 256 and rows >= 32768:
         return Config(128, 128, 32 if fp32 else 64, 8, 3)
     if kw > 1 and in_per_group < WGRAD_TAP_GROUP_BELOW:
