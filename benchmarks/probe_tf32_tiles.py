@@ -8,8 +8,11 @@ TF32 beside it, each result checked against the heuristic's (TF32 rounding). ``-
 TF32 off on both sides (ours ``tf32x3_rn``, whose steps are capped at 16 channels, so the 32-
 and 64-deep candidates run 16-deep). Layers with few input channels (stems) are timed folded,
 as the rule runs them (``implicit_gemm.foldable``: an explicit configuration does not fold).
+``--grad-input``: the input gradient instead (cuDNN's beside it), with narrow candidates too
+for layers of few input channels.
 
-    PYTHONPATH=src python benchmarks/probe_tf32_tiles.py [--json FILE] [--tf32-off] [case ...]
+    PYTHONPATH=src python benchmarks/probe_tf32_tiles.py [--json FILE] [--tf32-off]
+        [--grad-input] [case ...]
 """
 
 from __future__ import annotations
@@ -34,7 +37,11 @@ CONFIGS = [C(64, 64, 64, 4, 3), C(64, 64, 32, 4, 4), C(64, 64, 32, 4, 3), C(128,
            C(64, 128, 32, 4, 4), C(128, 128, 32, 8, 3), C(128, 128, 32, 8, 4),
            C(128, 64, 32, 4, 3), C(64, 64, 16, 4, 5), C(128, 128, 16, 8, 4),
            C(128, 64, 16, 8, 4), C(64, 32, 16, 4, 4), C(128, 32, 16, 4, 4), C(256, 64, 16, 8, 3),
-           C(64, 128, 16, 4, 3)]  # fmt: skip
+           C(64, 128, 16, 4, 3), C(128, 64, 16, 8, 3), C(128, 128, 16, 8, 3), C(64, 64, 16, 4, 4),
+           C(64, 64, 16, 8, 4)]  # fmt: skip
+# input gradients into at most 16 channels (stems): the destination side is the tile's width
+NARROW = [C(64, 16, 16, 4, 4), C(128, 16, 16, 4, 3), C(256, 16, 16, 8, 3), C(128, 16, 32, 4, 4),
+          C(64, 16, 32, 4, 4), C(256, 16, 32, 8, 3)]  # fmt: skip
 DEFAULT = ("r50_3x3_56", "r50_3x3_28", "r50_3x3_14", "r50_3x3_7", "dil2_3x3_64",
            "grp32_3x3_28", "unet_3x3_128", "unet_3x3_256")  # fmt: skip
 
@@ -44,6 +51,7 @@ def main() -> None:
     ap.add_argument("cases", nargs="*")
     ap.add_argument("--json")
     ap.add_argument("--tf32-off", action="store_true", help="fp32 without TF32 (both sides)")
+    ap.add_argument("--grad-input", action="store_true", help="the input gradient's tiles")
     args = ap.parse_args()
     torch.backends.cudnn.allow_tf32 = not args.tf32_off
     torch.backends.cudnn.benchmark = True
@@ -63,22 +71,50 @@ def main() -> None:
         geometry = make_geometry(case.input[2:], case.weight[2:], s, p, p, d)
         kw = dict(stride=case.stride, padding=case.padding, dilation=case.dilation)
         kw["groups"] = case.groups
-        cudnn = time_or_run(lambda x=x, w=w, kw=kw: F.conv2d(x, w, **kw))
-        reference = ig.conv_forward(x, w, None, geometry, case.groups).float()
-        if ig.foldable(x.dtype, x.shape[1], geometry, case.groups):  # (as conv_forward does)
-            kernel_width = w.shape[-1]
-            x, geometry = ig._fold_input(x, geometry)
-            w = ig._folded(ig._channels_last(w), kernel_width, 1)
+        if args.grad_input:
+            dy = torch.randn((case.input[0], case.weight[0], *geometry.output), device=device)
+            dy = dy.to(memory_format=cl)
+
+            def cudnn_run(x=x, w=w, dy=dy, s=s, p=p, d=d, groups=case.groups):
+                mask = [True, False, False]
+                return torch.ops.aten.convolution_backward(
+                    dy, x, w, None, s, p, d, False, [0, 0], groups, mask
+                )[0]
+
+            def run(config, x=x, w=w, dy=dy, geometry=geometry, groups=case.groups):
+                return ig.conv_grad_input(dy, w, x, geometry, groups, config=config)
+
+            candidates = CONFIGS + (NARROW if case.input[1] <= 16 else [])
+        else:
+
+            def cudnn_run(x=x, w=w, kw=kw):
+                return F.conv2d(x, w, **kw)
+
+            # explicit configurations run on the folded input the rule folds for itself
+            folded = (x, w, geometry)
+            if ig.foldable(x.dtype, x.shape[1], geometry, case.groups):
+                folded_x, folded_geometry = ig._fold_input(x, geometry)
+                folded = (
+                    folded_x,
+                    ig._folded(ig._channels_last(w), w.shape[-1], 1),
+                    folded_geometry,
+                )
+
+            def run(config, plain=(x, w, geometry), folded=folded, groups=case.groups):
+                x, w, geometry = plain if config is None else folded
+                return ig.conv_forward(x, w, None, geometry, groups, config)
+
+            candidates = CONFIGS
+        cudnn = time_or_run(cudnn_run)
+        reference = run(None).float()
         scale = reference.abs().max().item()
         timed = []
-
-        def forward(config, x=x, w=w, geometry=geometry, groups=case.groups):
-            return ig.conv_forward(x, w, None, geometry, groups, config)
-
-        for config in [None, *CONFIGS]:
+        if args.tf32_off:  # (steps capped at 16 channels: candidates that then coincide run once)
+            candidates = list(dict.fromkeys(ig.tf32x3_step(c, torch.float32) for c in candidates))
+        for config in [None, *candidates]:
             try:
-                err = (forward(config).float() - reference).abs().max().item() / scale
-                us = time_or_run(lambda config=config: forward(config))
+                err = (run(config).float() - reference).abs().max().item() / scale
+                us = time_or_run(lambda config=config: run(config))
             except Exception as error:  # a configuration that does not fit
                 print(f"  {case.name} {config}: {type(error).__name__}", flush=True)
                 continue

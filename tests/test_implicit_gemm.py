@@ -1115,21 +1115,40 @@ def test_tf32_off_weight_gradient_rule(monkeypatch):
             assert implicit_gemm.wgrad_config(f32, 128, 128, 25088, 3) != wide
 
 
-def test_tf32_off_tall_tiles_rule(monkeypatch):
-    """fp32 with TF32 off: 64-column layers of at most ``TF32X3_TALL_MAX_CHANNELS`` source
-    channels (the folded stems) take 256 x 64 tiles on 8 warps; wider sources, and TF32
-    allowed, keep 128 x 64 on 4."""
+def test_tf32_off_tiles_rule(monkeypatch):
+    """fp32 with TF32 off (``_tf32x3_config``), on a GPU of 132 SMs: the folded stems take
+    256 x 64 tiles; ResNet-50's 3x3 at 7² (under a wave, long reduction) 128 x 128 on 8 warps,
+    at 14² the general rule; 1x1 layers under two waves 64 x 64; windows of 64 columns, or of
+    128 under two waves, 128 x 64 on 8 warps. Packed groups, TF32 allowed and
+    ``TF32X3_TILES = False`` keep the general rule."""
     monkeypatch.setattr(implicit_gemm, "INTERPRETER", False)
     monkeypatch.setattr(implicit_gemm, "multiprocessor_count", lambda device: 132)
     f32, C = torch.float32, implicit_gemm.Config
-    tall = C(256, 64, 16, 8, 3)
-    stem = dict(rows=32 * 112 * 112, src_per_group=21, dst_per_group=64, groups=1, taps=7)
+
+    def config(rows, src, dst, taps, packed=False):
+        return implicit_gemm.forward_config(f32, rows, src, dst, 1, "cuda", taps, packed)
+
+    stem = (32 * 112 * 112, 21, 64, 7)
+    cases = {
+        stem: C(256, 64, 16, 8, 3),
+        (32 * 49, 512, 512, 9): C(128, 128, 16, 8, 3),  # ResNet-50's 3x3 at 7²
+        (32 * 784, 40, 120, 1): C(64, 64, 16, 4, 3),  # 1x1 under two waves
+        (32 * 3136, 64, 64, 9): C(128, 64, 16, 8, 3),  # ResNet-50's 3x3 at 56²
+        (32 * 784, 128, 128, 9): C(128, 64, 16, 8, 3),  # ... at 28²: 196 tiles
+    }
+    general = [(32 * 196, 256, 256, 9), (32 * 3136, 64, 256, 1), (16 * 4096, 256, 256, 9)]
     with exact_fp32(), overridden(precision, TF32_OFF_PRECISION="tf32x3_rn"):
-        assert implicit_gemm.forward_config(f32, device="cuda", **stem) == tall
-        wide = dict(stem, src_per_group=64, taps=9)
-        assert implicit_gemm.forward_config(f32, device="cuda", **wide) == C(128, 64, 16, 4, 4)
+        for shape, want in cases.items():
+            assert config(*shape) == want, shape
+        chosen = {shape: config(*shape) for shape in general}
+        chosen["packed"] = config(32 * 3136, 64, 64, 9, packed=True)
+        with overridden(implicit_gemm, TF32X3_TILES=False):
+            assert config(*stem) != cases[stem]
+            for shape in general:
+                assert chosen[shape] == config(*shape), shape
+            assert chosen["packed"] == config(32 * 3136, 64, 64, 9, packed=True)
     monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", True)
-    assert implicit_gemm.forward_config(f32, device="cuda", **stem) != tall
+    assert config(*stem) != cases[stem]
 
 
 def test_tf32_weight_gradient_rule(monkeypatch):

@@ -162,8 +162,13 @@ def _forward_config(
     if INTERPRETER:
         return Config(128, block_n, block_k, 4, 1)
     fp32 = dtype == torch.float32
-    tf32x3 = fp32 and dot_precision(dtype) in TF32X3_PRECISIONS
-    if cdiv(rows, 128) * cdiv(dst_per_group, block_n) * groups < multiprocessor_count(device):
+    tiles = cdiv(rows, 128) * cdiv(dst_per_group, block_n) * groups  # of 128 rows
+    if TF32X3_TILES and fp32 and not packed and dot_precision(dtype) in TF32X3_PRECISIONS:
+        sms = multiprocessor_count(device)
+        config = _tf32x3_config(tiles, src_per_group, block_n, taps, sms)
+        if config is not None:
+            return config
+    if tiles < multiprocessor_count(device):
         # Under one wave of 128-row tiles: small tiles (more programs). 16-bit reductions up
         # to SMALL_WAVE_LONG_REDUCTION long run 64-channel steps in 4 stages, longer ones
         # 128-channel steps in 3 (session 12's probe, bf16 ResNet-50 layers at batch 32:
@@ -180,8 +185,6 @@ def _forward_config(
                 return Config(64, 64, 64 if fp32 else 128, 4, 3)
             return Config(64, 64, 64, 4, 4)
         return Config(64, min(block_n, 64), block_k, 4, 4)
-    if block_n == 64 and src_per_group <= TF32X3_TALL_MAX_CHANNELS and tf32x3:
-        return Config(256, 64, 16, 8, 3)
     if block_n < 128:
         # 16-bit 64-channel steps in 3 stages (72 KB: three programs an SM) rather than 4
         # (96 KB: two). Session 18's probe (probe_swap_tiles.py, H100, bf16 channels-last):
@@ -218,12 +221,46 @@ def _forward_config(
     return Config(128, 128, block_k, 8, 3 if block_k * (2 if fp32 else 1) >= 64 else 4)
 
 
-# fp32 with TF32 off (``tf32x3`` products) over 64 destination channels a group and at most
-# this many source channels: 256 x 64 tiles on 8 warps, each B tile's split shared by twice
-# the rows. Measured (session 30, H100, probe_tf32_tiles.py --tf32-off, forward): the folded
-# stems of ResNet-50 (21 channels) and VGG (9) 470.7 / 293.6 µs with 128 x 64 x 16 tiles on
-# 4 warps, 408.2 / 263.3 with these (cuDNN fp32 379.3 / 242.4).
+#: Whether fp32 with TF32 off takes :func:`_tf32x3_config`'s tiles where it has them
+TF32X3_TILES = True
+#: :func:`_tf32x3_config`: 64-column layers of at most this many source channels a group (the
+#: folded stems) take 256-row tiles
 TF32X3_TALL_MAX_CHANNELS = 32
+
+
+def _tf32x3_config(tiles: int, src_per_group: int, block_n: int, taps: int, sms: int):
+    """The forward/input-gradient tiles of fp32 with TF32 off (``tf32x3`` products, whose
+    every step splits its operand tiles in registers: about three times a TF32 step's
+    instructions) where they differ from the general rule's, else None. ``tiles``: the grid
+    in 128-row tiles of ``block_n`` columns; ``sms``: the GPU's multiprocessors. Unpacked
+    groups only. Measured (session 30, H100, benchmarks/probe_tf32_tiles.py --tf32-off and
+    --grad-input, forward / input gradient µs, the general rule's -> these):
+
+    - 64 columns, at most TF32X3_TALL_MAX_CHANNELS source channels (the folded stems):
+      256 x 64 on 8 warps, each weight tile's split shared by twice the rows. ResNet-50's
+      stem 470.7 -> 408.2, VGG's first layer 293.6 -> 263.3 (forward; cuDNN 379.3 / 242.4).
+    - Under one wave of 128-row tiles with a long reduction: 128 x 128 on 8 warps, fewer
+      programs than the SMs but far fewer instructions a product. ResNet-50's 3x3 at 7²
+      219.4 -> 166.1 / 249.2 -> 193.2 (64 x 64 on 4 warps before; cuDNN 296.0 / 297.9).
+    - 1x1 layers under two waves: 64 x 64 on 4 warps. 40 -> 120 at 28² 14.5 -> 12.4 / 17.0
+      -> 13.8.
+    - Windows with 64 columns, or 128 columns under two waves (where 128 x 128 tiles leave
+      the second wave half empty): 128 x 64 on 8 warps. ResNet-50's 3x3 at 56² 137.3 ->
+      132.1 / 144.4 -> 135.9, at 28² 149.4 -> 132.3 / 165.7 -> 138.9 (128 x 128 before);
+      UNet's 256² 679.3 -> 673.9 / 702.3 -> 676.3. On 1x1 layers these lost (ResNet-50's
+      64 -> 256 at 56² 102.8 -> 120.9)."""
+    if tiles < sms:
+        if taps * src_per_group >= SMALL_WAVE_LONG_REDUCTION:
+            return Config(128, 128, 16, 8, 3)
+        return None
+    if block_n == 64 and src_per_group <= TF32X3_TALL_MAX_CHANNELS:
+        return Config(256, 64, 16, 8, 3)
+    if taps == 1:
+        return Config(64, 64, 16, 4, 3) if tiles < 2 * sms else None
+    if block_n == 64 or (block_n == 128 and tiles < 2 * sms):
+        return Config(128, 64, 16, 8, 3)
+    return None
+
 
 #: Whether 16-bit forward/input-gradient tiles may take a second accumulator (:func:`tail_columns`).
 TAIL_COLUMNS = True
