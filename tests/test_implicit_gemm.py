@@ -104,6 +104,95 @@ def test_transposed_matches_float64(geometry, device):
             )  # fmt: skip
 
 
+def test_phases_foldable_rule(device):
+    """Input gradients fold their stride phases into the destination channels where that at
+    least doubles the share of useful products: ResNet-50's stem (3 channels, 7x7 stride 2)
+    and DCGAN's last layer (4x4 stride 2 into 3), not 16 channels at 3x3 stride 2, nor
+    stride 1, dilation, groups, 3-D, or a kernel equal to its stride (the tap GEMM's)."""
+    from tritonconv.geometry import make_geometry
+
+    def geometry(kernel, stride, dilation=None):
+        rank = len(kernel)
+        return make_geometry((32,) * rank, kernel, stride, (1,) * rank, (1,) * rank,
+                             dilation or (1,) * rank)  # fmt: skip
+
+    foldable, f32 = implicit_gemm.phases_foldable, torch.float32
+    assert foldable(f32, 3, geometry((7, 7), (2, 2)), 1)
+    assert foldable(torch.bfloat16, 3, geometry((4, 4), (2, 2)), 1)
+    assert foldable(f32, 2, geometry((5,), (3,)), 1)
+    assert not foldable(f32, 16, geometry((3, 3), (2, 2)), 1)
+    assert not foldable(f32, 3, geometry((3, 3), (1, 1)), 1)
+    assert not foldable(f32, 3, geometry((3, 3), (2, 2), (2, 2)), 1)
+    assert not foldable(f32, 3, geometry((7, 7), (2, 2)), 3)
+    assert not foldable(f32, 3, geometry((3, 3, 3), (2, 2, 2)), 1)
+    assert not foldable(f32, 3, geometry((2, 2), (2, 2)), 1)
+    assert not foldable(torch.int32, 3, geometry((7, 7), (2, 2)), 1)
+    x = torch.empty(4, 64, 32, 32, device=device)
+    w = torch.empty(64, 3, 4, 4, device=device)
+    reason = tritonconv.explain(x, w, stride=2, padding=1, transposed=True, algo="implicit_gemm")
+    assert "stride phases folded into 12 channels" in reason.reason
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        # (N, C, spatial, K, kernel, stride, padding): dx's C channels, a few
+        (2, 3, (15, 13), 8, (7, 7), (2, 2), (3, 3)),  # a stem
+        (1, 2, (9, 11), 5, (3, 5), (2, 3), (1, 2)),  # a different stride per axis
+        (2, 3, (10, 9), 4, (4, 4), (2, 2), (1, 1)),  # DCGAN's last layer, transposed
+        (2, 3, (17,), 6, (5,), (3,), (1,)),  # 1-D
+    ],
+    ids=str,
+)
+def test_input_gradient_with_phases_folded(case, device, monkeypatch):
+    """The phase-folded input gradient (``phases_foldable``) against float64, through
+    autograd (dx of a convolution; channels-last too) and as the transposed convolution's
+    forward (bias fused, output padding), with a spy that it ran."""
+    N, C, spatial, K, kernel, stride, padding = case
+    folded = implicit_gemm._launch_grad_input_phases_folded
+    runs = []
+    monkeypatch.setattr(
+        implicit_gemm, "_launch_grad_input_phases_folded",
+        lambda *args: runs.append(1) or folded(*args),
+    )  # fmt: skip
+    kw = dict(stride=stride, padding=padding)
+    with exact_fp32():
+        x = random_tensor((N, C, *spatial), torch.float32, device)
+        w = random_tensor((K, C, *kernel), torch.float32, device)
+        b = random_tensor((K,), torch.float32, device)
+        if len(spatial) == 2:
+            _check(x, w, b, **kw)
+            cl = torch.channels_last
+            _check(x.to(memory_format=cl), w.to(memory_format=cl), None, **kw)
+            output_padding = tuple(s - 1 for s in stride)
+            for _ in range(2):  # (the second call replays the launch plan on new tensors)
+                y = random_tensor((N, K, *spatial), torch.float32, device)
+                w = random_tensor((K, C, *kernel), torch.float32, device)
+                bias = random_tensor((C,), torch.float32, device)
+                _check(y, w, bias, transposed=True, output_padding=output_padding, **kw)
+        else:
+            x64, w64 = x.double().requires_grad_(), w.double()
+            y64 = F.conv1d(x64, w64, stride=stride, padding=padding)
+            dy = random_tensor(y64.shape, torch.float32, device)
+            (want,) = torch.autograd.grad(y64, [x64], dy.double())
+            xr = x.detach().requires_grad_()
+            y = tritonconv.conv1d(xr, w, stride=stride, padding=padding, algo="implicit_gemm")
+            (got,) = torch.autograd.grad(y, [xr], dy)
+            assert_close(got, want, reduction=K * kernel[0], name="dx")
+            for _ in range(2):  # (the second call replays the launch plan on new tensors)
+                dy, w = (
+                    random_tensor(dy.shape, torch.float32, device),
+                    random_tensor(w.shape, torch.float32, device),
+                )
+                bias = random_tensor((C,), torch.float32, device)
+                got = tritonconv.conv_transpose1d(dy, w, bias, stride, padding, stride[0] - 1,
+                                                  algo="implicit_gemm")  # fmt: skip
+                want = F.conv_transpose1d(dy.double(), w.double(), bias.double(), stride,
+                                          padding, stride[0] - 1)  # fmt: skip
+                assert_close(got, want, reduction=K * kernel[0], name="transposed")
+    assert runs
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("channels", [(32, 48, 3), (24, 40, 3), (40, 24, 1), (12, 20, 3)])
 def test_half_precision_channels_last(channels, dtype, device):

@@ -779,6 +779,15 @@ def explain(
         )  # fmt: skip
         tiles = implicit_gemm.describe(input.dtype, tiles)
         tiles = f"{tiles} (width taps folded into {folded} channels)"
+    elif transposed and implicit_gemm.phases_foldable(input.dtype, sides[1], g, args.groups):
+        taps = tuple(-(-k // s) for k, s in zip(g.kernel, g.stride, strict=True))
+        channels = sides[1] * math.prod(g.stride)
+        tiles = implicit_gemm.launch_config(
+            input.dtype, args.batch, sides[0], channels, g.output, (1,) * g.ndim, taps, 1,
+            False, input.device,
+        )  # fmt: skip
+        tiles = implicit_gemm.describe(input.dtype, tiles)
+        tiles = f"{tiles} (stride phases folded into {channels} channels)"
     else:
         tiles = implicit_gemm.launch_config(input.dtype, *_launch_args(args, transposed, input))
         tiles = implicit_gemm.describe(input.dtype, tiles)
