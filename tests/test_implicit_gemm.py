@@ -322,6 +322,54 @@ def test_folding_takes_few_channels_only(device):
     assert "width taps folded into 21 channels" in reason
 
 
+@pytest.mark.parametrize(
+    "case",
+    [
+        # (input shape, weight shape, stride, padding, transposed)
+        ((2, 16, 9, 8), (32, 16, 3, 3), 1, 1, False),
+        ((2, 3, 15, 13), (16, 3, 7, 7), 2, 3, False),  # width taps folded; phases folded
+        ((2, 16, 8, 7), (16, 3, 4, 4), 2, 1, True),  # a transposed call into 3 channels
+    ],
+    ids=str,
+)
+def test_explain_names_the_tiles_each_pass_runs(case, device, monkeypatch):
+    """``explain`` reports the forward, input-gradient and weight-gradient tiles (and the
+    weight gradient's products) that a training step's launches then take."""
+    xs, ws, stride, padding, transposed = case
+    ran = {}
+    real_config, real_plan = implicit_gemm.launch_config, implicit_gemm.wgrad_plan
+
+    def launch_config(dtype, *args):
+        config = real_config(dtype, *args)
+        ran.setdefault("gemm", []).append(implicit_gemm.describe(dtype, config))
+        return config
+
+    def wgrad_plan(*args):
+        plan = real_plan(*args)
+        ran["weight"] = f"{plan.config} ({plan.precision} products"
+        return plan
+
+    monkeypatch.setattr(implicit_gemm, "launch_config", launch_config)
+    monkeypatch.setattr(implicit_gemm, "wgrad_plan", wgrad_plan)
+    x = random_tensor(xs, torch.float32, device).requires_grad_()
+    w = random_tensor(ws, torch.float32, device).requires_grad_()
+    kw = dict(stride=stride, padding=padding, algo="implicit_gemm")
+    with exact_fp32():
+        reason = tritonconv.explain(x, w, transposed=transposed, **kw).reason
+        ran.clear()  # (explain's own calls)
+        conv = tritonconv.conv_transpose2d if transposed else tritonconv.conv2d
+        tritonconv.clear_caches()  # (launch plans would replay without choosing again)
+        y = conv(x, w, **kw)
+        torch.autograd.grad(y, (x, w), torch.ones_like(y))
+    forward, input_gradient = ran["gemm"]
+    assert f"forward tiles {forward}" in reason
+    assert f"input gradient tiles {input_gradient}" in reason
+    assert f"weight gradient tiles {ran['weight']}" in reason
+    if not transposed and xs[1] == 3:
+        assert "width taps folded into 21 channels" in reason
+        assert "stride phases folded into 12 channels" in reason
+
+
 def test_folded_conv3d(device):
     """A 3-D stem (r2plus1d's 1x7x7 on 3 channels) folds too: against float64."""
     x = random_tensor((1, 3, 2, 9, 10), torch.float32, device)

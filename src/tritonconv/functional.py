@@ -749,37 +749,50 @@ def explain(
         return dataclasses.replace(found, reason=f"{found.reason}; {kernels}")
     if found.algo != "implicit_gemm":
         return found
+    forward = _gemm_tiles(input, args, transposed, found.config)
+    input_gradient = _gemm_tiles(input, args, not transposed, None)
+    weight_gradient = _weight_gradient_tiles(input, args)
+    reason = (
+        f"{found.reason}; forward tiles {forward}; input gradient tiles {input_gradient}; "
+        f"weight gradient tiles {weight_gradient}"
+    )
+    return dataclasses.replace(found, reason=reason)
+
+
+def _gemm_tiles(input, args, transposed: bool, measured) -> str:
+    """The implicit GEMM's tiles for the call's convolution (``transposed``: its input
+    gradient, which is also a transposed call's forward), as its launcher picks them."""
     g = args.geometry
     sides = (args.in_per_group, args.out_per_group)  # (source, destination) of the GEMM
     sides = sides[::-1] if transposed else sides
     rows = args.batch * math.prod(g.input if transposed else g.output)
-    tma = implicit_gemm.pointwise_tma_config(
-        input.dtype, rows, *sides, g, args.groups, input.device
-    )
+    if measured:
+        return f"{implicit_gemm.describe(input.dtype, measured)} (measured)"
     tap = transposed and implicit_gemm.tap_gemm_config(
         input.dtype, args.batch, *sides, g, args.groups, input.device
     )
-    if found.config:
-        tiles = f"{implicit_gemm.describe(input.dtype, found.config)} (measured)"
-    elif tap:
-        tiles = (
+    if tap:
+        return (
             f"{tap} as one TMA GEMM scattered by tap (a kernel equal to its stride: "
             "where input and output are dense channels-last and 16-byte aligned)"
         )
-    elif tma is not None:
-        tiles = (
+    tma = implicit_gemm.pointwise_tma_config(
+        input.dtype, rows, *sides, g, args.groups, input.device
+    )
+    if tma is not None:
+        return (
             f"{tma} as one TMA GEMM (a 1x1 layer: where "
             "input and output are dense channels-last and 16-byte aligned)"
         )
-    elif not transposed and implicit_gemm.foldable(input.dtype, args.in_per_group, g, args.groups):
+    if not transposed and implicit_gemm.foldable(input.dtype, args.in_per_group, g, args.groups):
         folded, fg = g.kernel[-1] * args.in_per_group, implicit_gemm.folded_geometry(g)
         tiles = implicit_gemm.launch_config(
             input.dtype, args.batch, folded, args.out_per_group, fg.output, fg.stride, fg.kernel,
             1, False, input.device,
         )  # fmt: skip
         tiles = implicit_gemm.describe(input.dtype, tiles)
-        tiles = f"{tiles} (width taps folded into {folded} channels)"
-    elif transposed and implicit_gemm.phases_foldable(input.dtype, sides[1], g, args.groups):
+        return f"{tiles} (width taps folded into {folded} channels)"
+    if transposed and implicit_gemm.phases_foldable(input.dtype, sides[1], g, args.groups):
         taps = tuple(-(-k // s) for k, s in zip(g.kernel, g.stride, strict=True))
         channels = sides[1] * math.prod(g.stride)
         tiles = implicit_gemm.launch_config(
@@ -787,11 +800,26 @@ def explain(
             False, input.device,
         )  # fmt: skip
         tiles = implicit_gemm.describe(input.dtype, tiles)
-        tiles = f"{tiles} (stride phases folded into {channels} channels)"
-    else:
-        tiles = implicit_gemm.launch_config(input.dtype, *_launch_args(args, transposed, input))
-        tiles = implicit_gemm.describe(input.dtype, tiles)
-    return dataclasses.replace(found, reason=f"{found.reason}; forward tiles {tiles}")
+        return f"{tiles} (stride phases folded into {channels} channels)"
+    tiles = implicit_gemm.launch_config(input.dtype, *_launch_args(args, transposed, input))
+    return implicit_gemm.describe(input.dtype, tiles)
+
+
+def _weight_gradient_tiles(input, args) -> str:
+    """The weight gradient's tiles, products, packing and folding, as its launcher picks them
+    (the same for a convolution and its transposed call: a GEMM over the convolution's output
+    positions)."""
+    g = args.geometry
+    plan = implicit_gemm.wgrad_plan(
+        input.dtype, args.batch * math.prod(g.output), args.in_per_group * args.groups,
+        args.out_per_group * args.groups, g, args.groups,
+    )  # fmt: skip
+    notes = [f"{plan.precision} products"]
+    if plan.pack > 1:
+        notes.append(f"{plan.pack} groups a program")
+    if plan.fold_width:
+        notes.append(f"width taps folded into {plan.fold_width * args.in_per_group} channels")
+    return f"{plan.config} ({', '.join(notes)})"
 
 
 def conv2d_workspace(

@@ -1493,6 +1493,32 @@ def _weight_layout(shape, strides) -> tuple:
     return dense_strides(shape, range(len(shape)))
 
 
+class WgradPlan(NamedTuple):
+    """What the weight gradient's launcher picks for a convolution (:func:`wgrad_plan`)."""
+
+    config: Config
+    pack: int  # groups a program computes together (block-diagonal tiles)
+    precision: str  # the kernel's DOT_PRECISION
+    fold_width: int  # width taps folded into the channels (:func:`foldable`), 0: none
+
+
+def wgrad_plan(dtype, rows, channels, out_channels, geometry: Geometry, groups, config=None):
+    """The weight gradient's tiles, packing, products and folding for a convolution of
+    ``channels`` -> ``out_channels`` over ``rows`` output positions (``config``: tiles given,
+    then nothing folds): what :func:`conv_grad_weight` runs and ``tritonconv.explain``
+    reports."""
+    fold_width = 0
+    if config is None and foldable(dtype, channels, geometry, groups):
+        fold_width = geometry.kernel[-1]
+        channels, geometry = channels * fold_width, folded_geometry(geometry)
+    pack = wgrad_pack(dtype, channels // groups, out_channels // groups, groups)
+    in_per_group, out_per_group = pack * channels // groups, pack * out_channels // groups
+    if config is None:
+        config = wgrad_config(dtype, out_per_group, in_per_group, rows, geometry.kernel[-1])
+    precision = wgrad_precision(dtype, in_per_group, out_per_group)
+    return WgradPlan(Config(*config), pack, precision, fold_width)
+
+
 def conv_grad_weight(
     grad_out, x, weight_shape, geometry: Geometry, groups: int, config=None, weight_strides=None
 ) -> torch.Tensor:
@@ -1517,19 +1543,16 @@ def conv_grad_weight(
     # innermost, and one copy of the weight's size gives another layout.
     channels_last = dense_strides(weight_shape, (0, *range(2, len(weight_shape)), 1))
     kernel_layout = channels_last if layout[1] != 1 and weight_shape[1] > 1 else layout
-    fold_width = 0
-    if config is None and foldable(x.dtype, C, geometry, groups):
+    plan = wgrad_plan(x.dtype, rows, C, C_out, geometry, groups, config)
+    fold_width, pack, config = plan.fold_width, plan.pack, plan.config
+    if fold_width:
         # (see FOLD_MAX_CHANNELS) the folded convolution's dW, written through the folded
         # view of a channels-last dW (and of each split's partial)
-        fold_width = geometry.kernel[-1]
         x, geometry = _fold_input(x, geometry)
         C = x.shape[1]
         kernel_layout = channels_last
-    pack = wgrad_pack(x.dtype, C // groups, C_out // groups, groups)
     in_per_group, out_per_group = pack * C // groups, pack * C_out // groups  # a program's
     kw = geometry.kernel[-1]
-    if config is None:
-        config = wgrad_config(x.dtype, out_per_group, in_per_group, rows, kw)
     tiles = cdiv(out_per_group, config.block_m) * cdiv(in_per_group, config.block_n)
     weight_numel = math.prod(weight_shape)
     # worked out once: the split count and the launcher's grid both depend on it
