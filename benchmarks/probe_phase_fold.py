@@ -6,6 +6,10 @@ Cases: ResNet-50's stem's input gradient, DCGAN's last layer (a transposed 4x4 s
 3 channels), a transposed 3x3 stride 2 into 3 channels and a vocoder-like transposed conv1d
 into 1 channel; each in ``--dtype`` (bfloat16 channels-last by default; float32 follows
 ``--tf32-off``). Kernel time by CUDA-graph replay (µs), results checked against the phases'.
+The stem's 7x7 and the 3x3 at stride 2 are not whole numbers of strides, so they do not fold
+(``phases_foldable``: a phase's missing taps would be zero weights, and an infinite gradient
+times zero is NaN) and both columns run the same path; session 30 measured them folded with
+such zero taps before that rule (benchmarks/RESULTS.md).
 
     PYTHONPATH=src python benchmarks/probe_phase_fold.py [--dtype float32] [--tf32-off]
         [--json FILE]

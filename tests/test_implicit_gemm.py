@@ -106,9 +106,11 @@ def test_transposed_matches_float64(geometry, device):
 
 def test_phases_foldable_rule(device):
     """Input gradients fold their stride phases into the destination channels where that at
-    least doubles the share of useful products: ResNet-50's stem (3 channels, 7x7 stride 2)
-    and DCGAN's last layer (4x4 stride 2 into 3), not 16 channels at 3x3 stride 2, nor
-    stride 1, dilation, groups, 3-D, or a kernel equal to its stride (the tap GEMM's)."""
+    least doubles the share of useful products and every phase has every tap (each kernel
+    axis a whole number of strides): DCGAN's last layer (4x4 stride 2 into 3), not ResNet-50's
+    7x7 stride-2 stem (phases of 3 and 4 taps: an infinite gradient times a padded tap's zero
+    would be NaN), nor 16 channels, stride 1, dilation, groups, 3-D, or a kernel equal to its
+    stride (the tap GEMM's)."""
     from tritonconv.geometry import make_geometry
 
     def geometry(kernel, stride, dilation=None):
@@ -117,16 +119,19 @@ def test_phases_foldable_rule(device):
                              dilation or (1,) * rank)  # fmt: skip
 
     foldable, f32 = implicit_gemm.phases_foldable, torch.float32
-    assert foldable(f32, 3, geometry((7, 7), (2, 2)), 1)
     assert foldable(torch.bfloat16, 3, geometry((4, 4), (2, 2)), 1)
-    assert foldable(f32, 2, geometry((5,), (3,)), 1)
-    assert not foldable(f32, 16, geometry((3, 3), (2, 2)), 1)
+    assert foldable(f32, 3, geometry((4, 6), (2, 3)), 1)
+    assert foldable(f32, 1, geometry((16,), (8,)), 1)
+    assert foldable(f32, 3, geometry((3, 4), (1, 2)), 1)  # (stride 1: every tap)
+    assert not foldable(f32, 3, geometry((7, 7), (2, 2)), 1)
+    assert not foldable(f32, 3, geometry((3, 3), (4, 4)), 1)  # (phases without taps)
+    assert not foldable(f32, 16, geometry((4, 4), (2, 2)), 1)
     assert not foldable(f32, 3, geometry((3, 3), (1, 1)), 1)
-    assert not foldable(f32, 3, geometry((3, 3), (2, 2), (2, 2)), 1)
-    assert not foldable(f32, 3, geometry((7, 7), (2, 2)), 3)
-    assert not foldable(f32, 3, geometry((3, 3, 3), (2, 2, 2)), 1)
+    assert not foldable(f32, 3, geometry((4, 4), (2, 2), (2, 2)), 1)
+    assert not foldable(f32, 3, geometry((4, 4), (2, 2)), 3)
+    assert not foldable(f32, 3, geometry((4, 4, 4), (2, 2, 2)), 1)
     assert not foldable(f32, 3, geometry((2, 2), (2, 2)), 1)
-    assert not foldable(torch.int32, 3, geometry((7, 7), (2, 2)), 1)
+    assert not foldable(torch.int32, 3, geometry((4, 4), (2, 2)), 1)
     x = torch.empty(4, 64, 32, 32, device=device)
     w = torch.empty(64, 3, 4, 4, device=device)
     reason = tritonconv.explain(x, w, stride=2, padding=1, transposed=True, algo="implicit_gemm")
@@ -137,10 +142,10 @@ def test_phases_foldable_rule(device):
     "case",
     [
         # (N, C, spatial, K, kernel, stride, padding): dx's C channels, a few
-        (2, 3, (15, 13), 8, (7, 7), (2, 2), (3, 3)),  # a stem
-        (1, 2, (9, 11), 5, (3, 5), (2, 3), (1, 2)),  # a different stride per axis
+        (2, 3, (15, 13), 8, (6, 6), (2, 2), (3, 3)),  # padding past a phase's reach
+        (1, 2, (9, 11), 5, (4, 6), (2, 3), (1, 2)),  # a different stride per axis
         (2, 3, (10, 9), 4, (4, 4), (2, 2), (1, 1)),  # DCGAN's last layer, transposed
-        (2, 3, (17,), 6, (5,), (3,), (1,)),  # 1-D
+        (2, 3, (17,), 6, (6,), (3,), (1,)),  # 1-D
     ],
     ids=str,
 )
@@ -191,6 +196,27 @@ def test_input_gradient_with_phases_folded(case, device, monkeypatch):
                                           padding, stride[0] - 1)  # fmt: skip
                 assert_close(got, want, reduction=K * kernel[0], name="transposed")
     assert runs
+
+
+@pytest.mark.parametrize("kernel", [(4, 4), (3, 3)], ids=["folded", "phases"])
+def test_input_gradient_keeps_pytorch_infinities(kernel, device):
+    """An infinite ``grad_out`` value gives infinities where float64 PyTorch has them and
+    NaN nowhere else, folded (4x4 stride 2: every phase has every tap) or not (3x3 stride 2:
+    folding would multiply the infinity by the zero of a phase's missing tap)."""
+    with exact_fp32():
+        x = random_tensor((1, 3, 9, 9), torch.float32, device).requires_grad_()
+        w = torch.ones(4, 3, *kernel, device=device)
+        y = tritonconv.conv2d(x, w, stride=2, padding=1, algo="implicit_gemm")
+        dy = torch.zeros_like(y)
+        dy[0, 1, 2, 2] = float("inf")
+        (got,) = torch.autograd.grad(y, [x], dy)
+    x64 = x.detach().double().requires_grad_()
+    y64 = F.conv2d(x64, w.double(), stride=2, padding=1)
+    (want,) = torch.autograd.grad(y64, [x64], dy.double())
+    assert torch.equal(got.isnan(), want.isnan()) and not want.isnan().any()
+    assert torch.equal(got.isinf(), want.isinf()) and want.isinf().any()
+    finite = want.isfinite()
+    assert torch.equal(got[finite].double(), want[finite])  # (zeros)
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
@@ -327,7 +353,7 @@ def test_folding_takes_few_channels_only(device):
     [
         # (input shape, weight shape, stride, padding, transposed)
         ((2, 16, 9, 8), (32, 16, 3, 3), 1, 1, False),
-        ((2, 3, 15, 13), (16, 3, 7, 7), 2, 3, False),  # width taps folded; phases folded
+        ((2, 3, 15, 13), (16, 3, 7, 7), 2, 3, False),  # width taps folded
         ((2, 16, 8, 7), (16, 3, 4, 4), 2, 1, True),  # a transposed call into 3 channels
     ],
     ids=str,
@@ -365,9 +391,11 @@ def test_explain_names_the_tiles_each_pass_runs(case, device, monkeypatch):
     assert f"forward tiles {forward}" in reason
     assert f"input gradient tiles {input_gradient}" in reason
     assert f"weight gradient tiles {ran['weight']}" in reason
-    if not transposed and xs[1] == 3:
+    if not transposed and xs[1] == 3:  # (a 7x7 stride-2 stem: its phases do not fold)
         assert "width taps folded into 21 channels" in reason
-        assert "stride phases folded into 12 channels" in reason
+        assert "stride phases folded" not in reason
+    if transposed:
+        assert "forward tiles" in reason and "stride phases folded into 12 channels" in reason
 
 
 def test_folded_conv3d(device):

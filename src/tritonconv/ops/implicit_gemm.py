@@ -239,10 +239,10 @@ def _tf32x3_config(tiles: int, src_per_group: int, block_n: int, taps: int, sms:
     - 64 columns, at most TF32X3_TALL_MAX_CHANNELS source channels (the folded stems):
       256 x 64 on 8 warps, each weight tile's split shared by twice the rows. ResNet-50's
       stem 470.7 -> 408.2, VGG's first layer 293.6 -> 263.3 (forward; cuDNN 379.3 / 242.4).
-    - Under one wave of 128-row tiles with a long reduction: 128 x 128 on 8 warps, fewer
-      programs than the SMs but far fewer instructions a product. ResNet-50's 3x3 at 7²
+    - Under one wave of 128-row tiles of 128 columns, with a long reduction: 128 x 128 on
+      8 warps, fewer programs than the SMs but far fewer instructions a product. ResNet-50's 3x3 at 7²
       219.4 -> 166.1 / 249.2 -> 193.2 (64 x 64 on 4 warps before; cuDNN 296.0 / 297.9).
-    - 1x1 layers under two waves: 64 x 64 on 4 warps. 40 -> 120 at 28² 14.5 -> 12.4 / 17.0
+    - 1x1 layers of at least 64 columns under two waves: 64 x 64 on 4 warps. 40 -> 120 at 28² 14.5 -> 12.4 / 17.0
       -> 13.8.
     - Windows with 64 columns, or 128 columns under two waves (where 128 x 128 tiles leave
       the second wave half empty): 128 x 64 on 8 warps. ResNet-50's 3x3 at 56² 137.3 ->
@@ -250,13 +250,13 @@ def _tf32x3_config(tiles: int, src_per_group: int, block_n: int, taps: int, sms:
       UNet's 256² 679.3 -> 673.9 / 702.3 -> 676.3. On 1x1 layers these lost (ResNet-50's
       64 -> 256 at 56² 102.8 -> 120.9)."""
     if tiles < sms:
-        if taps * src_per_group >= SMALL_WAVE_LONG_REDUCTION:
+        if block_n == 128 and taps * src_per_group >= SMALL_WAVE_LONG_REDUCTION:
             return Config(128, 128, 16, 8, 3)
         return None
     if block_n == 64 and src_per_group <= TF32X3_TALL_MAX_CHANNELS:
         return Config(256, 64, 16, 8, 3)
     if taps == 1:
-        return Config(64, 64, 16, 4, 3) if tiles < 2 * sms else None
+        return Config(64, 64, 16, 4, 3) if block_n >= 64 and tiles < 2 * sms else None
     if block_n == 64 or (block_n == 128 and tiles < 2 * sms):
         return Config(128, 64, 16, 8, 3)
     return None
@@ -1098,15 +1098,18 @@ def conv_grad_input(
     return grad_in
 
 
-# An input gradient into few channels with a stride (an image stem's; the forward of the
-# last transposed convolution of a GAN generator or a decoder, into 3 channels) runs one
+# An input gradient into few channels with a stride (the forward of the last transposed
+# convolution of a GAN generator or a decoder, into 3 channels; an image stem's) runs one
 # convolution over ``grad_out`` whose destination channels are every stride phase of every
 # input channel, then moves each phase's values to its positions (two crop copies). The stride
 # phases otherwise run as convolutions of their own, each into as few channels as the input
-# has, in 16-column tiles: ResNet-50's stem's 3 of 16 columns. Folded, its 4 phases fill 12
-# of 16, at the cost of the taps each phase lacks (a 7-tap axis at stride 2 becomes 4 taps
-# for every phase: 64 products where there were 49). Taken where that at least doubles the
-# share of useful products: PHASE_FOLD_MIN_GAIN.
+# has, in 16-column tiles: 3 of 16 columns useful for 3 channels. Folded, 4 phases fill 12 of
+# 16. Taken where that at least doubles the share of useful products (PHASE_FOLD_MIN_GAIN),
+# and only for kernels a whole number of strides long: every phase then has every tap. A
+# shorter phase would run its missing taps as zero weights, and an infinite ``grad_out``
+# value times such a zero is NaN where PyTorch's sum has no such term (ResNet-50's 7x7
+# stride-2 stem, 4 taps a phase where some have 3: measured 2.4-2.7x faster folded, H100,
+# session 30, but not taken for that reason).
 PHASE_FOLD_MIN_GAIN = 2
 PHASE_FOLD_MAX_COLUMNS = 64
 
@@ -1114,7 +1117,8 @@ PHASE_FOLD_MAX_COLUMNS = 64
 def phases_foldable(dtype, channels: int, geometry: Geometry, groups: int) -> bool:
     """Whether the input gradient into ``channels`` input channels folds its stride phases into
     its destination channels (see PHASE_FOLD_MIN_GAIN): tensor-core dtypes, one group, 1-D or
-    2-D, undilated, strided, not every kernel axis equal to its stride (the tap GEMM's case)."""
+    2-D, undilated, strided, each kernel axis a whole number of strides long, not every one
+    equal to its stride (the tap GEMM's case)."""
     kernel, stride = geometry.kernel, geometry.stride
     if (
         dtype not in DOT_DTYPES
@@ -1122,17 +1126,27 @@ def phases_foldable(dtype, channels: int, geometry: Geometry, groups: int) -> bo
         or len(kernel) > 2
         or any(d != 1 for d in geometry.dilation)
         or all(s == 1 for s in stride)
+        or any(k % s for k, s in zip(kernel, stride, strict=True))
         or tuple(kernel) == tuple(stride)
     ):
         return False
-    phases = math.prod(stride)
-    columns = channels * phases
+    columns = channels * math.prod(stride)
     if columns > PHASE_FOLD_MAX_COLUMNS:
         return False
-    padded_taps = math.prod(cdiv(k, s) * s for k, s in zip(kernel, stride, strict=True))
     before = channels / clamped_power_of_2(channels, 16, 128)
-    after = columns / clamped_power_of_2(columns, 16, 128) * math.prod(kernel) / padded_taps
+    after = columns / clamped_power_of_2(columns, 16, 128)
     return after >= PHASE_FOLD_MIN_GAIN * before
+
+
+def phase_positions(geometry: Geometry, sizes) -> tuple:
+    """Per axis, the positions ``q`` of the folded convolution for an input gradient of
+    spatial ``sizes``: enough phases of ``s`` for the ``sizes`` after the padding, and at
+    least ``grad_out``'s (the folded convolution's padding after it is not negative)."""
+    return tuple(
+        max(cdiv(size + p, s), o)
+        for size, p, s, o in zip(sizes, geometry.pad_before, geometry.stride, geometry.output,
+                                 strict=True)
+    )  # fmt: skip
 
 
 def phase_weight(weight: torch.Tensor, stride, taps) -> torch.Tensor:
@@ -1164,10 +1178,7 @@ def _launch_grad_input_phases_folded(grad_out, weight, bias, grad_in, geometry: 
     stride, pad, out = geometry.stride, geometry.pad_before, geometry.output
     taps = tuple(cdiv(k, s) for k, s in zip(geometry.kernel, stride, strict=True))
     N, C = grad_in.shape[:2]
-    positions = tuple(
-        max(cdiv(size + p, s), o)
-        for size, p, s, o in zip(grad_in.shape[2:], pad, stride, out, strict=True)
-    )
+    positions = phase_positions(geometry, grad_in.shape[2:])
     phases = math.prod(stride)
     w = call(phase_weight, weight, stride, taps)
     b = None if bias is None else call(torch.repeat_interleave, bias, phases)
