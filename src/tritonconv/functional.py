@@ -793,11 +793,10 @@ def _gemm_tiles(input, args, transposed: bool, measured) -> str:
         tiles = implicit_gemm.describe(input.dtype, tiles)
         return f"{tiles} (width taps folded into {folded} channels)"
     if transposed and implicit_gemm.phases_foldable(input.dtype, sides[1], g, args.groups):
-        taps = tuple(-(-k // s) for k, s in zip(g.kernel, g.stride, strict=True))
         channels = sides[1] * math.prod(g.stride)
-        positions = implicit_gemm.phase_positions(g, g.input)
+        fg = implicit_gemm.phase_folded_geometry(g, g.input)
         tiles = implicit_gemm.launch_config(
-            input.dtype, args.batch, sides[0], channels, positions, (1,) * g.ndim, taps, 1,
+            input.dtype, args.batch, sides[0], channels, fg.output, fg.stride, fg.kernel, 1,
             False, input.device,
         )  # fmt: skip
         tiles = implicit_gemm.describe(input.dtype, tiles)

@@ -166,7 +166,7 @@ def bf16x6_step(a_hi, a_mid, a_lo, b_hi, b_mid, b_lo):
     ``2**-16`` (the three dropped, ``mid * lo``, ``lo * mid`` and ``lo * lo``, are each at
     most ``2**-24 |a| |b|``, fp32's own rounding of a product), summed on the tensor cores
     from zero, smallest first; NaNs in the five small ones' sum replaced by 0 (as
-    :func:`tf32x3_step`), then ``hi * hi`` on top.
+    :func:`tf32x3_step` does on narrow tiles), then ``hi * hi`` on top.
     bfloat16 products take operand tiles in either order, where TF32 ones need the reduction
     axis innermost (the weight gradient's tiles have it outermost), and run twice as fast:
     six cost what :func:`tf32x3_step`'s three do."""

@@ -163,12 +163,12 @@ def _forward_config(
         return Config(128, block_n, block_k, 4, 1)
     fp32 = dtype == torch.float32
     tiles = cdiv(rows, 128) * cdiv(dst_per_group, block_n) * groups  # of 128 rows
+    sms = multiprocessor_count(device)
     if TF32X3_TILES and fp32 and not packed and dot_precision(dtype) in TF32X3_PRECISIONS:
-        sms = multiprocessor_count(device)
         config = _tf32x3_config(tiles, src_per_group, block_n, taps, sms)
         if config is not None:
             return config
-    if tiles < multiprocessor_count(device):
+    if tiles < sms:
         # Under one wave of 128-row tiles: small tiles (more programs). 16-bit reductions up
         # to SMALL_WAVE_LONG_REDUCTION long run 64-channel steps in 4 stages, longer ones
         # 128-channel steps in 3 (session 12's probe, bf16 ResNet-50 layers at batch 32:
@@ -240,10 +240,11 @@ def _tf32x3_config(tiles: int, src_per_group: int, block_n: int, taps: int, sms:
       256 x 64 on 8 warps, each weight tile's split shared by twice the rows. ResNet-50's
       stem 470.7 -> 408.2, VGG's first layer 293.6 -> 263.3 (forward; cuDNN 379.3 / 242.4).
     - Under one wave of 128-row tiles of 128 columns, with a long reduction: 128 x 128 on
-      8 warps, fewer programs than the SMs but far fewer instructions a product. ResNet-50's 3x3 at 7²
-      219.4 -> 166.1 / 249.2 -> 193.2 (64 x 64 on 4 warps before; cuDNN 296.0 / 297.9).
-    - 1x1 layers of at least 64 columns under two waves: 64 x 64 on 4 warps. 40 -> 120 at 28² 14.5 -> 12.4 / 17.0
-      -> 13.8.
+      8 warps, fewer programs than the SMs but far fewer instructions a product. ResNet-50's
+      3x3 at 7² 219.4 -> 166.1 / 249.2 -> 193.2 (64 x 64 on 4 warps before; cuDNN 296.0 /
+      297.9).
+    - 1x1 layers of at least 64 columns under two waves: 64 x 64 on 4 warps. 40 -> 120 at
+      28² 14.5 -> 12.4 / 17.0 -> 13.8.
     - Windows with 64 columns, or 128 columns under two waves (where 128 x 128 tiles leave
       the second wave half empty): 128 x 64 on 8 warps. ResNet-50's 3x3 at 56² 137.3 ->
       132.1 / 144.4 -> 135.9, at 28² 149.4 -> 132.3 / 165.7 -> 138.9 (128 x 128 before);
@@ -1138,29 +1139,32 @@ def phases_foldable(dtype, channels: int, geometry: Geometry, groups: int) -> bo
     return after >= PHASE_FOLD_MIN_GAIN * before
 
 
-def phase_positions(geometry: Geometry, sizes) -> tuple:
-    """Per axis, the positions ``q`` of the folded convolution for an input gradient of
-    spatial ``sizes``: enough phases of ``s`` for the ``sizes`` after the padding, and at
-    least ``grad_out``'s (the folded convolution's padding after it is not negative)."""
-    return tuple(
+def phase_folded_geometry(geometry: Geometry, sizes) -> Geometry:
+    """The folded convolution over ``grad_out`` of a ``phases_foldable`` input gradient of
+    spatial ``sizes``: ``kernel / s`` taps an axis, stride 1, padded by ``taps - 1`` before;
+    its output positions ``q`` cover the ``sizes`` after the padding in phases of ``s``, and
+    at least ``grad_out``'s (so the padding after is not negative)."""
+    out, stride = geometry.output, geometry.stride
+    taps = tuple(k // s for k, s in zip(geometry.kernel, stride, strict=True))
+    positions = tuple(
         max(cdiv(size + p, s), o)
-        for size, p, s, o in zip(sizes, geometry.pad_before, geometry.stride, geometry.output,
-                                 strict=True)
+        for size, p, s, o in zip(sizes, geometry.pad_before, stride, out, strict=True)
+    )
+    rank = len(taps)
+    return make_geometry(
+        out, taps, (1,) * rank, tuple(t - 1 for t in taps),
+        tuple(q - o for q, o in zip(positions, out, strict=True)), (1,) * rank,
     )  # fmt: skip
 
 
 def phase_weight(weight: torch.Tensor, stride, taps) -> torch.Tensor:
     """The folded convolution's weight ``[C_in * phases, C_out, *taps]`` from a convolution's
-    ``[C_out, C_in, *kernel]``: destination channel ``(c, r_1, ...)`` (phase ``r`` of input
-    channel ``c``, phases innermost) at tap ``t`` of an axis of stride ``s`` takes the
-    kernel's tap ``r + s * (taps - 1 - t)``, zero past the kernel's end."""
-    c_out, c_in, *kernel = weight.shape
-    padding = []
-    for k, s, t in zip(reversed(kernel), reversed(stride), reversed(taps), strict=True):
-        padding += [0, s * t - k]
-    w = torch.nn.functional.pad(weight, padding)
+    ``[C_out, C_in, *kernel]`` whose kernel is ``taps * stride`` long: destination channel
+    ``(c, r_1, ...)`` (phase ``r`` of input channel ``c``, phases innermost) at tap ``t`` of
+    an axis of stride ``s`` takes the kernel's tap ``r + s * (taps - 1 - t)``."""
+    c_out, c_in = weight.shape[:2]
     split = [size for t, s in zip(taps, stride, strict=True) for size in (t, s)]
-    w = w.reshape(c_out, c_in, *split)  # (tap j, phase r) pairs: kernel tap r + s * j
+    w = weight.reshape(c_out, c_in, *split)  # (tap j, phase r) pairs: kernel tap r + s * j
     rank = len(taps)
     tap_axes = [2 + 2 * a for a in range(rank)]
     w = w.flip(tap_axes).permute(1, *(a + 1 for a in tap_axes), 0, *tap_axes)
@@ -1171,22 +1175,17 @@ def phase_weight(weight: torch.Tensor, stride, taps) -> torch.Tensor:
 def _launch_grad_input_phases_folded(grad_out, weight, bias, grad_in, geometry: Geometry):
     """``grad_in`` = the input gradient of a convolution (``phases_foldable``): phase ``r`` of
     input position ``i = s * q + r - pad`` is ``sum_j grad_out[q - j] * w[r + s * j]``, a
-    convolution over ``grad_out`` with ``ceil(kernel / s)`` taps, padded by ``taps - 1`` before
-    it, whose destination channels are the phases (:func:`phase_weight`); its output ``z``,
+    convolution over ``grad_out`` (:func:`phase_folded_geometry`) whose destination channels
+    are the phases (:func:`phase_weight`); its output ``z``,
     ``[N, C_in * phases, *q]``, is moved to the phases' positions (``zpad``, ``q * s`` long)
     and cropped by the padding into ``grad_in``."""
-    stride, pad, out = geometry.stride, geometry.pad_before, geometry.output
-    taps = tuple(cdiv(k, s) for k, s in zip(geometry.kernel, stride, strict=True))
+    stride, pad = geometry.stride, geometry.pad_before
+    folded = phase_folded_geometry(geometry, grad_in.shape[2:])
+    taps, positions, rank = folded.kernel, folded.output, folded.ndim
     N, C = grad_in.shape[:2]
-    positions = phase_positions(geometry, grad_in.shape[2:])
     phases = math.prod(stride)
     w = call(phase_weight, weight, stride, taps)
     b = None if bias is None else call(torch.repeat_interleave, bias, phases)
-    rank = len(taps)
-    folded = make_geometry(
-        out, taps, (1,) * rank, tuple(t - 1 for t in taps),
-        tuple(q - o for q, o in zip(positions, out, strict=True)), (1,) * rank,
-    )  # fmt: skip
     # z and zpad channel-major, whatever grad_in's layout: the moves then copy runs along the
     # positions (tiles of ``q`` rows by ``s`` phases); channels-last, their innermost axis
     # would be the few channels (tiles of 6 elements: ResNet-50's stem's input gradient took
