@@ -571,6 +571,108 @@ def depthwise_window_kernel(
 
 
 @triton.jit
+def depthwise_rows_kernel(
+    # pointers
+    src_ptr,
+    w_ptr,
+    bias_ptr,
+    dst_ptr,
+    # sizes
+    C,
+    SH,
+    DH,
+    SRC_ROW,
+    DST_ROW,
+    # geometry
+    pad_h,
+    pad_w,
+    dil_w,
+    # strides
+    src_sn,
+    src_sh,
+    dst_sn,
+    dst_sh,
+    w_base,
+    w_sc,
+    w_skh,
+    w_skw,
+    # meta-parameters
+    KH: tl.constexpr,
+    KW: tl.constexpr,
+    DIL_H: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    ACC_DTYPE: tl.constexpr,
+    BLOCK_F: tl.constexpr,
+    ROWS: tl.constexpr,
+    INDEX_64: tl.constexpr,
+    FOLD_Y: tl.constexpr,
+):
+    """``depthwise_kernel`` for stride 1, multiplier 1 and channels-last rows, over each image
+    row flat: in channels-last memory a row of ``W`` positions of ``C`` channels is one run of
+    ``W * C`` elements, and one tap along the width moves the source by ``C`` elements. A
+    program owns ``BLOCK_F`` consecutive elements of ``ROWS`` destination rows (flat index
+    ``f = w * C + c``). It walks the ``ROWS + (KH - 1) * DIL_H`` source rows they read, each
+    once (unrolled): ``KW`` contiguous loads of ``BLOCK_F`` elements shifted by
+    ``(kw * dil_w - pad_w) * C`` (the width's padding is where that index leaves
+    ``[0, SW * C)``), added into every destination row a kernel row meets it at; a row is
+    stored as soon as its last kernel row is in, so about ``KH`` accumulators are live. The
+    taps' weights (gathered once by ``c = f % C``) stay in registers. ``SRC_ROW`` and
+    ``DST_ROW``: the rows' lengths in elements (``SW * C``, ``DW * C``), which the position
+    strides equal. Grid ``(N * blocks of BLOCK_F, blocks of ROWS rows)`` (``FOLD_Y``:
+    :func:`program_y`)."""
+    pid_f = tl.program_id(0)
+    pid_h = program_y(FOLD_Y)
+    f_blocks = tl.cdiv(DST_ROW, BLOCK_F)
+    n = pid_f // f_blocks
+    f = (pid_f % f_blocks) * BLOCK_F + tl.arange(0, BLOCK_F)
+    h0 = pid_h * ROWS
+    if INDEX_64:
+        n = n.to(tl.int64)
+        f = f.to(tl.int64)
+        h0 = h0.to(tl.int64)
+    f_ok = f < DST_ROW
+    c = f % C
+    w_c = w_ptr + w_base + c * w_sc
+    taps = ()
+    for kh in tl.static_range(KH):
+        for kw in tl.static_range(KW):
+            wt = tl.load(w_c + kh * w_skh + kw * w_skw, mask=f_ok, other=0)
+            taps = taps + (wt.to(ACC_DTYPE),)
+    if HAS_BIAS:
+        bias = tl.load(bias_ptr + c, mask=f_ok, other=0).to(ACC_DTYPE)
+    # source row of destination row h0 at kernel row 0, also as a vector (row tests: the
+    # interpreter takes no scalars in masks)
+    ih0 = h0 - pad_h
+    ih0_f = tl.zeros_like(f) + ih0
+    src_row0 = src_ptr + n * src_sn + ih0 * src_sh
+    dst_row0 = dst_ptr + n * dst_sn + h0 * dst_sh + f
+    accs = ()
+    for _ in tl.static_range(ROWS):
+        accs = accs + (tl.zeros([BLOCK_F], dtype=ACC_DTYPE),)
+    for j in tl.static_range(ROWS + (KH - 1) * DIL_H):
+        row_ok = f_ok & (ih0_f + j >= 0) & (ih0_f + j < SH)
+        xs = ()
+        for kw in tl.static_range(KW):
+            s = f + (kw * dil_w - pad_w) * C
+            x = tl.load(src_row0 + j * src_sh + s, mask=row_ok & (s >= 0) & (s < SRC_ROW), other=0)
+            xs = xs + (x.to(ACC_DTYPE),)
+        summed = ()
+        for r in tl.static_range(ROWS):
+            acc = accs[r]
+            for kh in tl.static_range(KH):  # the kernel row, if any, meeting source row j
+                if r + kh * DIL_H == j:
+                    for kw in tl.static_range(KW):
+                        acc += xs[kw] * taps[kh * KW + kw]
+            if r + (KH - 1) * DIL_H == j:  # its last kernel row: done
+                if HAS_BIAS:
+                    acc += bias
+                ok = f_ok & (ih0_f + pad_h + r < DH)
+                tl.store(dst_row0 + r * dst_sh, acc.to(dst_ptr.dtype.element_ty), mask=ok)
+            summed = summed + (acc,)
+        accs = summed
+
+
+@triton.jit
 def depthwise_window_grad_weight_kernel(
     # pointers
     dy_ptr,
