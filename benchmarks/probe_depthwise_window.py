@@ -20,6 +20,7 @@ kernel of its own), in one process:
 
     PYTHONPATH=src python benchmarks/probe_depthwise_window.py [--json out.json]
         [--layers convnext_7x7_early,...] [--variants bf16_cl,fp32_cl,fp32_nchw]
+        [--fwd-tiles 32,16,8,4,1 32,8,8,8,1 ...]
 
 A short table comes last: per row, cuDNN / before / window (best) in ms, forward and
 forward + backward, and the ratios cuDNN/ours.
@@ -136,6 +137,12 @@ def main() -> int:
     ap.add_argument("--layers", default=None, help="every variant on these (default: RUNS)")
     ap.add_argument("--variants", default=",".join(VARIANTS))
     ap.add_argument("--bias", action="store_true", help="with a bias (cuDNN adds it apart)")
+    ap.add_argument(
+        "--fwd-tiles",
+        nargs="+",
+        default=None,
+        help="forward tiles to sweep instead of the defaults: block_c,block_h,block_w,warps,unroll",
+    )
     args = ap.parse_args()
     runs = [
         (v, layer)
@@ -149,6 +156,8 @@ def main() -> int:
         dtype, channels_last = VARIANTS[variant]
         layout = "channels_last" if channels_last else "nchw"
         fwd_configs = FWD_CONFIGS if channels_last else NCHW_FWD_CONFIGS
+        if args.fwd_tiles:
+            fwd_configs = [tuple(int(v) for v in t.split(",")) for t in args.fwd_tiles]
         wgrad_configs = WGRAD_CONFIGS if channels_last else NCHW_WGRAD_CONFIGS
         N, C, H, W, k, s = LAYERS[name]
         if k > 13:  # a wide kernel's unrolled window compiles slowly: the defaults only

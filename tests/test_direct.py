@@ -214,8 +214,7 @@ def poisoned():
 
 @pytest.fixture
 def window_off(monkeypatch):
-    """The window and rows kernels switched off (they take kernels from 3 x 3 to 31 wide, and
-    channels-last rows up to 25 taps, first), so
+    """The window kernels switched off (they take kernels from 3 x 3 to 31 wide first), so
     the unrolled small kernels, the tap-block dW and the band kernels run what they still run
     in the library (strided dX phases, kernels under 9 taps or over 31 wide, geometries whose
     window columns are not shared); cached plans forgotten before and after."""
@@ -223,7 +222,6 @@ def window_off(monkeypatch):
 
     tritonconv.clear_caches()
     monkeypatch.setattr(ops, "WINDOW_MIN_TAPS", 10**9)
-    monkeypatch.setattr(ops, "ROWS_MAX_TAPS", 0)
     yield
     tritonconv.clear_caches()
 
@@ -398,96 +396,6 @@ def test_depthwise_small_writes_everything(
     b = random_tensor((8,), torch.float32, device)
     padding = (kernel[0] // 2, kernel[1] // 2)
     _check(x, w, b, algo="depthwise", padding=padding, groups=4)
-
-
-# (kernel, geometry) of channels-last rows: asymmetric padding, dilations, kernels wider
-# than their padding (rows shorter than the source's)
-ROWS_CASES = [
-    ((3, 3), dict(padding=1)),
-    ((1, 3), dict(padding=(0, 1))),
-    ((2, 2), dict(padding="same")),
-    ((3, 2), dict(padding=(1, 0), dilation=(3, 2))),
-    ((5, 5), dict(padding=(1, 3), dilation=(2, 1))),
-    ((1, 1), dict()),
-]
-
-
-@pytest.mark.parametrize(
-    "kernel, kw", ROWS_CASES, ids=("3x3", "1x3", "2x2same", "3x2geo", "5x5", "1x1")
-)
-def test_depthwise_rows(kernel, kw, device, monkeypatch, poisoned):
-    """The flat channels-last rows kernel (forward and stride-1 dX, multiplier 1) in float64
-    against PyTorch: rows longer than a program's block, row blocks cut by the height, outputs
-    starting as NaN; both calls must have gone through it (dX: from a channels-last
-    ``grad_output``)."""
-    from tritonconv.ops import depthwise as ops
-
-    monkeypatch.setattr(torch, "empty", poisoned)
-    monkeypatch.setattr(ops.torch, "empty", poisoned)
-    used = []
-    real = ops._launch_rows
-    monkeypatch.setattr(ops, "_launch_rows", lambda *a: used.append(1) or real(*a))
-    leaves = [
-        _layout(random_tensor((2, 5, 11, 61), torch.float64, device), "nhwc"),
-        random_tensor((5, 1, *kernel), torch.float64, device),
-        random_tensor((5,), torch.float64, device),
-    ]
-    leaves = [t.requires_grad_() for t in leaves]
-    y = tritonconv.conv2d(*leaves, algo="depthwise", groups=5, **kw)
-    dy = _layout(random_tensor(y.shape, torch.float64, device), "nhwc")
-    got = (y, *torch.autograd.grad(y, leaves, dy))
-    ref_leaves = [t.detach().cpu().requires_grad_() for t in leaves]
-    ref = F.conv2d(*ref_leaves, groups=5, **kw)
-    want = (ref, *torch.autograd.grad(ref, ref_leaves, dy.cpu()))
-    for name, g, r in zip(("output", "dx", "dW", "db"), got, want):
-        assert_close(g, r, reduction=kernel[0] * kernel[1] * 22 * 61, name=name)
-    assert y.is_contiguous(memory_format=torch.channels_last)
-    assert len(used) == 2
-
-
-def test_depthwise_rows_only_take_dense_rows(device):
-    """Not the rows kernel: a channel multiplier, a stride (and so the dX phases), a height
-    dilation past ``ROWS_MAX_DIL_H``, NCHW, a channels-last tensor cut along the width or the
-    channels (positions not ``C`` apart)."""
-    from tritonconv.geometry import make_geometry
-    from tritonconv.ops import depthwise as ops
-
-    geometry = make_geometry((8, 8), (3, 3), (1, 1), (1, 1), (1, 1), (1, 1))
-    strided = make_geometry((8, 8), (3, 3), (2, 1), (1, 1), (1, 1), (1, 1))
-    dilated = make_geometry((8, 8), (3, 3), (1, 1), (1, 1), (1, 1), (ops.ROWS_MAX_DIL_H + 1, 1))
-    cl = _layout(random_tensor((1, 4, 8, 8), torch.float32, device), "nhwc")
-    wide = _layout(random_tensor((1, 4, 8, 16), torch.float32, device), "nhwc")
-    deep = _layout(random_tensor((1, 8, 8, 8), torch.float32, device), "nhwc")
-    assert ops.rows_fit(geometry, cl, cl)
-    assert not ops.rows_fit(strided, cl, cl)
-    assert not ops.rows_fit(dilated, cl, cl)
-    assert not ops.rows_fit(geometry, cl.contiguous(), cl)
-    assert not ops.rows_fit(geometry, cl, cl.contiguous())
-    assert not ops.rows_fit(geometry, wide[..., ::2], cl)
-    assert not ops.rows_fit(geometry, deep[:, :4], cl)
-    assert not ops.rows_fit(geometry, cl, deep)  # multiplier 2
-    x = random_tensor((2, 3, 9, 10), torch.float64, device)
-    _check(_layout(x, "nhwc"), random_tensor((6, 1, 3, 3), torch.float64, device),
-           algo="depthwise", padding=1, groups=3)  # fmt: skip
-
-
-@pytest.mark.parametrize("dtype", (torch.int8, torch.int64))
-def test_integer_depthwise_rows_are_exact(dtype, device):
-    x = _layout(torch.randint(-50, 50, (2, 4, 13, 12), dtype=dtype, device=device), "nhwc")
-    w = torch.randint(-5, 5, (4, 1, 3, 3), dtype=dtype, device=device)
-    b = torch.randint(-5, 5, (4,), dtype=dtype, device=device)
-    y = tritonconv.conv2d(x, w, b, padding=1, groups=4, algo="depthwise")
-    assert torch.equal(y.cpu(), _reference_int(x, w, b, padding=1, groups=4))
-
-
-def test_depthwise_rows_int64_indexing(device, monkeypatch):
-    """Force the rows kernel's 64-bit index arithmetic (from 2**31 elements on)."""
-    from tritonconv.ops import common
-
-    monkeypatch.setattr(common, "INDEX32_LIMIT", 16)
-    x = _layout(random_tensor((2, 3, 10, 9), torch.float64, device), "nhwc")
-    w = random_tensor((3, 1, 3, 3), torch.float64, device)
-    _check(x, w, random_tensor((3,), torch.float64, device), algo="depthwise", padding=1, groups=3)
 
 
 # (kernel, multiplier, geometry): the sliding axis is the width for channels-last and the

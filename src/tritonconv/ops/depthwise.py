@@ -36,7 +36,6 @@ from ..kernels.depthwise import (
     depthwise_band_grad_weight_kernel,
     depthwise_band_kernel,
     depthwise_kernel,
-    depthwise_rows_kernel,
     depthwise_small_grad_weight_kernel,
     depthwise_small_kernel,
     depthwise_window_grad_weight_kernel,
@@ -118,20 +117,6 @@ WINDOW_CONFIG = {
     ),
     "wgrad_nchw": dict(block_c=4, block_h=64, block_w=8, num_warps=4, target_programs=4096),
 }
-
-
-# Kernels of at most this many taps, width stride 1 and multiplier 1 over channels-last rows
-# take ``depthwise_rows_kernel`` (forward and stride-1 dX) before the window kernels: each tap
-# one contiguous load along a flat row, each source row loaded once for the destination rows
-# it meets. ``ROWS_CONFIG``: ``block_f`` elements of a row a program, over at most ``rows``
-# rows (the height cut evenly); the block is halved while the weights' registers a thread
-# (taps x block / threads) pass ``ROWS_MAX_WEIGHTS``. Offline SASS (Triton 3.9, sm_90, bf16
-# 3x3, 8 elements a thread): 35 / 26 / 22 instructions an output for 4 / 8 / 16 rows, against
-# the window kernel's 39.
-ROWS_MAX_TAPS = 25
-ROWS_MAX_DIL_H = 4
-ROWS_MAX_WEIGHTS = 72
-ROWS_CONFIG = dict(block_f=1024, rows=16, num_warps=4)
 
 
 # The same threshold for channels-last tensors. The band kernels tile one (n, c) plane, so in
@@ -232,9 +217,6 @@ def _launch(src, weight, bias, dst, geometry: Geometry, R: int, DIV: int, walk: 
         *walk,
     )
     index_64 = needs_int64(src, target, weight)
-    if base is None and R == 1 and DIV == 1 and rows_fit(geometry, src, dst):
-        _launch_rows(src, weight, bias, dst, geometry, walk, index_64)
-        return
     axes = _window_axes(geometry, dst, "fwd")
     if axes is not None:
         assert base is None, "the window kernel writes dst itself"
@@ -293,81 +275,6 @@ def _launch(src, weight, bias, dst, geometry: Geometry, R: int, DIV: int, walk: 
         BLOCK_W=block_w,
         INDEX_64=index_64,
         num_warps=4,
-    )
-
-
-def _dense_rows(t: torch.Tensor) -> bool:
-    """Whether ``t``'s rows are channels-last runs: channels innermost, positions ``C`` apart."""
-    return t.dim() == 4 and t.shape[1] > 1 and t.stride(1) == 1 and t.stride(3) == t.shape[1]
-
-
-def rows_fit(geometry: Geometry, src: torch.Tensor, dst: torch.Tensor) -> bool:
-    """Whether ``depthwise_rows_kernel`` takes a forward or stride-1 input gradient (multiplier
-    1) from ``src`` into ``dst``: at most ``ROWS_MAX_TAPS`` taps, stride 1, dilations from 1
-    (the height's at most ``ROWS_MAX_DIL_H``: its source rows are unrolled), both tensors of
-    channels-last rows (:func:`_dense_rows`)."""
-    KH, KW = geometry.kernel
-    return (
-        KH * KW <= ROWS_MAX_TAPS
-        and all(s == 1 for s in geometry.stride)
-        and 1 <= geometry.dilation[0] <= ROWS_MAX_DIL_H
-        and geometry.dilation[1] >= 1
-        and src.shape[1] == dst.shape[1]
-        and _dense_rows(src)
-        and _dense_rows(dst)
-    )
-
-
-def _rows_tiles(taps: int, row: int, config: dict) -> tuple[int, int]:
-    """(BLOCK_F, num_warps) of ``depthwise_rows_kernel``: ``config``'s block, halved while
-    the taps' weights would hold more than ``ROWS_MAX_WEIGHTS`` registers a thread, and no
-    longer than the row needs."""
-    block_f, warps = config["block_f"], config["num_warps"]
-    while block_f > 32 * warps and taps * block_f > ROWS_MAX_WEIGHTS * 32 * warps:
-        block_f //= 2
-    return clamped_power_of_2(row, 32 * warps, block_f), warps
-
-
-def _launch_rows(src, weight, bias, dst, geometry: Geometry, walk: tuple, index_64: bool):
-    """``depthwise_rows_kernel`` (:func:`rows_fit`) from ``src`` into ``dst``."""
-    N, C, DH, DW = dst.shape
-    KH, KW = geometry.kernel
-    config = dict(ROWS_CONFIG)
-    if INTERPRETER:
-        config.update(block_f=256, rows=4, num_warps=4)
-    block_f, warps = _rows_tiles(KH * KW, DW * C, config)
-    rows = cdiv(DH, cdiv(DH, config["rows"]))  # (an unrolled count: any, as even as can be)
-    grid = (N * cdiv(DW * C, block_f), cdiv(DH, rows))
-    launch(
-        depthwise_rows_kernel,
-        grid,
-        src,
-        weight,
-        bias if bias is not None else weight,
-        dst,
-        C,
-        src.shape[2],
-        DH,
-        src.shape[3] * C,
-        DW * C,
-        geometry.pad_before[0],
-        geometry.pad_before[1],
-        geometry.dilation[1],
-        src.stride(0),
-        src.stride(2),
-        dst.stride(0),
-        dst.stride(2),
-        *walk,
-        KH=KH,
-        KW=KW,
-        DIL_H=geometry.dilation[0],
-        HAS_BIAS=bias is not None,
-        ACC_DTYPE=accumulator_dtype(src.dtype),
-        BLOCK_F=block_f,
-        ROWS=rows,
-        INDEX_64=index_64,
-        FOLD_Y=False,  # (launch folds a grid too tall for CUDA)
-        num_warps=warps,
     )
 
 
