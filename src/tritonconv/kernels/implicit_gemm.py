@@ -474,13 +474,6 @@ def _store_columns(
 
 
 @triton.jit
-def _bf16_split(v):
-    """fp32 ``v`` as two bfloat16 halves, ``hi + lo`` equal to ``v`` to about 2^-16 of it."""
-    hi = v.to(tl.bfloat16)
-    return hi, (v - hi.to(tl.float32)).to(tl.bfloat16)
-
-
-@triton.jit
 def _wgrad_tap(
     acc, dy, dy_mid, dy_lo, x_rows, inside, i_w, j, kw0, KW, IW, dil_w, x_sw, ci_ok,
     WINDOW: tl.constexpr, TAP_TAIL: tl.constexpr, UNSIGNED_BOUNDS: tl.constexpr,
@@ -492,8 +485,9 @@ def _wgrad_tap(
     ``TAP_TAIL``: ``TAP_GROUP`` does not divide the width) loads nothing.
     Without ``WINDOW`` (pointwise) every position of ``inside`` is in the image.
 
-    ``DOT_PRECISION == "bf16x3"`` (fp32 operands): ``dy`` and ``dy_lo`` are dy's bfloat16
-    halves, x is split the same way, and the product is ``hi*hi + hi*lo + lo*hi`` on 16-bit
+    ``DOT_PRECISION == "bf16x3"`` (fp32 operands): ``dy`` and ``dy_lo`` are the first two of
+    dy's :func:`~tritonconv.kernels.mma.split_bf16` pieces (``hi + mid``, dy to about 2^-16
+    of it), x is split the same way, and the product is ``hi*hi + hi*lo + lo*hi`` on 16-bit
     tensor cores (``DOT_DTYPE``: the halves' dot dtype), each term accumulated in fp32.
     ``DOT_PRECISION == "bf16x6"`` (fp32, TF32 off): ``dy``, ``dy_mid`` and ``dy_lo`` are dy's
     :func:`~tritonconv.kernels.mma.split_bf16` pieces, x is split the same way, and the step
@@ -512,7 +506,7 @@ def _wgrad_tap(
         x_hi, x_mid, x_lo = split_bf16(xs, DOT_DTYPE)
         return acc + lift(bf16x6_step(dy, dy_mid, dy_lo, x_hi, x_mid, x_lo))
     if DOT_PRECISION == "bf16x3":
-        x_hi, x_lo = _bf16_split(xs)
+        x_hi, x_lo, _ = split_bf16(xs, DOT_DTYPE)  # (hi + mid: about 2^-16 of xs)
         acc = tl.dot(dy_lo.to(DOT_DTYPE), x_hi.to(DOT_DTYPE), acc, input_precision="ieee")
         acc = tl.dot(dy.to(DOT_DTYPE), x_lo.to(DOT_DTYPE), acc, input_precision="ieee")
         return tl.dot(dy.to(DOT_DTYPE), x_hi.to(DOT_DTYPE), acc, input_precision="ieee")
@@ -715,7 +709,7 @@ def conv_igemm_wgrad_kernel(
         dy_mid = dy
         dy_lo = dy
         if DOT_PRECISION == "bf16x3":  # split once, for every tap
-            dy, dy_lo = _bf16_split(dy)
+            dy, dy_lo, _ = split_bf16(dy, DOT_DTYPE)
         if DOT_PRECISION == "bf16x6":
             dy, dy_mid, dy_lo = split_bf16(dy, DOT_DTYPE)
         # the dy tile and the coordinates above serve TAP_GROUP taps along the width
