@@ -63,6 +63,29 @@ def test_verify_fuzz_and_repro(capsys):
     assert f"ok algo={algo}" in capsys.readouterr().out
 
 
+def test_verify_fuzz_draws_interpreter_sized_cases(capsys, monkeypatch):
+    """Without size limits, ``verify --fuzz`` draws cases sized for where the kernels run
+    (the interpreter's are CI's: a GPU-sized draw takes minutes of CPU there); limits given
+    on the command line win."""
+    from tritonconv import _runtime, fuzz
+
+    seen = []
+
+    def run(**kwargs):
+        seen.append({k: kwargs[k] for k in ("max_elements", "max_macs")})
+        return fuzz.Report()
+
+    monkeypatch.setattr(fuzz, "run", run)
+    for interpreter, limits in ((True, fuzz.INTERPRETER_LIMITS), (False, fuzz.GPU_LIMITS)):
+        monkeypatch.setattr(_runtime, "INTERPRETER", interpreter)
+        assert main(["verify", "--fuzz", "--draws", "1"]) == 0
+        assert seen.pop() == limits
+        assert f"up to {limits['max_elements']} input elements" in capsys.readouterr().out
+    assert main(["verify", "--fuzz", "--draws", "1", "--max-macs", "777"]) == 0
+    assert seen.pop() == dict(fuzz.GPU_LIMITS, max_macs=777)
+    assert fuzz.INTERPRETER_LIMITS["max_macs"] < fuzz.GPU_LIMITS["max_macs"]
+
+
 def test_verify_repro_rejects_a_bad_spec(capsys):
     assert main(["verify", "--repro", "n=1 c=2"]) == 2
     out = capsys.readouterr().out

@@ -10,11 +10,7 @@ from tritonconv.ops import direct
 
 # Interpreter draws are small and few (CI); on a GPU the same test draws more and larger.
 DRAWS = 20 if tritonconv.INTERPRETER else 60
-LIMITS = (
-    dict(max_elements=3000, max_macs=150_000)
-    if tritonconv.INTERPRETER
-    else dict(max_elements=60_000, max_macs=3_000_000)
-)
+LIMITS = fuzz.default_limits()
 
 
 # On the GPU machine the draws are split so that xdist workers run them side by side (one

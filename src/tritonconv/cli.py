@@ -360,9 +360,20 @@ def _fuzz_worker(args, worker: int) -> object:
         seed=args.seed,
         worker=worker,
         workers=args.workers,
-        max_elements=args.max_elements,
-        max_macs=args.max_macs,
+        **_fuzz_limits(args),
     )
+
+
+def _fuzz_limits(args) -> dict:
+    """The draw size limits ``verify --fuzz`` passes: the ones given, else where the kernels
+    run decides (``fuzz.default_limits``: interpreter draws are small)."""
+    from . import fuzz
+
+    limits = fuzz.default_limits()
+    for name in limits:
+        if getattr(args, name) is not None:
+            limits[name] = getattr(args, name)
+    return limits
 
 
 def _verify_fuzz(args) -> int:
@@ -375,10 +386,12 @@ def _verify_fuzz(args) -> int:
 
     if args.seconds is None and args.draws is None:
         args.seconds = 60.0
+    limits = _fuzz_limits(args)
     console.print(
         f"fuzz on {_where()}: seed {args.seed}, "
         + (f"{args.seconds:g} s" if args.seconds is not None else f"{args.draws} draws")
-        + f", {args.workers} worker(s)"
+        + f", {args.workers} worker(s), draws up to {limits['max_elements']} input elements"
+        f" and {limits['max_macs']} multiply-adds"
     )
     try:
         if args.workers == 1:
@@ -680,9 +693,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--draws", type=_positive(int), default=None, help="fuzz this many cases")
     p.add_argument("--workers", type=_positive(int), default=1, help="fuzz processes")
     p.add_argument(
-        "--max-elements", type=_positive(int), default=60_000, help="largest input drawn"
-    )
-    p.add_argument("--max-macs", type=_positive(int), default=3_000_000, help="largest conv drawn")
+        "--max-elements", type=_positive(int), default=None,
+        help="largest input drawn (default 60000; 3000 under Triton's interpreter)",
+    )  # fmt: skip
+    p.add_argument(
+        "--max-macs", type=_positive(int), default=None,
+        help="largest conv drawn, in multiply-adds (default 3000000; 150000 under the interpreter)",
+    )  # fmt: skip
     p.add_argument("--json", default=None, help="write the fuzz report here")
     p.add_argument("--repro", default=None, help="re-run one fuzz case (the line it printed)")
     p.add_argument("--algo", default=None, help="with --repro: only this algorithm")

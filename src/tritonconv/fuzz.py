@@ -723,6 +723,22 @@ def draw_causal_case(seed: int, *, max_elements: int = 60_000) -> CausalCase:
             return case
 
 
+#: The largest draws (input elements, multiply-adds) where the kernels run compiled, and
+#: where they run in Triton's interpreter: there one draw of the first size through every
+#: algorithm takes minutes of CPU (session 31: ``verify --fuzz --seconds 1200`` on the CPU
+#: finished no report in 1500 s), so CPU runs draw what CI's tests draw.
+GPU_LIMITS = {"max_elements": 60_000, "max_macs": 3_000_000}
+INTERPRETER_LIMITS = {"max_elements": 3000, "max_macs": 150_000}
+
+
+def default_limits() -> dict:
+    """The draw size limits for where the kernels run (:data:`GPU_LIMITS` or
+    :data:`INTERPRETER_LIMITS`)."""
+    from ._runtime import INTERPRETER
+
+    return dict(INTERPRETER_LIMITS if INTERPRETER else GPU_LIMITS)
+
+
 def draw(seed: int, *, max_elements: int = 60_000, max_macs: int = 3_000_000):
     """The fuzz's case for ``seed``: a causal conv1d about one time in eight, else a
     convolution (:func:`draw_case`)."""
