@@ -32,6 +32,7 @@ from rich.table import Table
 
 import tritonconv as tc
 
+from . import fuzz
 from .geometry import FLOAT_DTYPES, INT_DTYPES, dtype_name
 from .ops.common import channels_last_format
 from .testing import DEVICE, assert_close, exact_fp32, random_tensor
@@ -321,8 +322,6 @@ def cmd_verify(args) -> int:
 
 def _verify_repro(spec: str, algo: str | None) -> int:
     """One fuzz case (the line a failure printed), every algorithm or ``algo``."""
-    from . import fuzz
-
     try:
         case = fuzz.parse_spec(spec)
         accepted = [*case.algos(), "auto"] if isinstance(case, fuzz.Case) else case.algos()
@@ -348,8 +347,6 @@ def _verify_repro(spec: str, algo: str | None) -> int:
 
 
 def _fuzz_worker(args, worker: int) -> object:
-    from . import fuzz
-
     if args.workers > 1:
         torch.set_num_threads(1)  # the workers share the cores; idle OpenMP threads spin
 
@@ -360,20 +357,9 @@ def _fuzz_worker(args, worker: int) -> object:
         seed=args.seed,
         worker=worker,
         workers=args.workers,
-        **_fuzz_limits(args),
+        max_elements=args.max_elements,
+        max_macs=args.max_macs,
     )
-
-
-def _fuzz_limits(args) -> dict:
-    """The draw size limits ``verify --fuzz`` passes: the ones given, else where the kernels
-    run decides (``fuzz.default_limits``: interpreter draws are small)."""
-    from . import fuzz
-
-    limits = fuzz.default_limits()
-    for name in limits:
-        if getattr(args, name) is not None:
-            limits[name] = getattr(args, name)
-    return limits
 
 
 def _verify_fuzz(args) -> int:
@@ -382,16 +368,17 @@ def _verify_fuzz(args) -> int:
     import concurrent.futures
     import multiprocessing
 
-    from . import fuzz
-
     if args.seconds is None and args.draws is None:
         args.seconds = 60.0
-    limits = _fuzz_limits(args)
+    # size limits not given: where the kernels run decides (interpreter draws are small)
+    for name, value in fuzz.default_limits().items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
     console.print(
         f"fuzz on {_where()}: seed {args.seed}, "
         + (f"{args.seconds:g} s" if args.seconds is not None else f"{args.draws} draws")
-        + f", {args.workers} worker(s), draws up to {limits['max_elements']} input elements"
-        f" and {limits['max_macs']} multiply-adds"
+        + f", {args.workers} worker(s), draws up to {args.max_elements} input elements"
+        f" and {args.max_macs} multiply-adds"
     )
     try:
         if args.workers == 1:
@@ -692,13 +679,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--draws", type=_positive(int), default=None, help="fuzz this many cases")
     p.add_argument("--workers", type=_positive(int), default=1, help="fuzz processes")
+    gpu, cpu = fuzz.GPU_LIMITS, fuzz.INTERPRETER_LIMITS
     p.add_argument(
         "--max-elements", type=_positive(int), default=None,
-        help="largest input drawn (default 60000; 3000 under Triton's interpreter)",
+        help=f"largest input drawn (default {gpu['max_elements']}; {cpu['max_elements']} "
+        "under Triton's interpreter)",
     )  # fmt: skip
     p.add_argument(
         "--max-macs", type=_positive(int), default=None,
-        help="largest conv drawn, in multiply-adds (default 3000000; 150000 under the interpreter)",
+        help=f"largest conv drawn, in multiply-adds (default {gpu['max_macs']}; "
+        f"{cpu['max_macs']} under the interpreter)",
     )  # fmt: skip
     p.add_argument("--json", default=None, help="write the fuzz report here")
     p.add_argument("--repro", default=None, help="re-run one fuzz case (the line it printed)")
