@@ -20,7 +20,11 @@ kernel of its own), in one process:
 
     PYTHONPATH=src python benchmarks/probe_depthwise_window.py [--json out.json]
         [--layers convnext_7x7_early,...] [--variants bf16_cl,fp32_cl,fp32_nchw]
-        [--fwd-tiles 32,16,8,4,1 32,8,8,8,1 ...]
+        [--fwd-tiles 32,16,8,4,1 32,8,8,8,1 ... | library]
+        [--wgrad-tiles 32,8,16,4 32,8,16,4,1 ...]
+
+``--fwd-tiles library`` keeps the library's forward tiles (no forward sweep); a dW tile's
+optional fifth number is ``max_taps`` (kernel rows a dW program takes: 1 is one row each).
 
 A short table comes last: per row, cuDNN / before / window (best) in ms, forward and
 forward + backward, and the ratios cuDNN/ours.
@@ -111,7 +115,8 @@ def configure(window: bool, layout: str, kernel: int, fwd=None, wgrad=None) -> N
     for op, tiles in (("fwd", fwd), ("wgrad", wgrad)):
         if tiles is not None:
             entry = ops.WINDOW_CONFIG[f"{op}_{layout}"]
-            entry.update(zip(("block_c", "block_h", "block_w", "num_warps"), tiles[:4]))
+            names = ("block_c", "block_h", "block_w", "num_warps")
+            entry.update(zip((*names, "max_taps") if op == "wgrad" else names, tiles))
             if op == "fwd":  # rows unrolled or looped, over the tile's own rows
                 entry.update(unroll_max_kh=31 if tiles[4] else 0, unrolled_block_h=tiles[1])
     clear_caches()
@@ -141,7 +146,14 @@ def main() -> int:
         "--fwd-tiles",
         nargs="+",
         default=None,
-        help="forward tiles to sweep instead of the defaults: block_c,block_h,block_w,warps,unroll",
+        help="forward tiles to sweep instead of the defaults: block_c,block_h,block_w,warps,unroll"
+        " ('library': the library's, no sweep)",
+    )
+    ap.add_argument(
+        "--wgrad-tiles",
+        nargs="+",
+        default=None,
+        help="dW tiles to sweep instead of the defaults: block_c,block_h,block_w,warps[,max_taps]",
     )
     args = ap.parse_args()
     runs = [
@@ -156,9 +168,13 @@ def main() -> int:
         dtype, channels_last = VARIANTS[variant]
         layout = "channels_last" if channels_last else "nchw"
         fwd_configs = FWD_CONFIGS if channels_last else NCHW_FWD_CONFIGS
-        if args.fwd_tiles:
+        if args.fwd_tiles == ["library"]:
+            fwd_configs = [None]
+        elif args.fwd_tiles:
             fwd_configs = [tuple(int(v) for v in t.split(",")) for t in args.fwd_tiles]
         wgrad_configs = WGRAD_CONFIGS if channels_last else NCHW_WGRAD_CONFIGS
+        if args.wgrad_tiles:
+            wgrad_configs = [tuple(int(v) for v in t.split(",")) for t in args.wgrad_tiles]
         N, C, H, W, k, s = LAYERS[name]
         if k > 13:  # a wide kernel's unrolled window compiles slowly: the defaults only
             fwd_configs, wgrad_configs = fwd_configs[:1], wgrad_configs[:1]
@@ -201,7 +217,7 @@ def main() -> int:
             bad += not err < tol
             t = graph_ms(fwd, count)
             row.setdefault("window_fwd", []).append(dict(tiles=tiles, ms=t, error=err))
-            best = min(best, (t, tiles))
+            best = min(best, (t, tiles), key=lambda pair: pair[0])
         row["window_fwd_ms"], row["window_fwd_tiles"] = best
         best_step = (float("inf"), None)
         for tiles in wgrad_configs:
@@ -210,7 +226,7 @@ def main() -> int:
             bad += not err < tol
             t = graph_ms(step, count)
             row.setdefault("window_fwd_bwd", []).append(dict(tiles=tiles, ms=t, error=err))
-            best_step = min(best_step, (t, tiles))
+            best_step = min(best_step, (t, tiles), key=lambda pair: pair[0])
         row["window_fwd_bwd_ms"], row["window_wgrad_tiles"] = best_step
         rows.append(row)
         print(json.dumps(row), flush=True)

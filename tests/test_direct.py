@@ -433,6 +433,26 @@ def test_depthwise_window(layout, kernel, multiplier, kw, device, monkeypatch, p
     assert used.count("_launch_window_grad_weight") == 1
 
 
+@pytest.mark.parametrize("max_taps", (1, 14, 49))
+def test_depthwise_window_grad_weight_rows(max_taps, device, monkeypatch, poisoned):
+    """dW programs of one kernel row, of rows in groups with a masked tail (7 rows in
+    groups of 2: 2, 2, 2, 1), and of every row: the same gradients."""
+    from tritonconv.caches import clear_caches
+    from tritonconv.ops import depthwise as ops
+
+    clear_caches()  # no launch plan recorded under another grouping
+    for key in ("wgrad_channels_last", "wgrad_nchw"):
+        monkeypatch.setitem(ops.WINDOW_CONFIG, key, dict(ops.WINDOW_CONFIG[key], max_taps=max_taps))
+    assert ops.window_rows(7, 7, max_taps) == {1: 1, 14: 2, 49: 7}[max_taps]
+    monkeypatch.setattr(ops.torch, "empty", poisoned)
+    for layout in ("nchw", "nhwc"):
+        x = _layout(random_tensor((2, 3, 13, 10), torch.float64, device), layout)
+        w = random_tensor((3, 1, 7, 7), torch.float64, device)
+        b = random_tensor((3,), torch.float64, device)
+        _check(x, w, b, algo="depthwise", groups=3, padding=(3, 2))
+    clear_caches()
+
+
 def test_depthwise_window_strided_views(device):
     """No unit stride anywhere (every other column of a wider tensor): the height slides."""
     x = _layout(random_tensor((1, 2, 9, 12), torch.float64, device), "strided")

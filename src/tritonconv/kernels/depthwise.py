@@ -609,27 +609,31 @@ def depthwise_window_grad_weight_kernel(
     DIL_W: tl.constexpr,
     BIAS_GRAD: tl.constexpr,
     ACC_DTYPE: tl.constexpr,
+    ROWS: tl.constexpr,
     BLOCK_C: tl.constexpr,
     BLOCK_H: tl.constexpr,
     BLOCK_W: tl.constexpr,
     INDEX_64: tl.constexpr,
 ):
     """Weight gradient with the forward window's column reuse: a program owns a channel
-    block, one kernel row ``kh`` and a tile of output rows, and walks the output width in
-    strips of ``BLOCK_W`` columns; per strip it loads the ``dy`` columns once (a tuple of
-    ``[BLOCK_C, BLOCK_H]`` tiles) and each source column the strip's taps meet once, adding
-    ``dy[o] * x[column]`` into the accumulator tile of the tap joining them (``KW`` tiles,
-    reduced once at the end). ``partial`` is ``(splits * row tiles, C_out * (TAPS + BIAS_GRAD))``
-    contiguous; tap ``(kh, kw)`` of channel ``c`` goes to column
-    ``c * TAPS + kh * tap_skh + kw * tap_skw`` (the launcher may pass the spatial axes
-    swapped), the bias sums (``dy`` per channel, from the loaded tiles) after them, written by
-    the ``kh == 0`` programs. Grid ``(KH * channel blocks * row tiles, splits)``."""
+    block, ``ROWS`` kernel rows from ``kh0`` and a tile of output rows, and walks the output
+    width in strips of ``BLOCK_W`` columns; per strip it loads the ``dy`` columns once (a
+    tuple of ``[BLOCK_C, BLOCK_H]`` tiles) and, per kernel row, each source column the
+    strip's taps meet once, adding ``dy[o] * x[column]`` into the accumulator tile of the
+    tap joining them (``ROWS * KW`` tiles, reduced once at the end). A kernel row's source
+    tile is the previous row's shifted by ``dil_h`` rows: within one program those loads
+    hit L1, where programs of one kernel row each would each bring ``dy`` and ``x`` through
+    L2 again. ``partial`` is ``(splits * row tiles, C_out * (TAPS + BIAS_GRAD))`` contiguous;
+    tap ``(kh, kw)`` of channel ``c`` goes to column ``c * TAPS + kh * tap_skh + kw *
+    tap_skw`` (the launcher may pass the spatial axes swapped), the bias sums (``dy`` per
+    channel, from the loaded tiles) after them, written by the ``kh0 == 0`` programs. Grid
+    ``(cdiv(KH, ROWS) * channel blocks * row tiles, splits)``."""
     pid = tl.program_id(0)
     split = tl.program_id(1)
     tiles = tl.cdiv(OH, BLOCK_H)
     tile = pid % tiles
     c_blocks = tl.cdiv(C_out, BLOCK_C)
-    kh = pid // (tiles * c_blocks)
+    kh0 = (pid // (tiles * c_blocks)) * ROWS
     c = ((pid // tiles) % c_blocks) * BLOCK_C + tl.arange(0, BLOCK_C)
     h = tile * BLOCK_H + tl.arange(0, BLOCK_H)
     if INDEX_64:
@@ -639,16 +643,15 @@ def depthwise_window_grad_weight_kernel(
         tile = tile.to(tl.int64)
     c_ok = c < C_out
     out_ok = c_ok[:, None] & (h < OH)[None, :]
-    ih = h * stride_h - pad_h + kh * dil_h
-    x_ok = out_ok & ((ih >= 0) & (ih < H))[None, :]
+    ih0 = h * stride_h - pad_h + kh0 * dil_h  # source row of kernel row kh0
     dy_off = (c * dy_sc)[:, None] + (h * dy_sh)[None, :]
-    x_off = ((c // multiplier) * x_sc)[:, None] + (ih * x_sh)[None, :]
+    x_off = ((c // multiplier) * x_sc)[:, None] + (ih0 * x_sh)[None, :]
     zero = tl.zeros_like(c)  # column tests as vectors (the interpreter takes no scalar masks)
     n_first = split * samples_per_split
     n_last = tl.minimum(n_first + samples_per_split, N)
 
     accs = ()
-    for _ in tl.static_range(KW):
+    for _ in tl.static_range(ROWS * KW):
         accs = accs + (tl.zeros([BLOCK_C, BLOCK_H], dtype=ACC_DTYPE),)
     a_bias = tl.zeros([BLOCK_C, BLOCK_H], dtype=ACC_DTYPE)
     for n in range(n_first, n_last):
@@ -663,25 +666,39 @@ def depthwise_window_grad_weight_kernel(
                     a_bias += d
                 dys = dys + (d,)
             iw0 = w0 * STRIDE_W - pad_w
-            for j in tl.static_range((BLOCK_W - 1) * STRIDE_W + (KW - 1) * DIL_W + 1):
-                iw = zero + iw0 + j
-                ok = x_ok & ((iw >= 0) & (iw < W))[:, None]
-                x = tl.load(x_n + (iw0 + j) * x_sw, mask=ok, other=0).to(ACC_DTYPE)
-                summed = ()
+            summed = ()
+            for r in tl.static_range(ROWS):
+                ih = ih0 + r * dil_h
+                row_ok = (ih >= 0) & (ih < H)
+                x_ok = out_ok & row_ok[None, :] & (zero + kh0 + r < KH)[:, None]
+                x_row = x_n + r * dil_h * x_sh
+                row_accs = ()
                 for kw in tl.static_range(KW):
-                    acc = accs[kw]
-                    for o in tl.static_range(BLOCK_W):  # the output column, if any, at tap kw
-                        if o * STRIDE_W + kw * DIL_W == j:
-                            acc += dys[o] * x
-                    summed = summed + (acc,)
-                accs = summed
+                    row_accs = row_accs + (accs[r * KW + kw],)
+                for j in tl.static_range((BLOCK_W - 1) * STRIDE_W + (KW - 1) * DIL_W + 1):
+                    iw = zero + iw0 + j
+                    ok = x_ok & ((iw >= 0) & (iw < W))[:, None]
+                    x = tl.load(x_row + (iw0 + j) * x_sw, mask=ok, other=0).to(ACC_DTYPE)
+                    updated = ()
+                    for kw in tl.static_range(KW):
+                        acc = row_accs[kw]
+                        for o in tl.static_range(BLOCK_W):  # the output column, if any, at tap kw
+                            if o * STRIDE_W + kw * DIL_W == j:
+                                acc += dys[o] * x
+                        updated = updated + (acc,)
+                    row_accs = updated
+                summed = summed + row_accs
+            accs = summed
 
     row = partial_ptr + (split * tiles + tile) * C_out * (TAPS + BIAS_GRAD)
-    dst = row + c * TAPS + kh * tap_skh
-    for kw in tl.static_range(KW):
-        tl.store(dst + kw * tap_skw, tl.sum(accs[kw], 1), mask=c_ok)
+    dst = row + c * TAPS
+    for r in tl.static_range(ROWS):
+        tap_ok = c_ok & (zero + kh0 + r < KH)
+        for kw in tl.static_range(KW):
+            t = (kh0 + r) * tap_skh + kw * tap_skw
+            tl.store(dst + t, tl.sum(accs[r * KW + kw], 1), mask=tap_ok)
     if BIAS_GRAD:
-        tl.store(row + C_out * TAPS + c, tl.sum(a_bias, 1), mask=c_ok & (zero + kh == 0))
+        tl.store(row + C_out * TAPS + c, tl.sum(a_bias, 1), mask=c_ok & (zero + kh0 == 0))
 
 
 @triton.jit

@@ -107,15 +107,25 @@ WINDOW_MAX_KW = 31
 # 0.014; EfficientNet and C256 3x3 unchanged); fwd+bwd with dW 32 x 8 x 16 (32 x 8 x 8: 1.02x
 # the time, 32 x 4 x 16: 1.15x); NCHW 4 planes x 64 x 8 best everywhere (one plane a program:
 # 2.6x slower forward, half its threads idle on a 64-wide tile; rows unrolled: within 5 %).
+# A dW program takes as many kernel rows as keep it to ``max_taps`` accumulator tiles (rows
+# split evenly between programs): each row's source tile is the previous one's shifted by a
+# row, an L1 hit in one program; with a program a kernel row, each brought ``dy`` and ``x``
+# through L2 again (MobileNet's 3x3 bf16 dW: L2 83 % busy, DRAM 31 %, L1 hits 6 %; ncu).
+# 9 taps: 3x3 only. Fwd+bwd ms, rows one a program -> all (session 32, benchmarks/NOTES.md):
+# MobileNet 3x3 bf16 0.123 -> 0.112, 3x3 at 256 channels 0.178 -> 0.159, fp32 NCHW 0.147 ->
+# 0.146; from 5x5 all rows lose (5x5 0.050 -> 0.061, ConvNeXt 7x7 0.187 -> 0.206): a fifth
+# of the programs, each holding 25-49 accumulator tiles.
 WINDOW_CONFIG = {
     "fwd_channels_last": dict(
         block_c=32, block_h=8, block_w=8, num_warps=4, unroll_max_kh=5, unrolled_block_h=16
     ),
     "fwd_nchw": dict(block_c=4, block_h=64, block_w=8, num_warps=4, unroll_max_kh=0),
     "wgrad_channels_last": dict(
-        block_c=32, block_h=8, block_w=16, num_warps=4, target_programs=4096
+        block_c=32, block_h=8, block_w=16, num_warps=4, target_programs=4096, max_taps=9
     ),
-    "wgrad_nchw": dict(block_c=4, block_h=64, block_w=8, num_warps=4, target_programs=4096),
+    "wgrad_nchw": dict(
+        block_c=4, block_h=64, block_w=8, num_warps=4, target_programs=4096, max_taps=9
+    ),
 }
 
 
@@ -366,6 +376,13 @@ def _launch_window(src, weight, bias, dst, geometry, R, DIV, walk, axes, index_6
     )
 
 
+def window_rows(kernel_rows: int, kernel_columns: int, max_taps: int) -> int:
+    """Kernel rows a window dW program takes: the rows split evenly into as few groups as
+    keep each to ``max_taps`` taps (at least one row)."""
+    per_group = max(1, max_taps // kernel_columns)
+    return cdiv(kernel_rows, cdiv(kernel_rows, per_group))
+
+
 def _launch_window_grad_weight(grad_out, x, geometry, axes, bias_grad: bool, acc_dtype):
     """``depthwise_window_grad_weight_kernel`` over ``axes`` (swapped as in
     :func:`_launch_window`); returns its partials (rows of taps, then the bias sums if
@@ -376,14 +393,16 @@ def _launch_window_grad_weight(grad_out, x, geometry, axes, bias_grad: bool, acc
     OT, OS = grad_out.shape[2 + t], grad_out.shape[2 + s]
     KT, KS = geometry.kernel[t], geometry.kernel[s]
     block_c, block_h, block_w = _window_tiles(grad_out, C_out, OT, OS, config)
-    blocks = KT * cdiv(C_out, block_c) * cdiv(OT, block_h)
+    rows = window_rows(KT, KS, config["max_taps"])
+    blocks = cdiv(KT, rows) * cdiv(C_out, block_c) * cdiv(OT, block_h)
     # Two splits under the interpreter: cheap, and the split bookkeeping gets tested.
     splits, samples_per_split = batch_splits(
         N, 2 if INTERPRETER else cdiv(config["target_programs"], blocks)
     )
     taps = KT * KS
-    rows = splits * cdiv(OT, block_h)
-    partial = allocate((rows, C_out * (taps + bias_grad)), acc_dtype, x.device)
+    partial = allocate(
+        (splits * cdiv(OT, block_h), C_out * (taps + bias_grad)), acc_dtype, x.device
+    )
     # where tap (kt, ks) lands in the (KH, KW) weight: row-major in the unswapped axes
     tap_strides = (geometry.kernel[1], 1) if t == 0 else (1, geometry.kernel[1])
     launch(
@@ -420,6 +439,7 @@ def _launch_window_grad_weight(grad_out, x, geometry, axes, bias_grad: bool, acc
         DIL_W=geometry.dilation[s],
         BIAS_GRAD=bias_grad,
         ACC_DTYPE=accumulator_dtype(x.dtype),
+        ROWS=rows,
         BLOCK_C=block_c,
         BLOCK_H=block_h,
         BLOCK_W=block_w,
