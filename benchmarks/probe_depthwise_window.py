@@ -203,6 +203,12 @@ def main() -> int:
             _step(sets[i][4], sets[i][3], dict(kw, **extra), module)
 
         row = dict(layer=name, variant=variant, shape=[N, C, H, W, k, s], bias=args.bias)
+        copies = [torch.empty_like(entry[0]) for entry in sets]
+
+        def copy(i, sets=sets, copies=copies):  # the input's bytes read and written once
+            copies[i].copy_(sets[i][0])
+
+        row["copy_ms"] = graph_ms(copy, count)
         row["cudnn_fwd_ms"] = graph_ms(functools.partial(fwd, module=F), count)
         row["cudnn_fwd_bwd_ms"] = graph_ms(functools.partial(step, module=F), count)
         configure(False, layout, k)
@@ -245,6 +251,13 @@ def main() -> int:
             f"{r['window_fwd_bwd_ms']:.4f} ({r['cudnn_fwd_bwd_ms'] / r['window_fwd_bwd_ms']:.2f}x)"
             f" {r['window_wgrad_tiles']}"
         )
+    for r in rows:
+        if r["shape"][5] == 1:  # stride 1: the forward moves the copy's bytes
+            print(
+                f"{r['layer']:21} {r['variant']:10} forward at "
+                f"{r['copy_ms'] / r['window_fwd_ms']:.0%} of the copy's bandwidth "
+                f"(copy {r['copy_ms']:.4f} ms)"
+            )
     print(f"window configurations off tolerance: {bad}")
     return 1 if bad else 0
 

@@ -973,3 +973,60 @@ def test_every_launch_passes_every_parameter(case, device, monkeypatch):
     y = fn(x, w)
     torch.autograd.grad(y, (x, w), torch.randn_like(y))
     assert not short, f"launched with parameters left to their defaults: {short}"
+
+
+@triton.jit
+def _twice(v):
+    return v + v
+
+
+@triton.jit
+def _helpers_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offsets, mask=offsets < n)
+    for _ in tl.static_range(3):
+        x = _twice(x)
+    tl.store(out_ptr + offsets, x, mask=offsets < n)
+
+
+@pytest.mark.skipif(not tc.INTERPRETER, reason="Triton's interpreter only")
+def test_interpreted_launch_patches_the_language_once(monkeypatch):
+    """Under the interpreter a launch patches ``triton.language`` once, not again for each
+    ``@triton.jit`` helper call inside the kernel; overflow checks are off for our launches
+    (unless asked for) and both are as they were after the launch; results are unchanged."""
+    from triton.runtime import interpreter
+
+    if not hasattr(interpreter, "_LangPatchScope"):
+        pytest.skip("a Triton whose interpreter patches the language another way")
+    patches = []
+    real = interpreter._patch_lang
+
+    def spy(fn):
+        patches.append(fn)
+        return real(fn)
+
+    monkeypatch.setattr(interpreter, "_patch_lang", spy)
+    checks = []
+    real_sanitizer = interpreter.TritonSemantic.binary_op_sanitize_overflow_impl
+
+    def sanitizer(self, *args):
+        checks.append(self.builder.options.sanitize_overflow)
+        return real_sanitizer(self, *args)
+
+    monkeypatch.setattr(interpreter.TritonSemantic, "binary_op_sanitize_overflow_impl", sanitizer)
+    options = interpreter.interpreter_builder.options
+    x = torch.arange(100, dtype=torch.int32)
+    # Triton's own launch: the kernel's patch, then one per helper call (3 a program, 2 programs)
+    out = torch.zeros_like(x)
+    _helpers_kernel[(2,)](x, out, 100, BLOCK=64)
+    assert torch.equal(out, x * 8) and len(patches) == 7
+    for overflow_checks in (False, True):
+        monkeypatch.setattr(launch, "INTERPRETER_OVERFLOW_CHECKS", overflow_checks)
+        patches.clear(), checks.clear()
+        out = torch.zeros_like(x)
+        launch.launch(_helpers_kernel, (2,), x, out, 100, BLOCK=64)
+        assert torch.equal(out, x * 8)
+        assert len(patches) == 1  # the launch's own patch does for every helper call
+        assert checks and set(checks) == {overflow_checks}
+        assert interpreter.interpreter_builder.options is options
+        assert interpreter._patch_lang is spy

@@ -40,8 +40,11 @@ and a tensor it returns joins the ones later steps may use.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import functools
 import inspect
+import os
 import threading
 
 import torch
@@ -264,8 +267,65 @@ _INTERPRETER_LOCK = threading.Lock()
 
 
 def _interpret(kernel, grid, args, meta) -> None:
-    with _INTERPRETER_LOCK:
+    with _INTERPRETER_LOCK, _interpreting():
         kernel[grid](*args, **meta)
+
+
+# Triton's interpreter checks every 32-bit integer add, subtract and multiply for overflow
+# (``InterpreterOptions.sanitize_overflow``, on by default; compiled kernels check only in
+# debug builds): each such operation then runs again in 64 bits, compared against both
+# limits, with an assertion. In CI's tests that was over half of the interpreter's time
+# (benchmarks/NOTES.md, session 32), and it has never fired: the tests' indices are small,
+# and integer convolutions wrap as PyTorch's do. ``TRITONCONV_INTERPRETER_OVERFLOW_CHECKS=1``
+# turns the checks back on for our launches.
+INTERPRETER_OVERFLOW_CHECKS = os.environ.get("TRITONCONV_INTERPRETER_OVERFLOW_CHECKS") == "1"
+
+
+@contextlib.contextmanager
+def _interpreting():
+    """While one kernel is interpreted: ``triton.language`` patched for the interpreter once,
+    and Triton's overflow checks as :data:`INTERPRETER_OVERFLOW_CHECKS` says.
+
+    Triton's interpreter patches the language when a launch starts (and restores it when the
+    launch ends), and again, with the same patches, on every call of a ``@triton.jit``
+    helper inside the kernel (``InterpretedFunction.__call__``): each time it scans the
+    language's modules with ``inspect.getmembers``. Our kernels call helpers inside their
+    loops, so on CI's small tests those scans were about a quarter of the interpreter's time
+    (cProfile of a ``conv_transpose3d`` OpInfo sample, benchmarks/NOTES.md, session 32).
+    Here a helper whose language modules the launch already patched gets an empty patch
+    scope instead. Both are restored when the launch ends; a Triton without this scheme (no
+    ``_LangPatchScope``, no ``sanitize_overflow`` option) is left as it is."""
+    from triton.runtime import interpreter
+
+    real = getattr(interpreter, "_patch_lang", None)
+    empty_scope = getattr(interpreter, "_LangPatchScope", None)
+    builder = getattr(interpreter, "interpreter_builder", None)
+    options = getattr(builder, "options", None)
+    if real is None or empty_scope is None:
+        yield
+        return
+    language = (interpreter.tl, interpreter.tl.core)
+    patched: set[int] = set()
+
+    def patch_lang(fn):
+        modules = {id(v) for v in fn.__globals__.values() if any(v is m for m in language)}
+        if patched and modules <= patched:
+            return empty_scope()
+        patched.update(modules)
+        return real(fn)
+
+    interpreter._patch_lang = patch_lang
+    checks = getattr(options, "sanitize_overflow", INTERPRETER_OVERFLOW_CHECKS)
+    if checks != INTERPRETER_OVERFLOW_CHECKS:
+        builder.options = dataclasses.replace(
+            options, sanitize_overflow=INTERPRETER_OVERFLOW_CHECKS
+        )
+    try:
+        yield
+    finally:
+        interpreter._patch_lang = real
+        if checks != INTERPRETER_OVERFLOW_CHECKS:
+            builder.options = options
 
 
 def _run_compiled(entry, grid, stream: int, args) -> None:

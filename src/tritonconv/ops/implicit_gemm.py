@@ -155,7 +155,7 @@ def _forward_config(
     dtype, rows, src_per_group, dst_per_group, groups, device, taps, packed
 ) -> Config:
     if dtype not in DOT_DTYPES:  # outer products, one channel per step
-        rows_per_program = 256 if INTERPRETER else 64  # the interpreter: fewer Python steps
+        rows_per_program = 1024 if INTERPRETER else 64  # the interpreter: fewer Python steps
         return Config(rows_per_program, clamped_power_of_2(dst_per_group, 1, 32), 1, 4, 1)
     block_k = _k_block(dtype, src_per_group)
     block_n = clamped_power_of_2(dst_per_group, 16, 128)
