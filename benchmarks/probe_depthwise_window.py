@@ -20,10 +20,10 @@ kernel of its own), in one process:
 
     PYTHONPATH=src python benchmarks/probe_depthwise_window.py [--json out.json]
         [--layers convnext_7x7_early,...] [--variants bf16_cl,fp32_cl,fp32_nchw]
-        [--fwd-tiles 32,16,8,4,1 32,8,8,8,1 ... | library]
+        [--fwd-tiles library 32,16,8,4,1 32,8,8,8,1 ...]
         [--wgrad-tiles 32,8,16,4 32,8,16,4,1 ...]
 
-``--fwd-tiles library`` keeps the library's forward tiles (no forward sweep); a dW tile's
+``library`` among the forward tiles stands for the library's own tiles; a dW tile's
 optional fifth number is ``max_taps`` (kernel rows a dW program takes: 1 is one row each).
 
 A short table comes last: per row, cuDNN / before / window (best) in ms, forward and
@@ -118,7 +118,10 @@ def configure(window: bool, layout: str, kernel: int, fwd=None, wgrad=None) -> N
             names = ("block_c", "block_h", "block_w", "num_warps")
             entry.update(zip((*names, "max_taps") if op == "wgrad" else names, tiles))
             if op == "fwd":  # rows unrolled or looped, over the tile's own rows
-                entry.update(unroll_max_kh=31 if tiles[4] else 0, unrolled_block_h=tiles[1])
+                straddle = len(tiles) > 5 and bool(tiles[5])
+                entry.update(
+                    unrolled=((31, tiles[1], straddle),) if tiles[4] else (), straddle=straddle
+                )
     clear_caches()
 
 
@@ -147,7 +150,8 @@ def main() -> int:
         nargs="+",
         default=None,
         help="forward tiles to sweep instead of the defaults: block_c,block_h,block_w,warps,unroll"
-        " ('library': the library's, no sweep)",
+        "[,straddle: 1 lets the channel block overrun the channels]"
+        " ('library': the library's own)",
     )
     ap.add_argument(
         "--wgrad-tiles",
@@ -168,10 +172,11 @@ def main() -> int:
         dtype, channels_last = VARIANTS[variant]
         layout = "channels_last" if channels_last else "nchw"
         fwd_configs = FWD_CONFIGS if channels_last else NCHW_FWD_CONFIGS
-        if args.fwd_tiles == ["library"]:
-            fwd_configs = [None]
-        elif args.fwd_tiles:
-            fwd_configs = [tuple(int(v) for v in t.split(",")) for t in args.fwd_tiles]
+        if args.fwd_tiles:  # "library": the library's own tiles
+            fwd_configs = [
+                None if t == "library" else tuple(int(v) for v in t.split(","))
+                for t in args.fwd_tiles
+            ]
         wgrad_configs = WGRAD_CONFIGS if channels_last else NCHW_WGRAD_CONFIGS
         if args.wgrad_tiles:
             wgrad_configs = [tuple(int(v) for v in t.split(",")) for t in args.wgrad_tiles]

@@ -453,6 +453,20 @@ def test_depthwise_window_grad_weight_rows(max_taps, device, monkeypatch, poison
     clear_caches()
 
 
+@pytest.mark.parametrize("kernel", (3, 5))
+def test_depthwise_window_channel_blocks_straddling_the_channels(kernel, device):
+    """40 channels: on the GPU a channels-last 3x3's 32-channel blocks straddle the last
+    channel (a partly masked block), a 5x5's are halved to 8 (which divide 40)."""
+    from tritonconv.ops import depthwise as ops
+
+    assert ops._channel_block(40, 32, straddle=True) == 32
+    assert ops._channel_block(40, 32) == 8
+    x = _layout(random_tensor((2, 40, 9, 11), torch.float64, device), "nhwc")
+    w = random_tensor((40, 1, kernel, kernel), torch.float64, device)
+    b = random_tensor((40,), torch.float64, device)
+    _check(x, w, b, algo="depthwise", groups=40, padding=kernel // 2)
+
+
 def test_depthwise_window_strided_views(device):
     """No unit stride anywhere (every other column of a wider tensor): the height slides."""
     x = _layout(random_tensor((1, 2, 9, 12), torch.float64, device), "strided")

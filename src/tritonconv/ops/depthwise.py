@@ -99,14 +99,23 @@ WINDOW_MAX_KW = 31
 # Tiles of the window kernels: ``block_w`` output columns a program (unrolled, any count),
 # each a ``block_c`` x ``block_h`` tile; NCHW slides along the height instead and tiles the
 # width (``block_h`` then runs along the width, ``block_c`` planes). A forward kernel of at
-# most ``unroll_max_kh`` rows also unrolls its rows (every row's loads in flight together)
-# over ``unrolled_block_h`` tile rows. dW splits the batch until about ``target_programs``
-# programs run. From probe_depthwise_window.py on the H100 (RESULTS.md, session 8):
+# most ``rows`` rows, for the first ``(rows, tile rows, straddle)`` of ``unrolled`` that
+# takes it, also unrolls its rows (every row's loads in flight together) over that many tile
+# rows; with ``straddle`` its channel blocks keep ``block_c`` where that does not divide the
+# channels (the last block partly masked) instead of being halved until it does. dW splits
+# the batch until about ``target_programs`` programs run. From probe_depthwise_window.py on
+# the H100 (RESULTS.md, session 8):
 # channels-last forward 32 x 8 x 8 (7x7: 32 x 16 with rows unrolled is 27 % slower), and for
 # 3x3/5x5 rows unrolled over 32 x 16 x 8 (MobileNet 3x3 bf16 0.041 -> 0.032 ms, 5x5 0.016 ->
 # 0.014; EfficientNet and C256 3x3 unchanged); fwd+bwd with dW 32 x 8 x 16 (32 x 8 x 8: 1.02x
 # the time, 32 x 4 x 16: 1.15x); NCHW 4 planes x 64 x 8 best everywhere (one plane a program:
 # 2.6x slower forward, half its threads idle on a 64-wide tile; rows unrolled: within 5 %).
+# Session 32, channels-last forward ms, a 3x3 over 8 unrolled tile rows in 32-channel
+# blocks that may straddle, against 16 rows in blocks halved to divide: MobileNet's 144
+# channels bf16 0.0314 -> 0.0281 (76 % of the copy's bandwidth), fp32 0.0539 -> 0.0485; 256
+# channels bf16 0.0498 -> 0.0474, fp32 0.0916 -> 0.0795; EfficientNet's 3x3 s2 bf16 0.0407 ->
+# 0.0387. A 5x5 keeps 16 rows (0.0138 against 0.0152 at 8) and exact blocks (240 channels
+# s2, straddled: bf16 0.0124 -> 0.0135, fp32 0.0181 -> 0.0289).
 # A dW program takes as many kernel rows as keep it to ``max_taps`` accumulator tiles (rows
 # split evenly between programs): each row's source tile is the previous one's shifted by a
 # row, an L1 hit in one program; with a program a kernel row, each brought ``dy`` and ``x``
@@ -117,9 +126,13 @@ WINDOW_MAX_KW = 31
 # of the programs, each holding 25-49 accumulator tiles.
 WINDOW_CONFIG = {
     "fwd_channels_last": dict(
-        block_c=32, block_h=8, block_w=8, num_warps=4, unroll_max_kh=5, unrolled_block_h=16
+        block_c=32,
+        block_h=8,
+        block_w=8,
+        num_warps=4,
+        unrolled=((3, 8, True), (5, 16, False)),
     ),
-    "fwd_nchw": dict(block_c=4, block_h=64, block_w=8, num_warps=4, unroll_max_kh=0),
+    "fwd_nchw": dict(block_c=4, block_h=64, block_w=8, num_warps=4, unrolled=()),
     "wgrad_channels_last": dict(
         block_c=32, block_h=8, block_w=16, num_warps=4, target_programs=4096, max_taps=9
     ),
@@ -170,11 +183,12 @@ def _fma_tiles(t: torch.Tensor, height: int, width: int):
     return 1, clamped_power_of_2(height, 1, max(1, elements // block_w)), block_w
 
 
-def _channel_block(channels: int, limit: int) -> int:
+def _channel_block(channels: int, limit: int, straddle: bool = False) -> int:
     """A power-of-two block of at most ``limit`` channels, halved (down to 8) until it
-    divides ``channels``, so that no block straddles the end of the channels."""
+    divides ``channels``, so that no block straddles the end of the channels (unless
+    ``straddle``: the last block then runs partly masked)."""
     block_c = clamped_power_of_2(channels, 1, limit)
-    while block_c > 8 and channels % block_c:
+    while not straddle and block_c > 8 and channels % block_c:
         block_c //= 2
     return block_c
 
@@ -311,7 +325,7 @@ def _window_axes(geometry: Geometry, t: torch.Tensor, op: str):
 def _window_tiles(t: torch.Tensor, C: int, rows: int, columns: int, config: dict):
     """(BLOCK_C, BLOCK_H, BLOCK_W) of a window kernel: ``rows`` along the tile axis,
     ``columns`` along the sliding one (``BLOCK_W`` need not be a power of two)."""
-    block_c = _channel_block(C, config["block_c"])
+    block_c = _channel_block(C, config["block_c"], config.get("straddle", False))
     block_h = config["block_h"]
     if INTERPRETER:  # few programs; still several row tiles on the tests' small tensors
         block_c, block_h = min(block_c, 4), 16
@@ -325,9 +339,9 @@ def _launch_window(src, weight, bias, dst, geometry, R, DIV, walk, axes, index_6
     t, s, config = axes
     N, C_dst = dst.shape[:2]
     DT, DS = dst.shape[2 + t], dst.shape[2 + s]
-    unroll = geometry.kernel[t] <= config["unroll_max_kh"]
-    if unroll:
-        config = dict(config, block_h=config["unrolled_block_h"])
+    unrolled = [u for u in config["unrolled"] if geometry.kernel[t] <= u[0]]
+    if unrolled:
+        config = dict(config, block_h=unrolled[0][1], straddle=unrolled[0][2])
     block_c, block_h, block_w = _window_tiles(dst, C_dst, DT, DS, config)
     grid = (N * cdiv(C_dst, block_c), cdiv(DT, block_h) * cdiv(DS, block_w))
     launch(
@@ -364,7 +378,7 @@ def _launch_window(src, weight, bias, dst, geometry, R, DIV, walk, axes, index_6
         KW=geometry.kernel[s],
         STRIDE_W=geometry.stride[s],
         DIL_W=geometry.dilation[s],
-        UNROLL_KH=geometry.kernel[t] if unroll else 0,
+        UNROLL_KH=geometry.kernel[t] if unrolled else 0,
         HAS_BIAS=bias is not None,
         ACC_DTYPE=accumulator_dtype(src.dtype),
         BLOCK_C=block_c,
