@@ -29,7 +29,7 @@ fi
 export PYTHONPATH=src${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 COLUMNS=160
 OUT_DIR=${OUT:-bench-out}
 mkdir -p "$OUT_DIR"
-SUITES=${SUITES:-"dense conv im2col direct crop host more"}
+SUITES=${SUITES:-"dense conv im2col direct depthwise crop host more"}
 DTYPES=${DTYPES:-"float32 bfloat16"}
 
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader

@@ -106,6 +106,22 @@ def test_bench_host_and_more_suites(tmp_path):
     assert all(r["ours_ms"] > 0 and r["ref_ms"] > 0 for r in rows)
 
 
+def test_bench_depthwise_suite_reports_the_copy_share(tmp_path):
+    """Issue 13's suite end to end (toy size, one depthwise and one grouped case): forward and
+    forward + backward against the reference, the forward's bandwidth over the copy's."""
+    args = ["bench", "--quick", "--suite", "depthwise", "--case", "mobilenet_3x3"]
+    args += ["--case", "grouped_3x3_8ch", "--dtype", "bfloat16", "--out", str(tmp_path)]
+    assert main(args) == 0
+    rows = json.loads((tmp_path / "bench.json").read_text())["rows"]
+    assert {(r["case"], r["op"]) for r in rows} == {
+        (case, op) for case in ("mobilenet_3x3", "grouped_3x3_8ch") for op in ("fwd", "fwd+bwd")
+    }
+    assert all(r["ours_ms"] > 0 and r["ref_ms"] > 0 and r["unit"] == "GB/s" for r in rows)
+    assert all((r["of_copy"] is not None) == (r["op"] == "fwd") for r in rows)
+    assert all(r["of_copy"] > 0 and r["extra"]["copy_ms"] > 0 for r in rows if r["op"] == "fwd")
+    assert "| of copy |" in (tmp_path / "bench.md").read_text()
+
+
 def test_explain_channels_last_needs_a_4d_or_5d_input(capsys):
     assert main(["explain", "2,16,20", "16,16,3", "--channels-last"]) == 2
     assert "--channels-last needs a 4-D or 5-D input" in capsys.readouterr().out

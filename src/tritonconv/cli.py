@@ -500,7 +500,7 @@ def cmd_bench(args) -> int:
     (out / "bench.partial.json").unlink(missing_ok=True)
     table = Table(title=f"tritonconv bench on {env['gpu']} (speedup = ref time / ours)")
     columns = ("suite", "case", "op", "dtype", "ours ms", "ref", "ref ms", "speedup", "kernel ×")
-    for column in (*columns, "rate"):
+    for column in (*columns, "rate", "of copy"):
         table.add_column(column)
     shown = [r for r in rows if not bench_models.is_detail(r)]
     for r in shown:
@@ -515,6 +515,7 @@ def cmd_bench(args) -> int:
             f"{r.speedup:.2f}" if r.speedup else "—",
             f"{r.kernel_speedup:.2f}" if r.kernel_speedup else "—",
             f"{r.rate:.1f} {r.unit}" if r.rate is not None else "—",
+            f"{r.of_copy:.0%}" if r.of_copy is not None else "—",
         )
     if shown:
         console.print(table)

@@ -69,6 +69,9 @@ class Row:
     # GPU time of the same calls replayed from a CUDA graph (no host work): the kernels alone
     ours_kernel_ms: float | None = None
     ref_kernel_ms: float | None = None
+    # memory-bound rows: their bandwidth (work / time, on kernel time where measured) over
+    # that of a copy timed beside them
+    of_copy: float | None = None
 
     @property
     def speedup(self) -> float | None:
@@ -276,6 +279,10 @@ def _fmt(value, digits=3):
     return "—" if value is None else f"{value:.{digits}f}"
 
 
+def _percent(value):
+    return "—" if value is None else f"{value:.0%}"
+
+
 def markdown(rows: list[Row], env: dict) -> str:
     lines = [
         f"Measured {env['date']} on {env['gpu']}; torch {env['torch']}, Triton "
@@ -285,8 +292,8 @@ def markdown(rows: list[Row], env: dict) -> str:
         "reference time / ours (>1: ours faster).",
         "",
         "| suite | case | shape | op | dtype | ours ms | ref | ref ms | speedup | "
-        "ours kernel ms | ref kernel ms | kernel speedup | ours rate |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "ours kernel ms | ref kernel ms | kernel speedup | ours rate | of copy |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         rate = f"{r.rate:.1f} {r.unit}" if r.rate is not None else "—"
@@ -294,7 +301,7 @@ def markdown(rows: list[Row], env: dict) -> str:
             f"| {r.suite} | {r.case} | {r.shape} | {r.op} | {r.dtype} | {_fmt(r.ours_ms)} | "
             f"{r.ref_name} | {_fmt(r.ref_ms)} | {_fmt(r.speedup, 2)} | "
             f"{_fmt(r.ours_kernel_ms)} | {_fmt(r.ref_kernel_ms)} | {_fmt(r.kernel_speedup, 2)} | "
-            f"{rate} |"
+            f"{rate} | {_percent(r.of_copy)} |"
         )
     return "\n".join(lines) + "\n"
 

@@ -1,0 +1,147 @@
+"""Suite ``depthwise``: issue 13's depthwise and small-group convolutions against cuDNN, with
+the bandwidth they reach beside the copy's.
+
+Cases: ConvNeXt's 7×7 depthwise (early and late stage), MobileNetV3's 3×3, 5×5 and 5×5
+stride 2, EfficientNet's 3×3 stride 2, RepLKNet's 31×31, and grouped 3×3 layers of 16
+(RegNet) and 8 channels a group; batch 32 (RepLK 16). Each dtype runs in the layout these
+networks use it in: 16-bit floats channels-last (AMP), fp32 NCHW.
+
+Per case, ours (``algo="auto"``) and cuDNN (``cudnn.benchmark`` on, TF32 off for fp32) on
+the same inputs: the forward and the forward + backward (every input's gradient), per call
+and on the GPU alone (CUDA-graph replay), over input sets that together overflow the L2
+cache, so every call reads from DRAM as in a network. Beside them, a copy of the input
+(``Tensor.copy_``: its bytes read and written once) timed the same way: the forward row's
+``of_copy`` is the forward's bandwidth (input read + output written, on kernel time) over
+the copy's, issue 13's "% of the measured copy bandwidth". ``Options.quick`` shrinks every
+case to a toy size (the CPU path).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from .. import functional
+from ..testing import DEVICE
+from . import Options, Row, input_sets, kernel_ms, suite, time_ms
+from .conv import exact_fp32
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    n: int
+    c: int
+    size: int  # height = width
+    k: int
+    stride: int = 1
+    per_group: int = 1  # channels a group: 1 is depthwise
+
+    @property
+    def groups(self) -> int:
+        return self.c // self.per_group
+
+    @property
+    def shape(self) -> str:
+        kind = "depthwise" if self.per_group == 1 else f"{self.per_group} ch a group"
+        s = f" s{self.stride}" if self.stride > 1 else ""
+        return f"N{self.n} C{self.c} {self.size}² {self.k}×{self.k}{s} {kind}"
+
+    def quick(self) -> Case:
+        """A toy version (the interpreter): a few channels and pixels, kernels up to 7."""
+        c = 2 * self.per_group if self.per_group > 1 else 4
+        k = min(self.k, 7)
+        return Case(self.name, 1, c, k + 3, k, self.stride, self.per_group)
+
+
+CASES = [
+    Case("convnext_7x7_early", 32, 96, 56, 7),
+    Case("convnext_7x7_late", 32, 768, 7, 7),
+    Case("mobilenet_3x3", 32, 144, 56, 3),
+    Case("mobilenet_5x5", 32, 480, 14, 5),
+    Case("mobilenet_5x5_s2", 32, 240, 28, 5, stride=2),
+    Case("efficientnet_3x3_s2", 32, 96, 112, 3, stride=2),
+    Case("replk_31x31", 16, 128, 56, 31),
+    Case("regnet_3x3_16ch", 32, 64, 56, 3, per_group=16),
+    Case("grouped_3x3_8ch", 32, 256, 28, 3, per_group=8),
+]
+
+
+def _layout(dtype: torch.dtype) -> torch.memory_format:
+    """The layout a network runs this dtype in: channels-last under AMP, NCHW in fp32."""
+    return torch.contiguous_format if dtype == torch.float32 else torch.channels_last
+
+
+def _nbytes(t: torch.Tensor) -> int:
+    return t.numel() * t.element_size()
+
+
+def _rows(case: Case, name: str, opts: Options) -> Iterator[Row]:
+    dtype = getattr(torch, name)
+    fmt = _layout(dtype)
+    kwargs = dict(stride=case.stride, padding=case.k // 2, groups=case.groups)
+
+    def make():
+        x = torch.randn(case.n, case.c, case.size, case.size, device=DEVICE)
+        w = torch.randn(case.c, case.per_group, case.k, case.k, device=DEVICE) / case.k
+        x, w = (t.to(dtype).to(memory_format=fmt).requires_grad_() for t in (x, w))
+        dy = torch.randn_like(F.conv2d(x.detach(), w.detach(), **kwargs))
+        return x, w, dy, torch.empty_like(x.detach())
+
+    x_bytes = case.n * case.c * case.size * case.size * dtype.itemsize
+    sets = input_sets(make, 2 * x_bytes)
+    count = len(sets)
+    y_bytes = _nbytes(sets[0][2])
+
+    def timed(fn) -> tuple[float, float | None]:
+        return time_ms(fn, count, opts), kernel_ms(fn, count, opts)
+
+    def copy(i):
+        sets[i][3].copy_(sets[i][0].detach())
+
+    results = {}
+    with exact_fp32(dtype):
+        for side, conv in (("ours", functional.conv2d), ("ref", F.conv2d)):
+
+            def forward(i, conv=conv):
+                with torch.no_grad():
+                    conv(sets[i][0], sets[i][1], **kwargs)
+
+            def forward_backward(i, conv=conv):
+                x, w, dy, _ = sets[i]
+                torch.autograd.grad(conv(x, w, **kwargs), (x, w), dy)
+
+            results[side] = (timed(forward), timed(forward_backward))
+        copy_ms, copy_kernel_ms = timed(copy)
+    ref_name = "cuDNN " + ("NCHW" if fmt == torch.contiguous_format else "NHWC")
+    if DEVICE != "cuda":
+        ref_name = "PyTorch CPU"
+    # bytes a pass must move: forward x in, y out; dX reads dy, writes dx; dW reads dy and x
+    work = {"fwd": x_bytes + y_bytes, "fwd+bwd": 3 * x_bytes + 3 * y_bytes}
+    copy_rate = 2 * x_bytes / (copy_kernel_ms or copy_ms)
+    for i, op in enumerate(("fwd", "fwd+bwd")):
+        (ours_ms, ours_kernel), (ref_ms, ref_kernel) = results["ours"][i], results["ref"][i]
+        of_copy = None
+        if op == "fwd":
+            of_copy = work[op] / (ours_kernel or ours_ms) / copy_rate
+        yield Row(
+            suite="depthwise", case=case.name, shape=case.shape, op=op, dtype=name,
+            ours_ms=ours_ms, ref_ms=ref_ms, ref_name=ref_name, work=work[op], unit="GB/s",
+            ours_kernel_ms=ours_kernel, ref_kernel_ms=ref_kernel, of_copy=of_copy,
+            extra=dict(copy_ms=copy_ms, copy_kernel_ms=copy_kernel_ms, layout=str(fmt)),
+        )  # fmt: skip
+
+
+@suite("depthwise")
+def depthwise_suite(opts: Options) -> Iterator[Row]:
+    """Depthwise and small-group conv2d vs cuDNN, with the forward's share of the copy's
+    bandwidth."""
+    for case in CASES:
+        if not opts.wants(case.name):
+            continue
+        case = case.quick() if opts.quick else case
+        for name in opts.dtypes:
+            yield from _rows(case, name, opts)
