@@ -445,26 +445,30 @@ def test_depthwise_window_grad_weight_rows(max_taps, device, monkeypatch, poison
         monkeypatch.setitem(ops.WINDOW_CONFIG, key, dict(ops.WINDOW_CONFIG[key], max_taps=max_taps))
     assert ops.window_rows(7, 7, max_taps) == {1: 1, 14: 2, 49: 7}[max_taps]
     monkeypatch.setattr(ops.torch, "empty", poisoned)
-    for layout in ("nchw", "nhwc"):
-        x = _layout(random_tensor((2, 3, 13, 10), torch.float64, device), layout)
-        w = random_tensor((3, 1, 7, 7), torch.float64, device)
-        b = random_tensor((3,), torch.float64, device)
-        _check(x, w, b, algo="depthwise", groups=3, padding=(3, 2))
-    clear_caches()
+    try:
+        for layout in ("nchw", "nhwc"):
+            x = _layout(random_tensor((2, 3, 13, 10), torch.float64, device), layout)
+            w = random_tensor((3, 1, 7, 7), torch.float64, device)
+            b = random_tensor((3,), torch.float64, device)
+            _check(x, w, b, algo="depthwise", groups=3, padding=(3, 2))
+    finally:
+        clear_caches()
 
 
+@pytest.mark.parametrize("channels", (6, 40))
 @pytest.mark.parametrize("kernel", (3, 5))
-def test_depthwise_window_channel_blocks_straddling_the_channels(kernel, device):
-    """40 channels: on the GPU a channels-last 3x3's 32-channel blocks straddle the last
-    channel (a partly masked block), a 5x5's are halved to 8 (which divide 40)."""
+def test_depthwise_window_channel_blocks_straddling_the_channels(kernel, channels, device):
+    """Channel blocks that overrun the channels, the last one partly masked: on the GPU a
+    channels-last 3x3's 32-channel blocks over 40 channels (a 5x5's are halved to 8, which
+    divide 40); under the interpreter (blocks of at most 4) the 6-channel case."""
     from tritonconv.ops import depthwise as ops
 
     assert ops._channel_block(40, 32, straddle=True) == 32
     assert ops._channel_block(40, 32) == 8
-    x = _layout(random_tensor((2, 40, 9, 11), torch.float64, device), "nhwc")
-    w = random_tensor((40, 1, kernel, kernel), torch.float64, device)
-    b = random_tensor((40,), torch.float64, device)
-    _check(x, w, b, algo="depthwise", groups=40, padding=kernel // 2)
+    x = _layout(random_tensor((2, channels, 9, 11), torch.float64, device), "nhwc")
+    w = random_tensor((channels, 1, kernel, kernel), torch.float64, device)
+    b = random_tensor((channels,), torch.float64, device)
+    _check(x, w, b, algo="depthwise", groups=channels, padding=kernel // 2)
 
 
 def test_depthwise_window_strided_views(device):

@@ -87,6 +87,15 @@ def test_forward_and_gradients_match_float64(geometry, device):
                None, **kw)  # fmt: skip
 
 
+def test_outer_product_forward_over_several_row_tiles(device):
+    """float64 (outer products, no tensor cores) with more output rows than a program takes
+    (1024 under the interpreter, 64 compiled): several row tiles, the last partial."""
+    x = random_tensor((1, 3, 45, 50), torch.float64, device)  # 2250 output rows
+    w = random_tensor((5, 3, 3, 3), torch.float64, device)
+    b = random_tensor((5,), torch.float64, device)
+    _check(x, w, b, padding=1)
+
+
 @pytest.mark.parametrize("geometry", GEOMETRIES[:5], ids=str)
 def test_transposed_matches_float64(geometry, device):
     """conv_transpose2d is the input-gradient kernel (phases), bias fused; its gradients are

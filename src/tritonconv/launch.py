@@ -294,7 +294,10 @@ def _interpreting():
     (cProfile of a ``conv_transpose3d`` OpInfo sample, benchmarks/NOTES.md, session 32).
     Here a helper whose language modules the launch already patched gets an empty patch
     scope instead. Both are restored when the launch ends; a Triton without this scheme (no
-    ``_LangPatchScope``, no ``sanitize_overflow`` option) is left as it is."""
+    ``_LangPatchScope``, no ``sanitize_overflow`` option) is left as it is. Like Triton's
+    own patching, this is process-wide while a launch runs: another thread interpreting a
+    kernel at the same time (outside our launches' lock) shares it, as it shares the
+    patched language."""
     from triton.runtime import interpreter
 
     real = getattr(interpreter, "_patch_lang", None)
@@ -322,8 +325,9 @@ def _interpreting():
         )
     try:
         yield
-    finally:
-        interpreter._patch_lang = real
+    finally:  # (what another thread may have put there since is left to it to restore)
+        if interpreter._patch_lang is patch_lang:
+            interpreter._patch_lang = real
         if checks != INTERPRETER_OVERFLOW_CHECKS:
             builder.options = options
 

@@ -93,9 +93,12 @@ class Row:
         return per_second / (1e12 if self.unit == "TFLOP/s" else 1e9)
 
 
-def input_sets(make: Callable[[], object], bytes_each: int, *, cache_bytes: int = 64 << 20):
-    """Enough independent input sets that cycling through them overflows the L2 cache (2-8)."""
-    count = min(8, max(2, math.ceil(2 * cache_bytes / max(1, bytes_each))))
+def input_sets(
+    make: Callable[[], object], bytes_each: int, *, cache_bytes: int = 64 << 20, most: int = 8
+):
+    """Enough independent input sets that cycling through them overflows the L2 cache (2 to
+    ``most``: a layer whose sets are smaller stays partly in L2)."""
+    count = min(most, max(2, math.ceil(2 * cache_bytes / max(1, bytes_each))))
     return [make() for _ in range(count)]
 
 

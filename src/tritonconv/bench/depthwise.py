@@ -9,11 +9,12 @@ networks use it in: 16-bit floats channels-last (AMP), fp32 NCHW.
 Per case, ours (``algo="auto"``) and cuDNN (``cudnn.benchmark`` on, TF32 off for fp32) on
 the same inputs: the forward and the forward + backward (every input's gradient), per call
 and on the GPU alone (CUDA-graph replay), over input sets that together overflow the L2
-cache, so every call reads from DRAM as in a network. Beside them, a copy of the input
+cache (up to :data:`MOST_SETS`; the smallest layer, ConvNeXt's late 7x7 in bf16, takes 42),
+so every call reads from DRAM as in a network. Beside them, a copy of the input
 (``Tensor.copy_``: its bytes read and written once) timed the same way: the forward row's
-``of_copy`` is the forward's bandwidth (input read + output written, on kernel time) over
-the copy's, issue 13's "% of the measured copy bandwidth". ``Options.quick`` shrinks every
-case to a toy size (the CPU path).
+``of_copy`` is the forward's bandwidth (input read + output written) over the copy's, both
+on kernel time (per call where either has none), issue 13's "% of the measured copy
+bandwidth". ``Options.quick`` shrinks every case to a toy size (the CPU path).
 """
 
 from __future__ import annotations
@@ -70,6 +71,11 @@ CASES = [
 ]
 
 
+# Input sets at most (each about a layer's input and output): enough for the smallest case
+# to overflow the H100's 50 MB L2 twice.
+MOST_SETS = 64
+
+
 def _layout(dtype: torch.dtype) -> torch.memory_format:
     """The layout a network runs this dtype in: channels-last under AMP, NCHW in fp32."""
     return torch.contiguous_format if dtype == torch.float32 else torch.channels_last
@@ -92,7 +98,7 @@ def _rows(case: Case, name: str, opts: Options) -> Iterator[Row]:
         return x, w, dy, torch.empty_like(x.detach())
 
     x_bytes = case.n * case.c * case.size * case.size * dtype.itemsize
-    sets = input_sets(make, 2 * x_bytes)
+    sets = input_sets(make, 2 * x_bytes, most=MOST_SETS)
     count = len(sets)
     y_bytes = _nbytes(sets[0][2])
 
@@ -121,12 +127,13 @@ def _rows(case: Case, name: str, opts: Options) -> Iterator[Row]:
         ref_name = "PyTorch CPU"
     # bytes a pass must move: forward x in, y out; dX reads dy, writes dx; dW reads dy and x
     work = {"fwd": x_bytes + y_bytes, "fwd+bwd": 3 * x_bytes + 3 * y_bytes}
-    copy_rate = 2 * x_bytes / (copy_kernel_ms or copy_ms)
     for i, op in enumerate(("fwd", "fwd+bwd")):
         (ours_ms, ours_kernel), (ref_ms, ref_kernel) = results["ours"][i], results["ref"][i]
         of_copy = None
-        if op == "fwd":
-            of_copy = work[op] / (ours_kernel or ours_ms) / copy_rate
+        if op == "fwd":  # both on kernel time, or both per call
+            kernel = ours_kernel is not None and copy_kernel_ms is not None
+            ours_t, copy_t = (ours_kernel, copy_kernel_ms) if kernel else (ours_ms, copy_ms)
+            of_copy = (work[op] / ours_t) / (2 * x_bytes / copy_t)
         yield Row(
             suite="depthwise", case=case.name, shape=case.shape, op=op, dtype=name,
             ours_ms=ours_ms, ref_ms=ref_ms, ref_name=ref_name, work=work[op], unit="GB/s",
