@@ -9,7 +9,7 @@ networks use it in: 16-bit floats channels-last (AMP), fp32 NCHW.
 Per case, ours (``algo="auto"``) and cuDNN (``cudnn.benchmark`` on, TF32 off for fp32) on
 the same inputs: the forward and the forward + backward (every input's gradient), per call
 and on the GPU alone (CUDA-graph replay), over input sets that together overflow the L2
-cache (up to :data:`MOST_SETS`; the smallest layer, ConvNeXt's late 7x7 in bf16, takes 42),
+cache (up to :data:`MOST_SETS`; the smallest layer, ConvNeXt's late 7x7 in bf16, takes 27),
 so every call reads from DRAM as in a network. Beside them, a copy of the input
 (``Tensor.copy_``: its bytes read and written once) timed the same way: the forward row's
 ``of_copy`` is the forward's bandwidth (input read + output written) over the copy's, both
