@@ -307,11 +307,10 @@ def _interpreting():
     if real is None or empty_scope is None:
         yield
         return
-    language = (interpreter.tl, interpreter.tl.core)
     patched: set[int] = set()
 
     def patch_lang(fn):
-        modules = {id(v) for v in fn.__globals__.values() if any(v is m for m in language)}
+        modules = _language_modules(fn)
         if patched and modules <= patched:
             return empty_scope()
         patched.update(modules)
@@ -330,6 +329,15 @@ def _interpreting():
             interpreter._patch_lang = real
         if checks != INTERPRETER_OVERFLOW_CHECKS:
             builder.options = options
+
+
+@functools.cache
+def _language_modules(fn) -> frozenset[int]:
+    """Which of ``triton.language`` and ``triton.language.core`` a ``@triton.jit`` function's
+    module sees (the ones Triton's interpreter patches for it), once per function."""
+    import triton.language as tl
+
+    return frozenset(id(v) for v in fn.__globals__.values() if v is tl or v is tl.core)
 
 
 def _run_compiled(entry, grid, stream: int, args) -> None:

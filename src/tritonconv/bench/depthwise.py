@@ -81,10 +81,6 @@ def _layout(dtype: torch.dtype) -> torch.memory_format:
     return torch.contiguous_format if dtype == torch.float32 else torch.channels_last
 
 
-def _nbytes(t: torch.Tensor) -> int:
-    return t.numel() * t.element_size()
-
-
 def _rows(case: Case, name: str, opts: Options) -> Iterator[Row]:
     dtype = getattr(torch, name)
     fmt = _layout(dtype)
@@ -100,7 +96,7 @@ def _rows(case: Case, name: str, opts: Options) -> Iterator[Row]:
     x_bytes = case.n * case.c * case.size * case.size * dtype.itemsize
     sets = input_sets(make, 2 * x_bytes, most=MOST_SETS)
     count = len(sets)
-    y_bytes = _nbytes(sets[0][2])
+    y_bytes = sets[0][2].nbytes
 
     def timed(fn) -> tuple[float, float | None]:
         return time_ms(fn, count, opts), kernel_ms(fn, count, opts)

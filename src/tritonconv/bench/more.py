@@ -168,7 +168,7 @@ CASES = [
         lambda x, w, b: functional.causal_conv1d(x, w, b, activation="silu"),
         _causal_ref,
         # forward: x read, y written; backward: x and dy read, dx written
-        lambda x, w, b: (2 * _nbytes(x), 3 * _nbytes(x)),
+        lambda x, w, b: (2 * x.nbytes, 3 * x.nbytes),
     ),
     Case(
         "conv3d_3x3x3",
@@ -222,10 +222,6 @@ CASES = [
         ),
     ),
 ]
-
-
-def _nbytes(t: torch.Tensor) -> int:
-    return t.numel() * t.element_size()
 
 
 def _timed(fn, inputs, opts: Options) -> tuple[float, float, float | None, float | None]:
