@@ -488,15 +488,19 @@ def test_integer_depthwise_window_is_exact(dtype, layout, device):
     assert torch.equal(y.cpu(), _reference_int(x, w, b, padding=3, groups=4))
 
 
+@pytest.mark.parametrize("kernel", (3, 7))
 @pytest.mark.parametrize("layout", ("nchw", "nhwc"))
-def test_depthwise_window_int64_indexing(layout, device, monkeypatch):
-    """Force the window kernels' 64-bit index arithmetic (from 2**31 elements on)."""
+def test_depthwise_window_int64_indexing(layout, kernel, device, monkeypatch):
+    """Force the window kernels' 64-bit index arithmetic (from 2**31 elements on); a dilated
+    3x3's dW programs take its three kernel rows, each a row step apart."""
     from tritonconv.ops import common
 
     monkeypatch.setattr(common, "INDEX32_LIMIT", 16)
     x = _layout(random_tensor((2, 2, 10, 9), torch.float64, device), layout)
-    w = random_tensor((2, 1, 7, 7), torch.float64, device)
-    _check(x, w, random_tensor((2,), torch.float64, device), algo="depthwise", padding=3, groups=2)
+    w = random_tensor((2, 1, kernel, kernel), torch.float64, device)
+    dilation = 2 if kernel == 3 else 1
+    _check(x, w, random_tensor((2,), torch.float64, device), algo="depthwise",
+           padding=kernel // 2 * dilation, dilation=dilation, groups=2)  # fmt: skip
 
 
 def test_auto_picks_depthwise_and_direct():

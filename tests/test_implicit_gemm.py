@@ -20,6 +20,7 @@ from torch._dynamo.testing import CompileCounterWithBackend
 import tritonconv
 from tritonconv import precision
 from tritonconv.bench import overridden
+from tritonconv.caches import clear_caches
 from tritonconv.kernels.mma import (
     bf16x6_step,
     lift,
@@ -1120,6 +1121,39 @@ def test_group_pack_rule():
     assert pack(torch.bfloat16, 8, 8, 2) == 2  # at most every group
     assert pack(torch.float64, 4, 4, 32) == 1  # off tensor cores
     assert pack(torch.float32, 2, 8, 16) == 16
+
+
+def test_wide_group_pack_rule(monkeypatch):
+    """16-bit groups of 16+ channels pack to WIDE_PACK_CHANNELS when enough programs remain
+    (RegNet-Y-800MF's first stage at batch 32), not on smaller grids or narrower groups."""
+    monkeypatch.setattr(implicit_gemm, "INTERPRETER", False)
+    monkeypatch.setattr(implicit_gemm, "multiprocessor_count", lambda device: 132)
+    pack, bf16 = implicit_gemm.group_pack, torch.bfloat16
+    assert pack(bf16, 16, 16, 4, 32 * 56 * 56) == 4  # 784 programs of 64 channels
+    assert pack(bf16, 16, 16, 4) == 2  # (rows unknown: the narrow rule)
+    assert pack(bf16, 16, 16, 32, 32 * 14 * 14) == 2  # ResNeXt's 14²: 392 programs
+    assert pack(bf16, 16, 16, 20, 32 * 14 * 14) == 2  # RegNet's 14²: 245
+    assert pack(bf16, 8, 8, 32, 32 * 56 * 56) == 4  # 8-channel groups: 8x the products
+    assert pack(torch.float32, 16, 16, 4, 32 * 56 * 56) == 2  # 16-bit only
+    assert pack(bf16, 16, 32, 4, 32 * 56 * 56) == 2  # 4 x 32 > 64 channels
+    config = implicit_gemm.launch_config(
+        bf16, 32, 16, 16, (56, 56), (1, 1), (3, 3), 4, False, "cuda"
+    )  # fmt: skip
+    assert config.block_n == 64  # the tiles of the packed 64-channel group
+
+
+@pytest.mark.parametrize("transposed", [False, True], ids=["forward", "transposed"])
+def test_wide_pack_runs(transposed, device, monkeypatch):
+    """Four 16-channel bf16 groups as one 64-channel program (the wide pack): forward, dX
+    and the transposed convolution against float64."""
+    monkeypatch.setattr(implicit_gemm, "INTERPRETER_MULTIPROCESSORS", 1)
+    monkeypatch.setattr(implicit_gemm, "WIDE_PACK_MIN_WAVES", 0)
+    clear_caches()  # (no launch plan recorded under the narrow rule for these signatures)
+    assert implicit_gemm.group_pack(torch.bfloat16, 16, 16, 4, 60, device) == 4
+    x = random_tensor((2, 64, 5, 6), torch.bfloat16, device).to(memory_format=torch.channels_last)
+    w = random_tensor((64, 16, 3, 3), torch.bfloat16, device)
+    _check(x, w, random_tensor((64,), torch.bfloat16, device), padding=1, groups=4,
+           transposed=transposed)  # fmt: skip
 
 
 # (N, C, spatial, K, kernel, stride, padding, dilation, groups, pack): 16-bit grouped weight

@@ -102,10 +102,43 @@ def input_sets(
     return [make() for _ in range(count)]
 
 
+#: Milliseconds one measurement (``time_ms``, ``kernel_ms``) should take at most: slow calls
+#: get fewer repetitions (at least ``MIN_REPS``). cuDNN's 31x31 depthwise convolutions take
+#: 19-32 ms a call in bf16 and more in fp32; at 50 repetitions, over 6 input sets replayed,
+#: the depthwise suite's RepLKNet case alone ran past 300 s (session 33).
+MEASURE_BUDGET_MS = 1500.0
+MIN_REPS = 5
+
+
+def _budget_reps(reps: int, call_ms: float) -> int:
+    """``reps`` repetitions of a call taking ``call_ms``, fewer if they would overrun
+    :data:`MEASURE_BUDGET_MS` (never under :data:`MIN_REPS`)."""
+    return max(MIN_REPS, min(reps, int(MEASURE_BUDGET_MS / max(call_ms, 1e-6))))
+
+
+def _warm_ms(fn: Callable[[int], object], calls: int, n_inputs: int) -> float:
+    """Warm-up: ``calls`` calls of ``fn`` over the input sets; the milliseconds of the last
+    pass over them, per call (on CUDA; 0 without it)."""
+    sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
+    last = max(0, calls - n_inputs)
+    for i in range(last):
+        fn(i % n_inputs)
+    sync()
+    start = time.perf_counter()
+    for i in range(last, calls):
+        fn(i % n_inputs)
+    sync()
+    return (time.perf_counter() - start) * 1e3 / max(1, calls - last)
+
+
 def time_ms(fn: Callable[[int], object], n_inputs: int, opts: Options) -> float:
-    """Median milliseconds of ``fn(i)``, ``i`` cycling over ``n_inputs`` input sets."""
+    """Median milliseconds of ``fn(i)``, ``i`` cycling over ``n_inputs`` input sets (fewer
+    repetitions of slow calls: :data:`MEASURE_BUDGET_MS`)."""
     reps = max(3, opts.reps // 10) if opts.quick else opts.reps
     warmup = 1 if opts.quick else opts.warmup
+    if torch.cuda.is_available():
+        reps = _budget_reps(reps, _warm_ms(fn, max(warmup, n_inputs), n_inputs))
+        warmup = 0
     return median_ms(fn, reps, warmup=warmup, inputs=n_inputs)
 
 
@@ -173,10 +206,10 @@ def kernel_ms(fn: Callable[[int], object], n_inputs: int, opts: Options) -> floa
     whose kernels take less time than the host path the two differ, and both are reported."""
     if not torch.cuda.is_available():
         return None
-    for i in range(max(2, n_inputs)):  # warm up (compilation, cudnn.benchmark) outside capture
-        fn(i % n_inputs)
-    torch.cuda.synchronize()
+    # warm up (compilation, cudnn.benchmark) outside capture
+    call_ms = _warm_ms(fn, max(2, n_inputs), n_inputs)
     reps = max(3, opts.reps // 10) if opts.quick else max(5, opts.reps // 2)
+    reps = _budget_reps(reps, call_ms * n_inputs)
     one_pass = _replay_ms(fn, n_inputs, 1, reps)
     if one_pass is None:
         return None

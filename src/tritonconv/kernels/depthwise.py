@@ -671,7 +671,10 @@ def depthwise_window_grad_weight_kernel(
                 ih = ih0 + r * dil_h
                 row_ok = (ih >= 0) & (ih < H)
                 x_ok = out_ok & row_ok[None, :] & (zero + kh0 + r < KH)[:, None]
-                x_row = x_n + r * dil_h * x_sh
+                if INDEX_64:  # (the row step in 64 bits: dil_h * x_sh may pass int32)
+                    x_row = x_n + ((tl.zeros_like(h) + r * dil_h) * x_sh)[None, :]
+                else:
+                    x_row = x_n + r * dil_h * x_sh
                 row_accs = ()
                 for kw in tl.static_range(KW):
                     row_accs = row_accs + (accs[r * KW + kw],)

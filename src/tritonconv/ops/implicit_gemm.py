@@ -413,18 +413,42 @@ def _row_grid(dst_spatial, stride, transposed: bool) -> tuple:
 # groups: 57.7 µs) and faster only on RegNet's 56-pixel stage (4 groups into one: 26.9 against
 # 32.5).
 PACK_CHANNELS = 32
+# Groups of at least 16 channels a side pack to WIDE_PACK_CHANNELS instead where the packed
+# grid still has WIDE_PACK_MIN_WAVES waves of 128-row programs: twice the tensor-core work
+# (4x the useful products for 16-channel groups) in half the loop steps. Measured (session
+# 33, H100, bf16 channels-last, benchmarks/probe_grouped_tiles.py, µs, forward / input
+# gradient): RegNet-Y-800MF's 16 channels x 4 groups at 56² (784 programs at 64 channels)
+# 32.4 / 32.5 -> 26.0 / 29.0 (cuDNN 23.0 / 25.4); session 21's probe had 64 channels slower
+# on the same groups at 14² (392 and 245 programs: 13.1 -> 14.2 and 9.3 -> 10.4 forward).
+WIDE_PACK_CHANNELS = 64
+WIDE_PACK_MIN_WAVES = 4
 
 
-def group_pack(dtype, src_per_group: int, dst_per_group: int, groups: int) -> int:
+def group_pack(
+    dtype, src_per_group: int, dst_per_group: int, groups: int, rows: int = 0, device="cuda"
+) -> int:
     """How many consecutive groups one program of the forward/input-gradient kernel runs as one
     (block-diagonal weight tile): enough that both sides reach ``PACK_CHANNELS`` (groups of 8 ->
     8 channels: 4; of 16 -> 16: 2), a power of two dividing ``groups``; 1 for groups that wide
-    on both sides already and off tensor cores."""
+    on both sides already and off tensor cores. 16-bit groups of 16 or more channels over
+    ``rows`` output rows (per phase) pack to ``WIDE_PACK_CHANNELS`` where that leaves enough
+    programs for ``device`` (:data:`WIDE_PACK_MIN_WAVES`)."""
     if dtype not in DOT_DTYPES or groups == 1:
         return 1
+    narrow = min(src_per_group, dst_per_group)
     pack = 1
-    while pack * min(src_per_group, dst_per_group) < PACK_CHANNELS and groups % (2 * pack) == 0:
+    while pack * narrow < PACK_CHANNELS and groups % (2 * pack) == 0:
         pack *= 2
+    wide = 2 * pack
+    if (
+        dtype in (torch.float16, torch.bfloat16) and narrow >= 16 and rows
+        and wide * max(src_per_group, dst_per_group) <= WIDE_PACK_CHANNELS
+        and groups % wide == 0
+    ):  # fmt: skip
+        # (no GPU to ask under the interpreter: INTERPRETER_MULTIPROCESSORS, 0 packs no wider)
+        sms = INTERPRETER_MULTIPROCESSORS if INTERPRETER else multiprocessor_count(device)
+        if sms and cdiv(rows, 128) * (groups // wide) >= WIDE_PACK_MIN_WAVES * sms:
+            pack = wide
     return pack
 
 
@@ -435,7 +459,7 @@ def launch_config(dtype, batch, src_per_group, dst_per_group, dst_spatial, strid
     axis; small groups as the launcher packs them (:func:`group_pack`)."""
     grid_q = _row_grid(_spatial3(dst_spatial, 1), _spatial3(stride, 1), transposed)
     rows = batch * math.prod(grid_q)
-    pack = group_pack(dtype, src_per_group, dst_per_group, groups)
+    pack = group_pack(dtype, src_per_group, dst_per_group, groups, rows, device)
     # taps a row reduces over: an input gradient's stride phase takes about 1/stride of them
     taps = math.prod(cdiv(k, s) if transposed else k for k, s in zip(kernel, stride, strict=True))
     return forward_config(
@@ -838,7 +862,7 @@ def _launch_conv(src, weight, bias, dst, geometry: Geometry, groups: int, transp
     out_per_group = weight.shape[0] // groups
     w_sd, w_ss = (w_si, w_so) if transposed else (w_so, w_si)
     # Small groups run ``pack`` at a time as one wider group (block-diagonal weight tile).
-    pack = group_pack(src.dtype, src_per_group, dst_per_group, groups)
+    pack = group_pack(src.dtype, src_per_group, dst_per_group, groups, rows, src.device)
     src_g, dst_g = src_per_group, dst_per_group
     src_per_group, dst_per_group, groups = pack * src_g, pack * dst_g, groups // pack
     if block_n2 and (pack > 1 or src.dtype not in DOT_DTYPES):
