@@ -120,6 +120,8 @@ def test_bench_depthwise_suite_reports_the_copy_share(tmp_path):
     assert all((r["of_copy"] is not None) == (r["op"] == "fwd") for r in rows)
     assert all(r["of_copy"] > 0 and r["extra"]["copy_ms"] > 0 for r in rows if r["op"] == "fwd")
     assert "| of copy |" in (tmp_path / "bench.md").read_text()
+    # the algorithm auto ran, named (on CPU tensors: PyTorch's, unless the kernels are asked for)
+    assert all(r["note"] == f"auto: {r['extra']['auto']}" and r["extra"]["auto"] for r in rows)
 
 
 def test_explain_channels_last_needs_a_4d_or_5d_input(capsys):

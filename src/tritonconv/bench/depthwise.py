@@ -14,7 +14,8 @@ so every call reads from DRAM as in a network. Beside them, a copy of the input
 (``Tensor.copy_``: its bytes read and written once) timed the same way: the forward row's
 ``of_copy`` is the forward's bandwidth (input read + output written) over the copy's, both
 on kernel time (per call where either has none), issue 13's "% of the measured copy
-bandwidth". ``Options.quick`` shrinks every case to a toy size (the CPU path).
+bandwidth". Each row's note names the algorithm ``auto`` ran (benchmark mode measures the
+forward; the backward follows its algorithm). ``Options.quick`` shrinks every case to a toy size (the CPU path).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from .. import functional
+from ..ops import implicit_gemm
 from ..testing import DEVICE
 from . import Options, Row, input_sets, kernel_ms, suite, time_ms
 from .conv import exact_fp32
@@ -118,6 +120,10 @@ def _rows(case: Case, name: str, opts: Options) -> Iterator[Row]:
 
             results[side] = (timed(forward), timed(forward_backward))
         copy_ms, copy_kernel_ms = timed(copy)
+        # what ``auto`` ran (measured in benchmark mode, as above): the forward's algorithm,
+        # which the backward follows
+        picked = functional.explain(sets[0][0], sets[0][1], **kwargs)
+    algo = picked.algo + (f" {implicit_gemm.Config(*picked.config)}" if picked.config else "")
     ref_name = "cuDNN " + ("NCHW" if fmt == torch.contiguous_format else "NHWC")
     if DEVICE != "cuda":
         ref_name = "PyTorch CPU"
@@ -134,7 +140,9 @@ def _rows(case: Case, name: str, opts: Options) -> Iterator[Row]:
             suite="depthwise", case=case.name, shape=case.shape, op=op, dtype=name,
             ours_ms=ours_ms, ref_ms=ref_ms, ref_name=ref_name, work=work[op], unit="GB/s",
             ours_kernel_ms=ours_kernel, ref_kernel_ms=ref_kernel, of_copy=of_copy,
-            extra=dict(copy_ms=copy_ms, copy_kernel_ms=copy_kernel_ms, layout=str(fmt)),
+            note=f"auto: {algo}",
+            extra=dict(copy_ms=copy_ms, copy_kernel_ms=copy_kernel_ms, layout=str(fmt),
+                       auto=algo),
         )  # fmt: skip
 
 
