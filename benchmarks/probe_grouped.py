@@ -64,8 +64,8 @@ def measure(name: str, opts: Options, dtype=torch.bfloat16) -> dict:
     row["cudnn_wgrad"] = kernel_ms(cudnn([False, True, False]), 1, opts)
     ref = {}
     for channels in FORWARD_PACKS:
-        with overridden(ig, PACK_CHANNELS=channels):
-            pack = ig.group_pack(x.dtype, C // g, K // g, g)
+        with overridden(ig, PACK_CHANNELS=channels, WIDE_PACK_CHANNELS=0):  # (no wide rule)
+            pack = ig.group_pack(x.dtype, C // g, K // g, g, N * H * H, x.device)
             fwd = lambda i: ig.conv_forward(x, w, None, geometry, g)  # noqa: E731
             dgrad = lambda i: ig.conv_grad_input(dy, w, x, geometry, g)  # noqa: E731
             results = fwd(0), dgrad(0)

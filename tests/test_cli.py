@@ -221,3 +221,20 @@ def test_bench_overridden_sets_and_restores_a_probes_knobs(monkeypatch):
     with pytest.raises(RuntimeError), overridden(ig, PACK_CHANNELS=8):
         raise RuntimeError
     assert before[0] == ig.PACK_CHANNELS
+
+
+def test_bench_measurements_fit_their_time_budget(monkeypatch):
+    """A measurement's warm-up: its untimed calls first (compilation and benchmark mode
+    happen there), then one timed pass over the input sets; slow calls get fewer
+    repetitions (never under MIN_REPS for that, never more than asked)."""
+    from tritonconv import bench
+
+    calls = []
+    assert bench._warm_ms(calls.append, 3, 2) >= 0
+    assert calls == [0, 1, 0, 0, 1]  # 3 untimed, then sets 0 and 1 timed
+    monkeypatch.setattr(bench, "MEASURE_BUDGET_MS", 100.0)
+    assert bench._budget_reps(50, 1.0) == 50  # 50 ms of 100: all
+    assert bench._budget_reps(50, 10.0) == 10
+    assert bench._budget_reps(50, 1000.0) == bench.MIN_REPS
+    assert bench._budget_reps(3, 1000.0) == 3  # (fewer asked: fewer given)
+    assert bench._budget_reps(50, 0.0) == 50

@@ -1136,6 +1136,8 @@ def test_wide_group_pack_rule(monkeypatch):
     assert pack(bf16, 8, 8, 32, 32 * 56 * 56) == 4  # 8-channel groups: 8x the products
     assert pack(torch.float32, 16, 16, 4, 32 * 56 * 56) == 2  # 16-bit only
     assert pack(bf16, 16, 32, 4, 32 * 56 * 56) == 2  # 4 x 32 > 64 channels
+    assert pack(bf16, 32, 32, 32, 32 * 56 * 56) == 1  # 32-channel groups: not measured wider
+    assert pack(torch.float16, 16, 16, 4, 32 * 56 * 56) == 4
     config = implicit_gemm.launch_config(
         bf16, 32, 16, 16, (56, 56), (1, 1), (3, 3), 4, False, "cuda"
     )  # fmt: skip
@@ -1148,12 +1150,25 @@ def test_wide_pack_runs(transposed, device, monkeypatch):
     and the transposed convolution against float64."""
     monkeypatch.setattr(implicit_gemm, "INTERPRETER_MULTIPROCESSORS", 1)
     monkeypatch.setattr(implicit_gemm, "WIDE_PACK_MIN_WAVES", 0)
+    packs = []
+    launch = implicit_gemm.launch
+
+    def spy(kernel, grid, *args, **meta):
+        if kernel is implicit_gemm.conv_igemm_kernel:
+            packs.append(meta["PACK"])
+        return launch(kernel, grid, *args, **meta)
+
+    monkeypatch.setattr(implicit_gemm, "launch", spy)
     clear_caches()  # (no launch plan recorded under the narrow rule for these signatures)
-    assert implicit_gemm.group_pack(torch.bfloat16, 16, 16, 4, 60, device) == 4
-    x = random_tensor((2, 64, 5, 6), torch.bfloat16, device).to(memory_format=torch.channels_last)
-    w = random_tensor((64, 16, 3, 3), torch.bfloat16, device)
-    _check(x, w, random_tensor((64,), torch.bfloat16, device), padding=1, groups=4,
-           transposed=transposed)  # fmt: skip
+    try:
+        x = random_tensor((2, 64, 5, 6), torch.bfloat16, device)
+        w = random_tensor((64, 16, 3, 3), torch.bfloat16, device)
+        _check(x.to(memory_format=torch.channels_last), w,
+               random_tensor((64,), torch.bfloat16, device), padding=1, groups=4,
+               transposed=transposed)  # fmt: skip
+    finally:
+        clear_caches()  # (nor one recorded under this rule kept for later tests)
+    assert packs == [4, 4]  # forward and dX (or the transposed pair), both launched packed
 
 
 # (N, C, spatial, K, kernel, stride, padding, dilation, groups, pack): 16-bit grouped weight

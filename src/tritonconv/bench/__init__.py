@@ -112,23 +112,23 @@ MIN_REPS = 5
 
 def _budget_reps(reps: int, call_ms: float) -> int:
     """``reps`` repetitions of a call taking ``call_ms``, fewer if they would overrun
-    :data:`MEASURE_BUDGET_MS` (never under :data:`MIN_REPS`)."""
-    return max(MIN_REPS, min(reps, int(MEASURE_BUDGET_MS / max(call_ms, 1e-6))))
+    :data:`MEASURE_BUDGET_MS` (not under :data:`MIN_REPS` for that, nor more than asked)."""
+    return min(reps, max(MIN_REPS, int(MEASURE_BUDGET_MS / max(call_ms, 1e-6))))
 
 
-def _warm_ms(fn: Callable[[int], object], calls: int, n_inputs: int) -> float:
-    """Warm-up: ``calls`` calls of ``fn`` over the input sets; the milliseconds of the last
-    pass over them, per call (on CUDA; 0 without it)."""
+def _warm_ms(fn: Callable[[int], object], untimed: int, n_inputs: int) -> float:
+    """Warm-up: ``untimed`` calls of ``fn`` (compilation, autotuning and benchmark-mode
+    measurements happen there), then one timed pass over the ``n_inputs`` input sets; its
+    milliseconds per call, synchronised (the host's own clock without CUDA)."""
     sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
-    last = max(0, calls - n_inputs)
-    for i in range(last):
+    for i in range(untimed):
         fn(i % n_inputs)
     sync()
     start = time.perf_counter()
-    for i in range(last, calls):
-        fn(i % n_inputs)
+    for i in range(n_inputs):
+        fn(i)
     sync()
-    return (time.perf_counter() - start) * 1e3 / max(1, calls - last)
+    return (time.perf_counter() - start) * 1e3 / max(1, n_inputs)
 
 
 def time_ms(fn: Callable[[int], object], n_inputs: int, opts: Options) -> float:
@@ -137,7 +137,7 @@ def time_ms(fn: Callable[[int], object], n_inputs: int, opts: Options) -> float:
     reps = max(3, opts.reps // 10) if opts.quick else opts.reps
     warmup = 1 if opts.quick else opts.warmup
     if torch.cuda.is_available():
-        reps = _budget_reps(reps, _warm_ms(fn, max(warmup, n_inputs), n_inputs))
+        reps = _budget_reps(reps, _warm_ms(fn, warmup, n_inputs))
         warmup = 0
     return median_ms(fn, reps, warmup=warmup, inputs=n_inputs)
 
@@ -207,7 +207,7 @@ def kernel_ms(fn: Callable[[int], object], n_inputs: int, opts: Options) -> floa
     if not torch.cuda.is_available():
         return None
     # warm up (compilation, cudnn.benchmark) outside capture
-    call_ms = _warm_ms(fn, max(2, n_inputs), n_inputs)
+    call_ms = _warm_ms(fn, max(2, n_inputs), n_inputs)  # (a first untimed pass, then one timed)
     reps = max(3, opts.reps // 10) if opts.quick else max(5, opts.reps // 2)
     reps = _budget_reps(reps, call_ms * n_inputs)
     one_pass = _replay_ms(fn, n_inputs, 1, reps)

@@ -413,7 +413,7 @@ def _row_grid(dst_spatial, stride, transposed: bool) -> tuple:
 # groups: 57.7 µs) and faster only on RegNet's 56-pixel stage (4 groups into one: 26.9 against
 # 32.5).
 PACK_CHANNELS = 32
-# Groups of at least 16 channels a side pack to WIDE_PACK_CHANNELS instead where the packed
+# Groups of 16 to 31 channels a side pack to WIDE_PACK_CHANNELS instead where the packed
 # grid still has WIDE_PACK_MIN_WAVES waves of 128-row programs: twice the tensor-core work
 # (4x the useful products for 16-channel groups) in half the loop steps. Measured (session
 # 33, H100, bf16 channels-last, benchmarks/probe_grouped_tiles.py, µs, forward / input
@@ -430,9 +430,11 @@ def group_pack(
     """How many consecutive groups one program of the forward/input-gradient kernel runs as one
     (block-diagonal weight tile): enough that both sides reach ``PACK_CHANNELS`` (groups of 8 ->
     8 channels: 4; of 16 -> 16: 2), a power of two dividing ``groups``; 1 for groups that wide
-    on both sides already and off tensor cores. 16-bit groups of 16 or more channels over
+    on both sides already and off tensor cores. 16-bit groups of 16 to 31 channels over
     ``rows`` output rows (per phase) pack to ``WIDE_PACK_CHANNELS`` where that leaves enough
-    programs for ``device`` (:data:`WIDE_PACK_MIN_WAVES`)."""
+    programs for ``device`` (:data:`WIDE_PACK_MIN_WAVES`); groups of 32 stay unpacked
+    (session 21: two a program lost at 7², and packing gives up the tap bits, the aligned
+    loads and the second accumulator, each measured faster)."""
     if dtype not in DOT_DTYPES or groups == 1:
         return 1
     narrow = min(src_per_group, dst_per_group)
@@ -441,7 +443,7 @@ def group_pack(
         pack *= 2
     wide = 2 * pack
     if (
-        dtype in (torch.float16, torch.bfloat16) and narrow >= 16 and rows
+        dtype in (torch.float16, torch.bfloat16) and 16 <= narrow < PACK_CHANNELS and rows
         and wide * max(src_per_group, dst_per_group) <= WIDE_PACK_CHANNELS
         and groups % wide == 0
     ):  # fmt: skip
