@@ -351,3 +351,58 @@ def test_model_calls_given_by_keyword(cache_dir, device):
     assert args[0] is x and args[1] == [8, 8]
     (layer,) = tc.explain_model(model, x)
     assert layer.call.startswith("conv_transpose2d input [1, 4, 4, 4]")
+
+
+def test_a_training_call_is_chosen_on_its_backward_too(cache_dir, device, monkeypatch):
+    """In benchmark mode a call that needs gradients measures each algorithm's forward and
+    backward (the gradients it needs), under its own record; a forward-only record (what
+    ``tune`` measures) serves it until then, and calls without gradients keep theirs."""
+    from tritonconv import library
+
+    x = torch.randn(1, 8, 6, 6, device=device)
+    w = torch.randn(16, 8, 3, 3, device=device)
+    tc.set_benchmark(True)
+    forward_only = tc.explain(x, w, padding=1)
+    # benchmark mode off, the forward's record only: the training call takes it
+    xg = x.clone().requires_grad_()
+    with monkeypatch.context() as patch:
+        patch.setattr(choice, "device_ms", lambda *a, **k: pytest.fail("measured"))
+        tc.set_benchmark(False)
+        assert tc.explain(xg, w, padding=1).algo == forward_only.algo
+    tc.set_benchmark(True)
+
+    # measured: each algorithm's forward and its backward op; the backward made the choice
+    backwards = []
+    for name in ("conv2d_gemm_backward", "conv2d_direct_backward", "conv_implicit_gemm_backward"):
+        op = getattr(library, name)
+        monkeypatch.setattr(op, "impl", _counting(op.impl, backwards, name))
+
+    def timer(fn, reps, **_):
+        before = len(backwards)
+        fn(0)
+        assert len(backwards) == before + 1, "a training measurement without its backward"
+        return {"conv2d_direct_backward": 1.0}.get(backwards[-1], 5.0)
+
+    monkeypatch.setattr(choice, "device_ms", timer)
+    wg = w.clone().requires_grad_()
+    trained = tc.explain(xg, wg, padding=1)
+    assert trained.algo == "direct" and set(trained.timings) == set(forward_only.timings)
+    assert "cached" not in trained.reason
+    assert len(json.loads(choice.cache_file().read_text())) == 2  # its own record
+    # the call itself runs it, and its gradients are right
+    y = tc.conv2d(xg, wg, padding=1)
+    dx, dw = torch.autograd.grad(y, (xg, wg), torch.ones_like(y))
+    ref = torch.nn.functional.conv2d(xg.double(), wg.double(), padding=1)
+    rdx, rdw = torch.autograd.grad(ref, (xg, wg), torch.ones_like(ref))
+    assert_close(dx, rdx, reduction=16 * 9)
+    assert_close(dw, rdw, reduction=36)
+    with torch.no_grad():  # no gradients: the forward's record, not measured again
+        assert tc.explain(xg, wg, padding=1).algo == forward_only.algo
+
+
+def _counting(impl, seen: list, name: str):
+    def counted(*args, **kwargs):
+        seen.append(name)
+        return impl(*args, **kwargs)
+
+    return counted

@@ -401,6 +401,7 @@ def _convolution_plan(ndim: int, input, weight, bias, options, transposed: bool)
             tensor_key(bias),
             values_key(options),
             conv_gemm.get_workspace_limit(),
+            _grad_mask(input, weight, bias),
         ),
         lambda: _conv_plan(input, weight, bias, *options, ndim=ndim, transposed=transposed),
     )
@@ -689,8 +690,14 @@ def _auto(input, weight, bias, args, params, name, ndim, transposed) -> choice.C
         (name, tuple(x.shape), x.stride(), str(x.dtype), tuple(w.shape), w.stride(),
          bias is not None, params("direct")[:-1], dot_precision(x.dtype))
     )  # fmt: skip
+    # A call that needs gradients is chosen on its forward and backward together (the
+    # backward runs the forward's algorithm); a choice recorded for the forward alone (what
+    # ``tune`` measures) serves it until one is measured for it.
+    needs = _grad_mask(input, weight, bias)
+    training_key = key if needs is None else repr((key, "backward", needs))
     if not choice.benchmark_enabled() or tracing(input, weight, bias):
-        return choice.recorded(key, candidates) or rule
+        found = choice.recorded(training_key, candidates)
+        return found or choice.recorded(key, candidates) or rule
     configs = {}  # (computed here only: torch.compile would trace it above)
     if "implicit_gemm" in candidates:
         launch_args = _launch_args(args, transposed, input)
@@ -699,9 +706,46 @@ def _auto(input, weight, bias, args, params, name, ndim, transposed) -> choice.C
         return rule
     ops = TRANSPOSED_OPS if transposed else CONV_OPS
     xs, ws, bs = choice.measure_inputs(x, w, bias)
+    if needs is not None:
+        step = _training_step(ops, params, (xs, ws, bs), needs)
+        return choice.measured(training_key, candidates, step, configs)
     return choice.measured(
         key, candidates, lambda a, c: _body(ops[a])(xs, ws, bs, *params(a, c)), configs
     )
+
+
+def _grad_mask(input, weight, bias) -> tuple[bool, bool, bool] | None:
+    """Which of the call's tensors need a gradient (None: none, or gradients off): the
+    backward the call's algorithm will also run."""
+    if not torch.is_grad_enabled():
+        return None
+    mask = tuple(isinstance(t, torch.Tensor) and t.requires_grad for t in (input, weight, bias))
+    return mask if any(mask) else None
+
+
+def _training_step(ops: dict, params, tensors, needs):
+    """``run(algo, config)`` for benchmark mode: one forward through the algorithm's
+    differentiable op and the backward of the gradients ``needs`` asks for, on ``tensors``
+    (fresh measurement inputs, made leaves that need those gradients)."""
+    leaves = [
+        t.requires_grad_(need) if t is not None else None
+        for t, need in zip(tensors, needs, strict=True)
+    ]
+    wanted = [t for t, need in zip(leaves, needs, strict=True) if need]
+    grads = {}  # one output gradient, made on the first call (every algorithm's is alike)
+
+    def run(algo: str, config: tuple):
+        op = ops[algo]
+        with torch.enable_grad():
+            if isinstance(op, library.Op):
+                out = autograd.run(op, *leaves, *params(algo, config))
+            else:  # (ATen: differentiable itself)
+                out = op(*leaves, *params(algo, config))
+            if "dy" not in grads:
+                grads["dy"] = choice.measure_inputs(out)[0]
+            return torch.autograd.grad(out, wanted, grads["dy"])
+
+    return run
 
 
 def _launch_args(args, transposed: bool, input) -> tuple:
