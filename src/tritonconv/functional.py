@@ -416,7 +416,8 @@ def _apply_convolution(plan: Plan, ndim: int, input, weight, bias):
     if ndim == 1:
         x, weight = x.unsqueeze(2), weight.unsqueeze(2)
     if isinstance(plan.op, library.Op):
-        out = autograd.run(plan.op, x, weight, bias, *plan.params, plan=plan)
+        tensors = [x, weight] if bias is None else [x, weight, bias]
+        out = autograd.run(plan.op, x, weight, bias, *plan.params, plan=plan, tensors=tensors)
     else:  # ATen: differentiable by itself
         out = plan.op(x, weight, bias, *plan.params)
     if ndim == 1:  # as F.conv1d: a contiguous output whatever the input's strides
@@ -719,8 +720,10 @@ def _grad_mask(input, weight, bias) -> tuple[bool, bool, bool] | None:
     backward the call's algorithm will also run."""
     if not torch.is_grad_enabled():
         return None
-    mask = tuple(isinstance(t, torch.Tensor) and t.requires_grad for t in (input, weight, bias))
-    return mask if any(mask) else None
+    # (attributes: a plan key's; something other than tensors raises AttributeError, on which
+    # the plan lookup lets validation say what is wrong)
+    mask = (input.requires_grad, weight.requires_grad, bias is not None and bias.requires_grad)
+    return mask if mask[0] or mask[1] or mask[2] else None
 
 
 def _training_step(ops: dict, params, tensors, needs):

@@ -20,10 +20,10 @@ from collections.abc import Callable
 
 import torch
 
+from . import precision
 from .caches import BoundedCache, clear_caches
-from .choice import benchmark_enabled
+from .choice import benchmark_switch
 from .launch import transformed
-from .precision import dot_precision
 
 __all__ = ["BoundedCache", "clear_caches", "lookup", "tensor_key", "traced", "values_key"]
 
@@ -35,14 +35,24 @@ def tensor_key(t) -> tuple | None:
     return (t.shape, t.stride(), t.dtype, t.device)
 
 
+# Types a value of a key is checked no further for (``isinstance(v, torch.Tensor)`` costs
+# 0.1-0.2 µs a value that is not a tensor: its metaclass's instance check)
+_PLAIN_VALUES = frozenset({int, str, bool, float, tuple, list, type(None)})
+
+
 def values_key(values: tuple) -> str:
     """One key for several plain values (ints, strings, None, tuples and lists of them): their
     ``repr``, which tells ``True`` from ``1`` and ``1.0`` and a list from a tuple. A tensor in
     ``values`` raises (a plan may not hang on a tensor's identity or contents)."""
     for value in values:
-        if isinstance(value, torch.Tensor):
+        if type(value) not in _PLAIN_VALUES and isinstance(value, torch.Tensor):
             raise TypeError("a tensor where a value is expected")
     return repr(values)
+
+
+# The C getter behind ``torch.backends.cudnn.allow_tf32`` (the property's Python call costs
+# 0.4 µs a read). Eager only: ``lookup`` reads it after ``traced()``.
+_allow_tf32 = torch._C._get_cudnn_allow_tf32
 
 
 def traced() -> bool:
@@ -63,7 +73,8 @@ def lookup(cache: BoundedCache, make_key: Callable[[], tuple], build: Callable[[
     try:
         # fp32's dot precision is that of the kernels a plan may end up replaying (allow_tf32,
         # and with it off TF32_OFF_PRECISION); the benchmark switch decides how "auto" chooses
-        key = (make_key(), dot_precision(torch.float32), benchmark_enabled())
+        # (dot_precision(torch.float32) follows from the first two)
+        key = (make_key(), _allow_tf32(), precision.TF32_OFF_PRECISION, benchmark_switch())
         plan = cache.get(key)
     except (TypeError, AttributeError):
         return build()

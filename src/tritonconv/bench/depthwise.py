@@ -14,8 +14,8 @@ so every call reads from DRAM as in a network. Beside them, a copy of the input
 (``Tensor.copy_``: its bytes read and written once) timed the same way: the forward row's
 ``of_copy`` is the forward's bandwidth (input read + output written) over the copy's, both
 on kernel time (per call where either has none), issue 13's "% of the measured copy
-bandwidth". Each row's note names the algorithm ``auto`` ran (benchmark mode measures the
-forward; the backward follows its algorithm). ``Options.quick`` shrinks every case to a toy size (the CPU path).
+bandwidth". Each row's note names the algorithm ``auto`` ran (benchmark mode measures a
+no-gradient call's forward, and a training call's forward and backward together). ``Options.quick`` shrinks every case to a toy size (the CPU path).
 """
 
 from __future__ import annotations
@@ -120,10 +120,14 @@ def _rows(case: Case, name: str, opts: Options) -> Iterator[Row]:
 
             results[side] = (timed(forward), timed(forward_backward))
         copy_ms, copy_kernel_ms = timed(copy)
-        # what ``auto`` ran (measured in benchmark mode, as above): the forward's algorithm,
-        # which the backward follows
-        picked = functional.explain(sets[0][0], sets[0][1], **kwargs)
-    algo = picked.algo + (f" {implicit_gemm.Config(*picked.config)}" if picked.config else "")
+        # what ``auto`` ran (measured in benchmark mode, as above): the no-gradient forward's
+        # algorithm, and the training call's (chosen on forward + backward)
+        with torch.no_grad():
+            inference = functional.explain(sets[0][0], sets[0][1], **kwargs)
+        training = functional.explain(sets[0][0], sets[0][1], **kwargs)
+    algo = _named(inference)
+    if training.algo != inference.algo or training.config != inference.config:
+        algo += f"; training: {_named(training)}"
     ref_name = "cuDNN " + ("NCHW" if fmt == torch.contiguous_format else "NHWC")
     if DEVICE != "cuda":
         ref_name = "PyTorch CPU"
@@ -144,6 +148,11 @@ def _rows(case: Case, name: str, opts: Options) -> Iterator[Row]:
             extra=dict(copy_ms=copy_ms, copy_kernel_ms=copy_kernel_ms, layout=str(fmt),
                        auto=algo),
         )  # fmt: skip
+
+
+def _named(picked) -> str:
+    """An ``explain`` answer's algorithm, with its implicit-GEMM tiles if it has them."""
+    return picked.algo + (f" {implicit_gemm.Config(*picked.config)}" if picked.config else "")
 
 
 @suite("depthwise")
