@@ -307,13 +307,14 @@ def random_strided(shape, stride, dtype: torch.dtype, device, offset: int = 0) -
 MEASURE_REPS = 5
 
 
-def measured(key: str, candidates: list[str], run_algo, configs=None) -> Choice:
+def measured(key: str, candidates: list[str], run_algo, configs=None, what="") -> Choice:
     """The fastest of ``candidates`` for the call ``key`` names; ``run_algo(algo, config)``
     runs the call once with that algorithm and tile configuration (``()``: its heuristic's).
     ``configs`` maps an algorithm to the configurations to try for it (the first, the
     heuristic's, also decides when every other fails): the algorithm's time is that of its
     fastest, which is recorded with the choice. Looked up in memory, then on disk, else
-    measured and stored."""
+    measured and stored. ``what``: what ``run_algo`` runs, when not the forward alone (said
+    in the reason, e.g. ``"forward + backward"``)."""
     found = recorded(key, candidates)
     if found is None:
         timings, best_config = {}, {}
@@ -334,10 +335,12 @@ def measured(key: str, candidates: list[str], run_algo, configs=None) -> Choice:
         best = min(timings, key=timings.get)
         config = list(best_config[best])
         entry = {"algo": best, "timings": timings, "config": config}
+        if what:
+            entry["measured"] = what
         with _lock:
             _memory[key] = entry
         _store(key, entry)
-        found = Choice(best, "fastest when measured", timings, tuple(config))
+        found = Choice(best, _reason(entry), timings, tuple(config))
     return _report(key, found)
 
 
@@ -354,7 +357,13 @@ def recorded(key: str, candidates: list[str]) -> Choice | None:
     if entry is None or entry.get("algo") not in candidates:
         return None
     config = tuple(entry.get("config", ()))
-    return Choice(entry["algo"], "fastest when measured (cached)", dict(entry["timings"]), config)
+    return Choice(entry["algo"], _reason(entry, "cached"), dict(entry["timings"]), config)
+
+
+def _reason(entry: dict, *notes: str) -> str:
+    """A measured choice's reason: what was measured, where it is not the forward alone."""
+    notes = (entry["measured"], *notes) if entry.get("measured") else notes
+    return "fastest when measured" + (f" ({', '.join(notes)})" if notes else "")
 
 
 def tune(model: torch.nn.Module, *example_inputs) -> dict[str, Choice]:

@@ -709,7 +709,7 @@ def _auto(input, weight, bias, args, params, name, ndim, transposed) -> choice.C
     xs, ws, bs = choice.measure_inputs(x, w, bias)
     if needs is not None:
         step = _training_step(ops, params, (xs, ws, bs), needs)
-        return choice.measured(training_key, candidates, step, configs)
+        return choice.measured(training_key, candidates, step, configs, "forward + backward")
     return choice.measured(
         key, candidates, lambda a, c: _body(ops[a])(xs, ws, bs, *params(a, c)), configs
     )
