@@ -37,23 +37,31 @@ class _NoGraph:
         pass
 
 
-def _differentiable(name: str, op: ops.Op, setup_context, backward_fn) -> type:
+def _differentiable(
+    name: str, op: ops.Op, setup_context, backward_fn, tensor_args: int = 1
+) -> type:
     """Register ``setup_context``/``backward_fn`` on ``op`` and make the eager
-    ``autograd.Function`` of the same three pieces (``op.function``; returned too)."""
+    ``autograd.Function`` of the same three pieces (``op.function``; returned too).
+    ``tensor_args``: how many of the op's leading arguments may be tensors (the rest are
+    plain values)."""
     op.register_autograd(backward_fn, setup_context)
 
     class Function(torch.autograd.Function):
-        """``apply(*inputs, plan)``: ``plan`` is the caller's plan of this call signature
-        (``functional.Plan``, or None); its launch plans are reused by the forward and
-        kept for the backward (``ctx.plan``). Last, so ``ctx.needs_input_grad`` keeps the
-        op's own positions."""
+        """``apply(*leading, (rest, plan))``: the op's arguments as its ``tensor_args``
+        leading ones (so ``ctx.needs_input_grad`` keeps the op's own positions) and the
+        rest in one tuple with ``plan``, the caller's plan of this call signature
+        (``functional.Plan``, or None), whose launch plans the forward reuses and keeps for
+        the backward (``ctx.plan``). One argument for the values: the autograd engine's cost
+        grows with a node's inputs, about 2 µs for a convolution's seven more (NOTES.md,
+        session 34)."""
 
         @staticmethod
-        def forward(ctx, *inputs_and_plan):
-            *inputs, plan = inputs_and_plan
+        def forward(ctx, *leading_and_rest):
+            *leading, (rest, plan) = leading_and_rest
+            inputs = (*leading, *rest)
             replay = None if plan is None else plan.replay
             if replay is not None:  # (plain tensors only come here: ``run``)
-                output = replay.run([t for t in inputs if type(t) in PLAIN_TENSOR_TYPES])
+                output = replay.run([t for t in leading if t is not None])
             else:
                 output = op.impl(*inputs)
                 _keep_replay(op, plan, inputs)
@@ -63,9 +71,10 @@ def _differentiable(name: str, op: ops.Op, setup_context, backward_fn) -> type:
 
         @staticmethod
         def backward(ctx, *grads):
-            return *backward_fn(ctx, *grads), None
+            return *backward_fn(ctx, *grads)[:tensor_args], None
 
     op.function = Function
+    Function.tensor_args = tensor_args
     Function.__name__ = Function.__qualname__ = name
     Function.__doc__ = op.__doc__
     return Function
@@ -94,7 +103,8 @@ def run(op: ops.Op, *args, plan=None, tensors=None):
         with torch.cuda.device(index):
             return run(op, *args, plan=plan, tensors=tensors)
     if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
-        return op.function.apply(*args, plan)
+        count = op.function.tensor_args
+        return op.function.apply(*args[:count], (args[count:], plan))
     if plan is None:
         return op.impl(*args)
     replay = plan.replay
@@ -222,6 +232,7 @@ Conv2dGemm = _differentiable(
     ops.conv2d_gemm,
     _conv_setup,
     _conv_backward(ops.conv2d_gemm_backward),
+    tensor_args=3,
 )
 # The direct and the depthwise algorithms share one op pair (its option selects the kernels).
 Conv2dDirect = _differentiable(
@@ -229,6 +240,7 @@ Conv2dDirect = _differentiable(
     ops.conv2d_direct,
     _conv_setup,
     _conv_backward(ops.conv2d_direct_backward),
+    tensor_args=3,
 )
 
 ConvImplicitGemm = _differentiable(
@@ -236,6 +248,7 @@ ConvImplicitGemm = _differentiable(
     ops.conv_implicit_gemm,
     _conv_setup,
     _conv_backward(ops.conv_implicit_gemm_backward),
+    tensor_args=3,
 )
 
 
@@ -279,12 +292,14 @@ ConvTranspose2dGemm = _differentiable(
     ops.conv_transpose2d_gemm,
     _conv_setup,
     _conv_transpose_backward(ops.conv2d_gemm, ops.conv2d_gemm_backward),
+    tensor_args=3,
 )
 ConvTranspose2dDirect = _differentiable(
     "ConvTranspose2dDirect",
     ops.conv_transpose2d_direct,
     _conv_setup,
     _conv_transpose_backward(ops.conv2d_direct, ops.conv2d_direct_backward),
+    tensor_args=3,
 )
 
 ConvTransposeImplicitGemm = _differentiable(
@@ -292,6 +307,7 @@ ConvTransposeImplicitGemm = _differentiable(
     ops.conv_transpose_implicit_gemm,
     _conv_setup,
     _conv_transpose_backward(ops.conv_implicit_gemm, ops.conv_implicit_gemm_backward),
+    tensor_args=3,
 )
 
 
@@ -352,4 +368,6 @@ def _causal_backward(ctx, grad_output):
     return *(g if wanted else None for g, wanted in zip(grads, mask, strict=True)), None, None
 
 
-CausalConv1d = _differentiable("CausalConv1d", ops.causal_conv1d, _causal_setup, _causal_backward)
+CausalConv1d = _differentiable(
+    "CausalConv1d", ops.causal_conv1d, _causal_setup, _causal_backward, tensor_args=3
+)
