@@ -8,6 +8,7 @@ import time
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 import tritonconv as tc
 from tritonconv import choice
@@ -361,8 +362,22 @@ def test_a_training_call_is_chosen_on_its_backward_too(cache_dir, device, monkey
 
     x = torch.randn(1, 8, 6, 6, device=device)
     w = torch.randn(16, 8, 3, 3, device=device)
+    # the forward alone measured fastest with the implicit GEMM: neither the rule's algorithm
+    # (im2col_gemm, test_heuristic_reasons) nor the one the training call will take
+    forwards = []
+    for name in ("conv2d_gemm", "conv2d_direct", "conv_implicit_gemm"):
+        op = getattr(library, name)
+        monkeypatch.setattr(op, "impl", _counting(op.impl, forwards, name))
+
+    def forward_timer(fn, reps, **_):
+        fn(0)
+        return {"conv_implicit_gemm": 1.0}.get(forwards[-1], 5.0)
+
     tc.set_benchmark(True)
-    forward_only = tc.explain(x, w, padding=1)
+    with monkeypatch.context() as patch:
+        patch.setattr(choice, "device_ms", forward_timer)
+        forward_only = tc.explain(x, w, padding=1)
+    assert forward_only.algo == "implicit_gemm"
     # benchmark mode off, the forward's record only: the training call takes it
     xg = x.clone().requires_grad_()
     with monkeypatch.context() as patch:
@@ -385,7 +400,10 @@ def test_a_training_call_is_chosen_on_its_backward_too(cache_dir, device, monkey
 
     monkeypatch.setattr(choice, "device_ms", timer)
     wg = w.clone().requires_grad_()
-    trained = tc.explain(xg, wg, padding=1)
+    packed = []  # the measurement builds no autograd graph: no saved-tensor hook sees it
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: packed.append(t) or t, lambda t: t):
+        trained = tc.explain(xg, wg, padding=1)
+    assert packed == []
     assert trained.algo == "direct" and set(trained.timings) == set(forward_only.timings)
     assert trained.reason == "fastest when measured (forward + backward)"
     assert len(json.loads(choice.cache_file().read_text())) == 2  # its own record
@@ -410,3 +428,24 @@ def _counting(impl, seen: list, name: str):
         return impl(*args, **kwargs)
 
     return counted
+
+
+def test_benchmark_mode_under_checkpointing_and_with_a_strided_bias(cache_dir, device):
+    """Benchmark mode's measurements stay out of the caller's autograd: a training call
+    measured inside activation checkpointing (which counts the tensors a forward saves)
+    trains right; and a bias with a stride measures and runs (the call passes it dense)."""
+    from torch.utils.checkpoint import checkpoint
+
+    tc.set_benchmark(True)
+    x = torch.randn(1, 4, 6, 6, dtype=torch.float64, device=device)
+    w = torch.randn(8, 4, 3, 3, dtype=torch.float64, device=device)
+    b = torch.randn(16, dtype=torch.float64, device=device)[::2]
+    leaves = [t.clone().requires_grad_() for t in (x, w, b)]
+    y = checkpoint(lambda *a: tc.conv2d(*a, padding=1).relu(), *leaves, use_reentrant=False)
+    grads = torch.autograd.grad(y.sum(), leaves)
+    ref = [t.clone().requires_grad_() for t in (x, w, b)]
+    want = torch.autograd.grad(F.conv2d(*ref, padding=1).relu().sum(), ref)
+    for got, exact in zip(grads, want):
+        assert_close(got, exact, reduction=36)
+    with torch.no_grad():
+        assert_close(tc.conv2d(x, w, b, padding=1), F.conv2d(x, w, b, padding=1), reduction=36)

@@ -520,3 +520,22 @@ def test_convolution_in_a_nested_compile_region(device):
     out = compiled(x, w, b)
     assert counter.frame_count == 1
     assert_close(out, 2 * _conv("direct")(x, w, b).cpu())
+
+
+@pytest.mark.parametrize("algo", ["direct", "implicit_gemm"])
+def test_compiled_autograd_after_an_eager_backward(algo, device):
+    """Compiled autograd traces the eager autograd Function's backward: after an eager
+    backward recorded its launch-plan replay, the traced backward runs the backward op itself
+    (a replay's launches are no graph), with the same gradients."""
+    compiled_autograd = pytest.importorskip("torch._dynamo.compiled_autograd")
+    torch._dynamo.reset()
+    x = torch.randn(1, 2, 5, 5, dtype=torch.float64, device=device, requires_grad=True)
+    w = torch.randn(3, 2, 3, 3, dtype=torch.float64, device=device, requires_grad=True)
+    tc.conv2d(x, w, padding=1, algo=algo).sum().backward()  # (records the backward's replay)
+    eager = x.grad.clone(), w.grad.clone()
+    x.grad = w.grad = None
+    y = tc.conv2d(x, w, padding=1, algo=algo)
+    with compiled_autograd._enable(torch.compile(backend="eager")):
+        y.sum().backward()
+    assert_close(x.grad, eager[0], reduction=6)
+    assert_close(w.grad, eager[1], reduction=25)

@@ -1033,3 +1033,32 @@ def test_interpreted_launch_patches_the_language_once(monkeypatch):
         assert checks and set(checks) == {overflow_checks}
         assert interpreter.interpreter_builder.options is options
         assert interpreter._patch_lang is spy
+
+
+class _Subclass(torch.Tensor):
+    """A tensor subclass that leaves dispatch alone (as torchvision's ``tv_tensors`` do): its
+    data is a tensor's, so the kernels read it."""
+
+
+@pytest.mark.parametrize("algo", ["implicit_gemm", "direct", "im2col_gemm"])
+def test_tensor_subclasses_with_real_data_convolve(algo, device):
+    """A subclass input, weight or output gradient (one that does not take over
+    ``__torch_dispatch__``) gives PyTorch's values, forward and backward; a backward replay
+    recorded for plain tensors serves it with its own data."""
+    x = torch.randn(2, 4, 7, 6, dtype=torch.float64, device=device)
+    w = torch.randn(6, 4, 3, 3, dtype=torch.float64, device=device)
+    dy = torch.randn(2, 6, 7, 6, dtype=torch.float64, device=device)
+    ref = [t.clone().requires_grad_() for t in (x, w)]
+    want = torch.autograd.grad(F.conv2d(*ref, padding=1), ref, dy)
+    with torch.no_grad():
+        got = tc.conv2d(x.as_subclass(_Subclass), w.as_subclass(_Subclass), padding=1, algo=algo)
+    assert_close(got, F.conv2d(x, w, padding=1), reduction=36)
+    for grad in (dy, dy.as_subclass(_Subclass), dy):  # plain first: its replay records
+        leaves = [t.clone().requires_grad_() for t in (x, w)]
+        grads = torch.autograd.grad(tc.conv2d(*leaves, padding=1, algo=algo), leaves, grad)
+        for g, exact in zip(grads, want):
+            assert_close(g, exact, reduction=36 * 2)
+    leaves = [t.clone().as_subclass(_Subclass).requires_grad_() for t in (x, w)]
+    grads = torch.autograd.grad(tc.conv2d(*leaves, padding=1, algo=algo), leaves, dy)
+    for g, exact in zip(grads, want):
+        assert_close(g, exact, reduction=36 * 2)

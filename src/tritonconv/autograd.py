@@ -23,18 +23,23 @@ import torch
 
 from . import aten
 from . import library as ops
-from .launch import PLAIN_TENSOR_TYPES, current_device, tracing
+from .launch import current_device, tracing
 from .ops import crop as crop_ops
 
 # ``torch.backends.cudnn.allow_tf32`` without its Python property (0.4 µs a read)
 _allow_tf32 = torch._C._get_cudnn_allow_tf32
 
 
-class _NoGraph:
-    """Stands in for ``ctx`` when autograd has nothing to record: what is saved is dropped."""
+class _StepContext:
+    """Stands in for ``ctx`` in :func:`forward_backward`: what an op's ``setup_context`` keeps
+    and its backward reads, with no autograd node behind it."""
+
+    def __init__(self, needs_input_grad: tuple):
+        self.needs_input_grad = needs_input_grad
+        self.plan = None  # (no launch plans: the ops run themselves)
 
     def save_for_backward(self, *tensors):
-        pass
+        self.saved_tensors = tensors
 
 
 def _differentiable(
@@ -75,6 +80,7 @@ def _differentiable(
 
     op.function = Function
     Function.tensor_args = tensor_args
+    Function.setup_context_fn, Function.backward_fn = setup_context, backward_fn
     Function.__name__ = Function.__qualname__ = name
     Function.__doc__ = op.__doc__
     return Function
@@ -115,6 +121,20 @@ def run(op: ops.Op, *args, plan=None, tensors=None):
     return output
 
 
+def forward_backward(op: ops.Op, args: tuple, needs: tuple) -> list:
+    """The gradients of ``op(*args)`` that ``needs`` marks (one flag per leading argument),
+    the forward and the backward run through the op's own formula with no autograd graph:
+    benchmark mode's measurement of a call that needs gradients. No node, no saved-tensor
+    hooks (a caller's activation checkpointing or offloading never sees the measurement's
+    tensors), no engine thread. The output stands in for its own gradient (the same shape,
+    strides and dtype: what a backward reads)."""
+    with torch.no_grad():
+        output = op.impl(*args)
+        ctx = _StepContext((*needs, *[False] * (len(args) - len(needs))))
+        op.function.setup_context_fn(ctx, args, output)
+        return op.function.backward_fn(ctx, output)
+
+
 def _recording(*tensors) -> bool:
     """Whether autograd records this backward (``create_graph=True``, eager tensors): its
     gradients must then be differentiable themselves (module docstring)."""
@@ -151,14 +171,16 @@ def _backward_call(ctx, backward_op: ops.Op, *args):
     mask: a repeated eager backward runs none of the op's Python. ``ctx.plan`` is None under
     torch.compile's registered autograd and for direct op calls: then the op itself."""
     plan = getattr(ctx, "plan", None)
-    if plan is None:
-        return backward_op(*args)
     grad_output = args[0]
+    # (compiled autograd traces this backward: the op itself then, which it can trace; a
+    # tracing or subclass output gradient, which a replay of plain tensors must not take)
+    if plan is None or torch.compiler.is_compiling() or tracing(grad_output):
+        return backward_op(*args)
     key = (grad_output.stride(), grad_output.dtype, tuple(args[-1]), _allow_tf32())
     backward = plan.backward
     replay = backward.get(key)
     if replay is not None:  # the callers drop unwanted gradients: no placeholders for them
-        tensors = [a for a in args if type(a) in PLAIN_TENSOR_TYPES]  # (plain: ``run``)
+        tensors = [a for a in args if isinstance(a, torch.Tensor)]
         return replay.run(tensors, placeholders=False)
     result = backward_op(*args)
     plan_of = getattr(backward_op.impl, "plan_of", None)

@@ -706,7 +706,8 @@ def _auto(input, weight, bias, args, params, name, ndim, transposed) -> choice.C
     if len(candidates) == 1 and len(configs["implicit_gemm"]) < 2:
         return rule
     ops = TRANSPOSED_OPS if transposed else CONV_OPS
-    xs, ws, bs = choice.measure_inputs(x, w, bias)
+    # (the bias as the call passes it: dense, ``_apply_convolution``)
+    xs, ws, bs = choice.measure_inputs(x, w, None if bias is None else bias.contiguous())
     if needs is not None:
         step = _training_step(ops, params, (xs, ws, bs), needs)
         return choice.measured(training_key, candidates, step, configs, "forward + backward")
@@ -727,28 +728,12 @@ def _grad_mask(input, weight, bias) -> tuple[bool, bool, bool] | None:
 
 
 def _training_step(ops: dict, params, tensors, needs):
-    """``run(algo, config)`` for benchmark mode: one forward through the algorithm's
-    differentiable op and the backward of the gradients ``needs`` asks for, on ``tensors``
-    (fresh measurement inputs, made leaves that need those gradients)."""
-    leaves = [
-        t.requires_grad_(need) if t is not None else None
-        for t, need in zip(tensors, needs, strict=True)
-    ]
-    wanted = [t for t, need in zip(leaves, needs, strict=True) if need]
-    grads = {}  # one output gradient, made on the first call (every algorithm's is alike)
-
-    def run(algo: str, config: tuple):
-        op = ops[algo]
-        with torch.enable_grad():
-            if isinstance(op, library.Op):
-                out = autograd.run(op, *leaves, *params(algo, config))
-            else:  # (ATen: differentiable itself)
-                out = op(*leaves, *params(algo, config))
-            if "dy" not in grads:
-                grads["dy"] = choice.measure_inputs(out)[0]
-            return torch.autograd.grad(out, wanted, grads["dy"])
-
-    return run
+    """``run(algo, config)`` for benchmark mode: the algorithm's forward and the backward of
+    the gradients ``needs`` asks for, on ``tensors`` (fresh measurement inputs), without an
+    autograd graph (``autograd.forward_backward``)."""
+    return lambda algo, config: autograd.forward_backward(
+        ops[algo], (*tensors, *params(algo, config)), needs
+    )
 
 
 def _launch_args(args, transposed: bool, input) -> tuple:

@@ -93,17 +93,26 @@ def takes_descriptors() -> bool:
     )
 
 
-# Tensor types the kernels may read directly (anything else is a tracing or subclass tensor).
+# Tensor types the kernels may read directly, checked first (the usual case: one type test);
+# a subclass that leaves dispatch alone holds its data as any tensor does (``is_plain``).
 PLAIN_TENSOR_TYPES = (torch.Tensor, torch.nn.Parameter)
+_NO_DISPATCH = torch.Tensor.__torch_dispatch__
 
 # Bound on the lean-launch cache (entries: kernel x argument signature x device).
 LAUNCH_CACHE_SIZE = 8192
 
 
 def is_plain(*tensors: torch.Tensor | None) -> bool:
-    """True when every given tensor is an ordinary tensor holding real data."""
-    for t in tensors:  # noqa: SIM110 (``all`` over a generator costs twice as much a call)
-        if t is not None and type(t) not in PLAIN_TENSOR_TYPES:
+    """True when every given tensor holds real data a kernel can read: a tensor, a parameter,
+    or a Python subclass that leaves dispatch alone (torchvision's ``tv_tensors``, a user's
+    own: their data is a tensor's). Not a subclass that takes over ``__torch_dispatch__``:
+    fake, functional and wrapper tensors (DTensor...), which tracers and other libraries make."""
+    for t in tensors:  # (a loop: ``all`` over a generator costs twice as much a call)
+        if (
+            t is not None
+            and type(t) not in PLAIN_TENSOR_TYPES
+            and type(t).__torch_dispatch__ is not _NO_DISPATCH
+        ):
             return False
     return True
 
