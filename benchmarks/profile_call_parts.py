@@ -14,7 +14,8 @@ On a GPU machine::
     PYTHONPATH=src python benchmarks/profile_call_parts.py [--json F]
 
 On a CPU machine the kernels run once under the interpreter (recording the plans), then the
-interpreter is replaced by a no-op, so the figures are the Python alone::
+interpreter is replaced by a no-op, so the figures are the Python alone (``F.conv2d``'s rows
+there still compute: compare ours with the empty Function's, not with them)::
 
     TRITON_INTERPRET=1 TRITONCONV_CPU_KERNELS=1 PYTHONPATH=src \\
         python benchmarks/profile_call_parts.py
@@ -97,7 +98,13 @@ def parts(case, device: str, rounds: int, calls: int) -> dict:
     plan = fn._convolution_plan(2, x, w, None, options, False)
     replay = plan.replay
     steps = [] if replay is None else [s for s in replay.steps if type(s).__name__ == "_Launch"]
-    table = [x, w] if replay is None else [x, w, *(torch.empty_like(x) for _ in replay.steps)]
+    # (the launch's table: the forward's tensors, then its allocations as recorded; these
+    # small forwards' replays append nothing else)
+    table = [x, w] + [
+        torch.empty_strided(s.shape, s.strides, dtype=s.dtype, device=s.device)
+        for s in ([] if replay is None else replay.steps)
+        if type(s).__name__ == "_Alloc"
+    ]
     where = None
     if cuda:
         d = launch.current_device()
@@ -114,7 +121,7 @@ def parts(case, device: str, rounds: int, calls: int) -> dict:
         "F.conv2d fwd": no_grad(lambda: F.conv2d(x, w, None, 1, padding, 1, groups)),
         "ours fwd": no_grad(lambda: tc.conv2d(x, w, None, 1, padding, 1, groups)),
         "  plan lookup": lambda: fn._convolution_plan(2, x, w, None, options, False),
-        "    its key": lambda: (
+        "    its key (tensors, values)": lambda: (
             tensor_key(x),
             tensor_key(w),
             tensor_key(None),
@@ -122,7 +129,7 @@ def parts(case, device: str, rounds: int, calls: int) -> dict:
         ),
         "  apply (run + reshapes)": no_grad(lambda: fn._apply_convolution(plan, 2, x, w, None)),
         "    autograd.run": no_grad(
-            lambda: autograd.run(plan.op, x, w, None, *plan.params, plan=plan)
+            lambda: autograd.run(plan.op, x, w, None, *plan.params, plan=plan, tensors=[x, w])
         ),
     }
     if replay is not None:
@@ -145,7 +152,7 @@ def parts(case, device: str, rounds: int, calls: int) -> dict:
         _Floor.apply(xg, wg), (xg, wg), x, allow_unused=True
     )
     fns["  + 2 allocations"] = lambda: torch.autograd.grad(EmptyFunction.apply(xg, wg), (xg, wg), x)
-    fns["  node, this thread"] = lambda: floor.grad_fn.apply(x)
+    fns["  node, this thread"] = no_grad(lambda: floor.grad_fn.apply(x))
     return best_us(fns, rounds, calls, sync)
 
 
