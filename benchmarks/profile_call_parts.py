@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 
 import torch
 import torch.nn.functional as F
@@ -33,6 +32,7 @@ import torch.nn.functional as F
 import tritonconv as tc
 from tritonconv import autograd, launch
 from tritonconv import functional as fn
+from tritonconv.bench import loop_us
 from tritonconv.bench.host import EmptyFunction
 from tritonconv.plans import tensor_key, values_key
 
@@ -57,20 +57,14 @@ class _Floor(torch.autograd.Function):
         return grad, None
 
 
-def best_us(fns: dict, rounds: int, calls: int, sync) -> dict:
-    """Best per-call µs of each function over ``rounds`` rounds of ``calls`` calls, the
-    functions interleaved round by round (a noisy host shifts all of them alike)."""
+def best_us(fns: dict, rounds: int, calls: int) -> dict:
+    """Best per-call µs of each function over ``rounds`` rounds of ``calls`` back-to-back calls
+    (``bench.loop_us``), the functions interleaved round by round (a noisy host shifts all of
+    them alike)."""
     best = dict.fromkeys(fns, float("inf"))
     for _ in range(rounds):
         for name, f in fns.items():
-            for _ in range(20):
-                f()
-            sync()
-            start = time.perf_counter()
-            for _ in range(calls):
-                f()
-            sync()
-            best[name] = min(best[name], (time.perf_counter() - start) / calls * 1e6)
+            best[name] = min(best[name], loop_us(f, calls, warmup=20))
     return best
 
 
@@ -94,7 +88,6 @@ def parts(case, device: str, rounds: int, calls: int) -> dict:
     cuda = device == "cuda"
     if not cuda:  # the plans are recorded: from here on, kernels are not run
         launch._interpret = lambda *a, **k: None
-    sync = torch.cuda.synchronize if cuda else (lambda: None)
     plan = fn._convolution_plan(2, x, w, None, options, False)
     replay = plan.replay
     steps = [] if replay is None else [s for s in replay.steps if type(s).__name__ == "_Launch"]
@@ -153,7 +146,7 @@ def parts(case, device: str, rounds: int, calls: int) -> dict:
     )
     fns["  + 2 allocations"] = lambda: torch.autograd.grad(EmptyFunction.apply(xg, wg), (xg, wg), x)
     fns["  node, this thread"] = no_grad(lambda: floor.grad_fn.apply(x))
-    return best_us(fns, rounds, calls, sync)
+    return best_us(fns, rounds, calls)
 
 
 def main() -> None:
