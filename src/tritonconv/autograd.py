@@ -25,9 +25,7 @@ from . import aten
 from . import library as ops
 from .launch import current_device, tracing
 from .ops import crop as crop_ops
-
-# ``torch.backends.cudnn.allow_tf32`` without its Python property (0.4 µs a read)
-_allow_tf32 = torch._C._get_cudnn_allow_tf32
+from .precision import allow_tf32
 
 
 class _StepContext:
@@ -176,7 +174,7 @@ def _backward_call(ctx, backward_op: ops.Op, *args):
     # tracing or subclass output gradient, which a replay of plain tensors must not take)
     if plan is None or torch.compiler.is_compiling() or tracing(grad_output):
         return backward_op(*args)
-    key = (grad_output.stride(), grad_output.dtype, tuple(args[-1]), _allow_tf32())
+    key = (grad_output.stride(), grad_output.dtype, tuple(args[-1]), allow_tf32())
     backward = plan.backward
     replay = backward.get(key)
     if replay is not None:  # the callers drop unwanted gradients: no placeholders for them

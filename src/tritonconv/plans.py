@@ -50,11 +50,6 @@ def values_key(values: tuple) -> str:
     return repr(values)
 
 
-# The C getter behind ``torch.backends.cudnn.allow_tf32`` (the property's Python call costs
-# 0.4 µs a read). Eager only: ``lookup`` reads it after ``traced()``.
-_allow_tf32 = torch._C._get_cudnn_allow_tf32
-
-
 def traced() -> bool:
     """Whether the call is being traced into a graph: by Dynamo (asked first: strict
     ``torch.export`` traces this code, and Dynamo cannot trace the dispatch-stack query) or
@@ -74,7 +69,13 @@ def lookup(cache: BoundedCache, make_key: Callable[[], tuple], build: Callable[[
         # fp32's dot precision is that of the kernels a plan may end up replaying (allow_tf32,
         # and with it off TF32_OFF_PRECISION); the benchmark switch decides how "auto" chooses
         # (dot_precision(torch.float32) follows from the first two)
-        key = (make_key(), _allow_tf32(), precision.TF32_OFF_PRECISION, benchmark_switch())
+        # (read after ``traced()``: eager only)
+        key = (
+            make_key(),
+            precision.allow_tf32(),
+            precision.TF32_OFF_PRECISION,
+            benchmark_switch(),
+        )
         plan = cache.get(key)
     except (TypeError, AttributeError):
         return build()

@@ -13,6 +13,11 @@ import torch
 
 from ._runtime import INTERPRETER
 
+#: ``torch.backends.cudnn.allow_tf32`` read by the C getter behind the property (whose Python
+#: call costs 0.4 µs a read): for eager plan and replay keys. Dynamo cannot trace it;
+#: :func:`dot_precision`, which it traces, reads the property.
+allow_tf32 = torch._C._get_cudnn_allow_tf32
+
 
 def dot_precision(dtype: torch.dtype) -> str:
     """``tl.dot``'s input precision. fp32 follows ``torch.backends.cudnn.allow_tf32`` (the flag
