@@ -503,6 +503,19 @@ def test_depthwise_window_int64_indexing(layout, kernel, device, monkeypatch):
            padding=kernel // 2 * dilation, dilation=dilation, groups=2)  # fmt: skip
 
 
+@pytest.mark.parametrize("layout", ("nchw", "nhwc"))
+def test_depthwise_small_kernel_int64_indexing(layout, device, monkeypatch):
+    """The same for a kernel under the window kernels' 9 taps (the FMA dW kernel, one
+    accumulator a tap): its tap steps ``kh * dil_h * x_sh`` are 64-bit too."""
+    from tritonconv.ops import common
+
+    monkeypatch.setattr(common, "INDEX32_LIMIT", 16)
+    x = _layout(random_tensor((2, 2, 10, 9), torch.float64, device), layout)
+    w = random_tensor((2, 1, 3, 2), torch.float64, device)
+    _check(x, w, random_tensor((2,), torch.float64, device), algo="depthwise",
+           padding=(2, 1), dilation=(2, 3), groups=2)  # fmt: skip
+
+
 def test_auto_picks_depthwise_and_direct():
     x = random_tensor((1, 4, 6, 6), torch.float32)
     w = random_tensor((4, 1, 3, 3), torch.float32)
