@@ -4,6 +4,12 @@ Each function looks up the *plan* of its call signature (``plans.py``): on the f
 signature it validates the arguments (``geometry.py``; errors before any kernel runs), chooses the
 algorithm and normalises the op's arguments; later calls reuse that. Then it turns an unbatched
 input into a batch of one and applies the op (``autograd.run``).
+
+Like ``torch.nn.functional``, each function first hands a call with a tensor-like argument that
+overrides ``__torch_function__`` (a tensor subclass, or any call under a
+``TorchFunctionMode``) to that protocol, the function itself as ``func``: a subclass's
+inputs give a subclass's output, as PyTorch's convolutions do. Plain tensors and parameters
+pay one C check.
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ import dataclasses
 import math
 
 import torch
+from torch.overrides import handle_torch_function, has_torch_function_variadic
 
 from . import aot_cache, aten, autograd, choice, library
 from ._runtime import INTERPRETER, check_kernel_device
@@ -105,6 +112,10 @@ def unfold(input, kernel_size, dilation=1, padding=0, stride=1):
 
     ``dilation``, ``padding`` and ``stride``: an int or one value per spatial dimension.
     """
+    if has_torch_function_variadic(input):
+        return handle_torch_function(
+            unfold, (input,), input, kernel_size, dilation=dilation, padding=padding, stride=stride
+        )
     window = (kernel_size, dilation, padding, stride)
     plan = lookup(
         _UNFOLD_PLANS,
@@ -154,6 +165,10 @@ def fold(input, output_size, kernel_size, dilation=1, padding=0, stride=1):
     dimension (or one int for all): a one-element ``kernel_size`` folds 1-D blocks into
     ``(N, C, L)``, a three-element one ``(N, C*KD*KH*KW, OD*OH*OW)`` into ``(N, C, D, H, W)``
     (unbatched inputs drop ``N``)."""
+    if has_torch_function_variadic(input):
+        return handle_torch_function(
+            fold, (input,), input, output_size, kernel_size, dilation, padding, stride
+        )
     window = (output_size, kernel_size, dilation, padding, stride)
     plan = lookup(
         _FOLD_PLANS,
@@ -366,7 +381,21 @@ def conv_transpose3d(
 def _convolution(ndim: int, input, weight, bias, options, *, transposed=False):
     """Every convolution function: under Dynamo, one call it does not trace into
     (:func:`_untraced_convolution`; not while ``torch.export`` traces: its graphs take no
-    ``nonstrict_trace`` call); else look the plan up, lift 1-D to a height-1 plane, run."""
+    ``nonstrict_trace`` call); else look the plan up, lift 1-D to a height-1 plane, run.
+    First the ``__torch_function__`` protocol (module docstring): ``options`` are the public
+    function's arguments after ``bias``, in its order, ``algo`` and ``workspace_limit`` last."""
+    if has_torch_function_variadic(input, weight, bias):
+        *positional, algo, workspace_limit = options
+        return handle_torch_function(
+            _PUBLIC[ndim, transposed],
+            (input, weight, bias),
+            input,
+            weight,
+            bias,
+            *positional,
+            algo=algo,
+            workspace_limit=workspace_limit,
+        )
     input, weight, bias = _autocast(input, weight, bias)
     if torch.compiler.is_dynamo_compiling() and not _exporting():
         out = _untraced_convolution(ndim, input, weight, bias, options, transposed)
@@ -382,6 +411,15 @@ def _exporting() -> bool:
     return getattr(torch.compiler, "_is_exporting_flag", False)
 
 
+# The public function of each (ndim, transposed), for ``__torch_function__``
+_PUBLIC = {
+    (1, False): conv1d,
+    (2, False): conv2d,
+    (3, False): conv3d,
+    (1, True): conv_transpose1d,
+    (2, True): conv_transpose2d,
+    (3, True): conv_transpose3d,
+}
 _PLAN_CACHES = {
     (1, False): _CONV1D_PLANS,
     (2, False): _CONV_PLANS,
@@ -893,6 +931,8 @@ def crop(input, reference, axis=2, offset=0):
     in the input's dimension order (channels-last stays channels-last); the gradient flows to
     ``input`` only.
     """
+    if has_torch_function_variadic(input, reference):
+        return handle_torch_function(crop, (input, reference), input, reference, axis, offset)
     plan = lookup(
         _CROP_PLANS,
         lambda: (
@@ -994,6 +1034,17 @@ def causal_conv1d(
     sequence is shorter) are returned too, as ``(out, final_states)``. ``x`` is computed in
     ``weight``'s dtype and the output cast back to ``x``'s, as the package does.
     """
+    if has_torch_function_variadic(x, weight, bias, initial_states):
+        return handle_torch_function(
+            causal_conv1d,
+            (x, weight, bias, initial_states),
+            x,
+            weight,
+            bias,
+            activation,
+            initial_states,
+            return_final_states,
+        )
     _check_causal(x, weight, bias, activation, "causal_conv1d")
     if x.dim() != 3:
         raise TritonConvError(
@@ -1032,6 +1083,11 @@ def causal_conv1d_update(x, conv_state, weight, bias=None, activation=None):
     (batch, dim, state_len >= width - 1) holds the latest inputs and is updated in place
     (shifted left by seqlen, ``x`` appended). Returns the outputs for ``x``'s positions, shaped
     like ``x``."""
+    if has_torch_function_variadic(x, conv_state, weight, bias):
+        return handle_torch_function(
+            causal_conv1d_update, (x, conv_state, weight, bias), x, conv_state, weight, bias,
+            activation,
+        )  # fmt: skip
     _check_causal(x, weight, bias, activation, "causal_conv1d_update")
     single = x.dim() == 2
     steps = x.unsqueeze(-1) if single else x
