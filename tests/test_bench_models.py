@@ -218,7 +218,8 @@ def _fake_rows():
         for op in ("layer fwd", "layer fwd+bwd"):
             rows.append(
                 Row("models", f"unet/{layer}", "conv2d …", op, "bfloat16", ours, 0.8, "cuDNN",
-                    work=1e9, unit="TFLOP/s", extra=extra)
+                    work=1e9, unit="TFLOP/s", extra=extra, ours_kernel_ms=ours / 2,
+                    ref_kernel_ms=0.6)
             )  # fmt: skip
     rows.append(bm._error_row("models", "unet", "compiled", "bfloat16", "", RuntimeError("x")))
     return rows
@@ -234,7 +235,9 @@ def test_summary_markdown_and_tables_from_rows(tmp_path, monkeypatch):
     md = (tmp_path / "models.md").read_text()
     line = next(line for line in md.splitlines() if line.startswith("| unet |"))
     assert "| 2.0e-07 / 1.0e-07 | 5.0e-06 / 1.0e-06 | NO (5.00×) | bfloat16 |" in line
-    assert "| 1.50× | 0.50× | 3.00× | — | 100 / 90 |" in line
+    # the conv sums: kernels (0.6 + 0.6) x 2 against (0.5 + 0.25) x 2 ms, calls (0.8 + 0.8)
+    # x 2 against (1.0 + 0.5) x 2 ms
+    assert "| 1.50× | 0.50× | 3.00× | — | 1.60× / 1.60× | 1.07× / 1.07× | 100 / 90 |" in line
     assert "down.0.0 ×2 (+0.40 ms)" in line  # (1.0 - 0.8) ms × 2 calls
     assert "- error in models unet compiled bfloat16: error: RuntimeError: x" in md
     titles = [t.title for t in bm.tables(rows)]
@@ -246,6 +249,16 @@ def test_summary_markdown_and_tables_from_rows(tmp_path, monkeypatch):
     (tmp_path / "bench.json").write_text(to_json(rows, env))
     assert bm.main([str(tmp_path / "bench.json"), str(tmp_path / "again")]) == 0
     assert (tmp_path / "again" / "models.md").read_text() == md
+
+
+def test_conv_sums_need_every_layer():
+    """A sum over a model's convolutions with one layer unmeasured (an error row, a kernel
+    time the graph replay could not take) is not shown: it would flatter one side."""
+    layers = bm.summarize(_fake_rows())["models", "unet"]["layers"]["bfloat16"]
+    assert bm._sums(layers, kernel=True) == "1.60× / 1.60×"
+    layers[1]["both"].ours_kernel_ms = None
+    assert bm._sums(layers, kernel=True) == "1.60× / —"
+    assert bm._sums(layers, kernel=False) == "1.07× / 1.07×"
 
 
 def test_plots(tmp_path):

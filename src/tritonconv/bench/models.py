@@ -21,7 +21,10 @@ the rows' notes). Per model:
   the torch model), calls of the same signature timed once; ours (the module converted)
   against the torch module on the captured input, forward and forward + backward (input,
   weight and bias gradients), per call and on the GPU alone (CUDA-graph replay, the rows'
-  ``*_kernel_ms``): the layers that hold a model back.
+  ``*_kernel_ms``): the layers that hold a model back. The summary sums them over the
+  model's convolution calls (each layer times its count), kernel time and per-call time,
+  forward and forward + backward: beside the whole step's speed, whether the kernels or
+  the calls (the host path) hold the model back.
 
 ``layers``: the per-layer part alone, for the model(s) asked for (default resnet50), each
 layer with the algorithm ``algo="auto"`` picks (named in the row).
@@ -1058,6 +1061,31 @@ def _peaks(row: Row | None) -> str:
     return f"{row.extra['ours_peak_mib']:.0f} / {row.extra['ref_peak_mib']:.0f}"
 
 
+def _summed(layers: list[dict], key: str, kernel: bool) -> float | None:
+    """torch's time over ours summed over a model's convolution calls (each layer times its
+    count), of the layer rows ``key`` ("fwd" or "both"): kernel time or per-call time. Side by
+    side with the whole step's speed, it says whether the kernels or the calls (the host) hold
+    the model back."""
+    ours = ref = 0.0
+    for layer in layers:
+        row = layer.get(key)
+        if row is None:
+            continue
+        mine, theirs = (
+            (row.ours_kernel_ms, row.ref_kernel_ms) if kernel else (row.ours_ms, row.ref_ms)
+        )
+        if mine is None or theirs is None or math.isnan(mine) or math.isnan(theirs):
+            return None  # (a sum missing a layer says nothing)
+        count = layer["extra"].get("count", 1)
+        ours, ref = ours + count * mine, ref + count * theirs
+    return ref / ours if ours > 0 else None
+
+
+def _sums(layers: list[dict], kernel: bool) -> str:
+    ratios = (_summed(layers, key, kernel) for key in ("fwd", "both"))
+    return " / ".join("—" if r is None else f"{r:.2f}×" for r in ratios)
+
+
 def _worst_layer(layers: list[dict]) -> str:
     if not layers:
         return "—"
@@ -1082,17 +1110,20 @@ def _model_lines(summary: dict) -> list[list[str]]:
         dtypes = list(entry["speed"]) or ["—"]
         for dtype in dtypes:
             speed = entry["speed"].get(dtype, {})
+            layers = entry["layers"].get(dtype, [])
             lines.append(
                 [model, swapped, _errors(acc, "out"), _errors(acc, "grad"), _within_2x(acc), dtype]
                 + [_speed(speed.get(op)) for op in SPEED_OPS]
-                + [_peaks(speed.get("train eager")), _worst_layer(entry["layers"].get(dtype, []))]
+                + [_sums(layers, kernel=True), _sums(layers, kernel=False)]
+                + [_peaks(speed.get("train eager")), _worst_layer(layers)]
             )
     return lines
 
 
 MODEL_COLUMNS = (
     "model", "swapped", "fp32 out err ours/torch", "fp32 grad err ours/torch", "err ≤ 2×",
-    "dtype", *SPEED_OPS, "train MiB ours/torch", "layer losing most",
+    "dtype", *SPEED_OPS, "conv kernels fwd / fwd+bwd", "conv calls fwd / fwd+bwd",
+    "train MiB ours/torch", "layer losing most",
 )  # fmt: skip
 LAYER_COLUMNS = (
     "layer", "×", "call", "algo", "fwd ms ours/torch", "fwd speed", "fwd kernel speed",
@@ -1199,6 +1230,10 @@ def _plot_models(summary: dict, env: dict, path: Path) -> bool:
                 row = speed.get(op)
                 if row is not None and row.speedup is not None and not math.isnan(row.ours_ms):
                     bars.setdefault((op, dtype), {})[model] = row.speedup
+        for dtype, layers in entry["layers"].items():  # what the kernels alone would give
+            summed = _summed(layers, "both", kernel=True)
+            if summed is not None:
+                bars.setdefault(("conv kernels fwd+bwd", dtype), {})[model] = summed
     if not bars:
         return False
     models = list(dict.fromkeys(m for values in bars.values() for m in values))
