@@ -11,7 +11,10 @@ CUDA-graph replay (kernel time; 20 launches a replay), the heuristic's marked.
     PYTHONPATH=src python benchmarks/probe_small_wave.py [--odd]
 
 ``--odd`` times layers whose channel counts are not multiples of the tiles instead (r2plus1d's
-144-channel (2+1)D convolution), with a few narrower tiles added.
+144-channel (2+1)D convolution), with a few narrower tiles added. ``--unet`` times the models
+suite's UNet layers at batch 8 instead (session 35, H200: its 1024-channel 3x3 at 16x16, one
+wave of 128x128 tiles with a 9216-long reduction, ran at 0.61x cuDNN), with wider tiles added;
+every layer prints cuDNN's forward and input gradient beside ours.
 """
 
 from __future__ import annotations
@@ -43,6 +46,21 @@ ODD_LAYERS = {
     "1x3x3 64->144 16x56x56": (8, 64, (16, 56, 56), 144, (1, 3, 3), 1, (0, 1, 1)),
     "3x1x1 144->64 16x56x56": (8, 144, (16, 56, 56), 64, (3, 1, 1), 1, (1, 0, 0)),
 }
+# ``--unet``: the models suite's UNet (batch 8, bf16 channels-last), its layers below 0.85x
+# cuDNN by kernel time on an H200 (session 35)
+UNET_LAYERS = {
+    "3x3 1024@16": (8, 1024, (16, 16), 1024, (3, 3), 1, 1),
+    "3x3 512->1024@16": (8, 512, (16, 16), 1024, (3, 3), 1, 1),
+    "3x3 512@32": (8, 512, (32, 32), 512, (3, 3), 1, 1),
+    "3x3 256->512@32": (8, 256, (32, 32), 512, (3, 3), 1, 1),
+    "3x3 1024->512@32": (8, 1024, (32, 32), 512, (3, 3), 1, 1),
+    "3x3 128->256@64": (8, 128, (64, 64), 256, (3, 3), 1, 1),
+}
+UNET_CONFIGS = [
+    ig.Config(128, 256, 64, 8, 3),
+    ig.Config(128, 128, 64, 8, 4),
+    ig.Config(128, 128, 128, 8, 2),
+]
 # extra tiles tried on ``--odd`` layers besides the tuning configurations
 ODD_CONFIGS = [
     ig.Config(128, 64, 64, 4, 4),
@@ -116,7 +134,16 @@ def layer(name: str, n, c, spatial, k, kernel, stride, pad, extra=()) -> None:
     }
     configs = [heuristic["fwd"], heuristic["dX"], *ig.TUNING_CONFIGS["16-bit"], *extra]
     configs = list(dict.fromkeys(ig.Config(*c) for c in configs))
-    print(f"{name}: heuristic fwd {heuristic['fwd']}, dX {heuristic['dX']}", flush=True)
+    cudnn = {
+        "fwd": graph_us(lambda: torch.nn.functional.conv2d(x, w, padding=pad)) if rank == 2
+        else None,
+        "dX": graph_us(lambda: torch.ops.aten.convolution_backward(
+            dy, x, w, None, list(strides), list(pad), [1] * rank, False, [0] * rank, 1,
+            (True, False, False)))
+        if rank == 2 else None,
+    }  # fmt: skip
+    print(f"{name}: heuristic fwd {heuristic['fwd']}, dX {heuristic['dX']}; cuDNN fwd "
+          f"{cudnn['fwd']} dX {cudnn['dX']}", flush=True)  # fmt: skip
     runs = {
         "fwd": lambda cfg: ig.conv_forward(x, w, None, geometry, 1, cfg),
         "dX": lambda cfg: ig.conv_grad_input(dy, w, x, geometry, 1, config=cfg),
@@ -136,9 +163,14 @@ def layer(name: str, n, c, spatial, k, kernel, stride, pad, extra=()) -> None:
 
 
 def main() -> None:
-    odd = "--odd" in sys.argv[1:]
-    for name, shape in (ODD_LAYERS if odd else LAYERS).items():
-        layer(name, *shape, extra=ODD_CONFIGS if odd else ())
+    torch.backends.cudnn.benchmark = True  # (cuDNN's best algorithm per shape, as the suites)
+    layers, extra = LAYERS, ()
+    if "--odd" in sys.argv[1:]:
+        layers, extra = ODD_LAYERS, ODD_CONFIGS
+    elif "--unet" in sys.argv[1:]:
+        layers, extra = UNET_LAYERS, UNET_CONFIGS
+    for name, shape in layers.items():
+        layer(name, *shape, extra=extra)
 
 
 if __name__ == "__main__":

@@ -11,13 +11,17 @@ with ``triton.compile`` for ``GPUTarget("cuda", 90, 128)`` down to a cubin in a 
 interpreter off. It does not prove a kernel right on the GPU (only the GPU
 script's tests and fuzz do); it proves it compiles, with this machine's Triton.
 
+With ``--index64`` the workload runs as if every tensor were past 2**31 elements (the limit
+the launchers compare against lowered to 16), so each kernel's 64-bit index variant
+(``INDEX_64``), which only tensors of that size reach on a GPU, compiles too.
+
 With ``--access`` it compiles nothing and checks instead, for each configuration, that the
 access analysis ``tritonconv.access_cache`` memoises for torch.compile is the one PyTorch's own
 analysis gives for another call the memo key lumps with it (integers of one specialisation
 class: 1000 and 1001, 1024 and 1040; other fake tensors of the same dtypes).
 
     .venv/bin/python scripts/compile_check.py [--draws 120] [--workers 2] [--access]
-        [--precision tf32x3_rn bf16x6]
+        [--precision tf32x3_rn bf16x6] [--index64]
 """
 
 from __future__ import annotations
@@ -86,9 +90,10 @@ def _meta_value(v):
 SMS = 132
 
 
-def _gpu_launchers() -> list:
+def _gpu_launchers(index64: bool = False) -> list:
     """Make the launchers choose what they choose on a GPU (tiles, warps, stages, splits)
-    while the kernels stay behind the interpreter's launch hook; returns the undo list."""
+    while the kernels stay behind the interpreter's launch hook (with ``index64``, their
+    64-bit index variants: the 2**31 limit lowered to 16); returns the undo list."""
     from tritonconv.ops import (
         causal,
         common,
@@ -104,6 +109,8 @@ def _gpu_launchers() -> list:
         (m, "INTERPRETER", False) for m in (causal, depthwise, direct, im2col, implicit_gemm)
     ]
     changes += [(crop, "TILE", 4096)]
+    if index64:  # (im2col imports the limit by name)
+        changes += [(common, "INDEX32_LIMIT", 16), (im2col, "INDEX32_LIMIT", 16)]
     changes += [(m, "multiprocessor_count", lambda device: SMS) for m in
                 (common, causal, conv_gemm, depthwise, direct, implicit_gemm, im2col)
                 if hasattr(m, "multiprocessor_count")]  # fmt: skip
@@ -136,10 +143,11 @@ def _with_tuning_tiles(entries: list[dict]) -> list[dict]:
     return list(unique.values())
 
 
-def record(draws: int, seed: int) -> list[dict]:
+def record(draws: int, seed: int, index64: bool = False) -> list[dict]:
     """Run the workload with the launchers making their GPU choices and no kernel executed
     (the recording hook stands in for the interpreter: results are garbage, the launches are
-    what a GPU would get); the distinct launch configurations."""
+    what a GPU would get); the distinct launch configurations (with ``index64``, those of
+    the 64-bit index variants only)."""
     os.environ.setdefault("TRITONCONV_CPU_KERNELS", "1")
     import torch
 
@@ -164,7 +172,7 @@ def record(draws: int, seed: int) -> list[dict]:
         seen.setdefault(json.dumps(entry, sort_keys=True), entry)
 
     launch._interpret = recording
-    undo = _gpu_launchers()
+    undo = _gpu_launchers(index64)
     try:
         with contextlib.redirect_stdout(io.StringIO()):  # the fuzz's mismatches: garbage in
             fuzz.run(draws=draws, seed=seed, max_elements=60_000, max_macs=3_000_000)
@@ -183,12 +191,24 @@ def record(draws: int, seed: int) -> list[dict]:
             xb = torch.randn(1, 8, 12, 12, dtype=dtype, requires_grad=True)
             wb = torch.randn(8, 1, 7, 7, dtype=dtype, requires_grad=True)
             tc.conv2d(xb, wb, padding=3, groups=8).sum().backward()
+            # and the FMA kernels of kernels under 9 taps, both layouts (a stride of 1 is
+            # specialised into a constant: session 35's GPU-only compile error)
+            for last in (False, True):
+                xs = torch.randn(2, 8, 10, 9, dtype=dtype)
+                if last:
+                    xs = xs.to(memory_format=torch.channels_last)
+                ws = torch.randn(8, 1, 3, 2, dtype=dtype, requires_grad=True)
+                out = tc.conv2d(xs.requires_grad_(), ws, padding=(2, 1), dilation=(2, 3), groups=8)
+                out.sum().backward()
     finally:
         launch._interpret = real
         for m, name, value in undo:
             setattr(m, name, value)
         tc.clear_caches()
-    return _with_tuning_tiles(list(seen.values()))
+    entries = list(seen.values())
+    if index64:
+        return [e for e in entries if e["meta"].get("INDEX_64")]
+    return _with_tuning_tiles(entries)
 
 
 def _meta(entry: dict) -> dict:
@@ -349,6 +369,9 @@ def main() -> int:
     ap.add_argument("--precision", nargs="+", default=None,
                     help="only the launches whose DOT_PRECISION is one of these (e.g. "
                     "tf32x3_rn bf16x6)")  # fmt: skip
+    ap.add_argument("--index64", action="store_true",
+                    help="the kernels' 64-bit index variants (every tensor as if past 2**31 "
+                    "elements)")  # fmt: skip
     ap.add_argument("--compile", help=argparse.SUPPRESS)  # internal: the compiling process
     args = ap.parse_args()
     if args.compile:
@@ -367,7 +390,7 @@ def main() -> int:
               f"for sm_{args.arch}{what and ' ' + what}")  # fmt: skip
         return 1 if failures else 0
     start = time.perf_counter()
-    entries = record(args.draws, args.seed)
+    entries = record(args.draws, args.seed, args.index64)
     if args.precision:
         entries = [e for e in entries if e["meta"].get("DOT_PRECISION") in args.precision]
     kernels = sorted({e["name"] for e in entries})

@@ -790,9 +790,11 @@ def depthwise_small_grad_weight_kernel(
         w = w.to(tl.int64)
         split = split.to(tl.int64)
         tile = tile.to(tl.int64)
-        # (each tap's step ``kh * dil_h * x_sh`` past 2**31 too: scalars, outside the loop)
-        x_sh = x_sh.to(tl.int64)
-        x_sw = x_sw.to(tl.int64)
+        # (each tap's step ``kh * dil_h * x_sh`` past 2**31 too: scalars, outside the loop;
+        # ``tl.cast``, not ``.to``: a stride of 1 comes as a Python int, which the JIT
+        # specialises)
+        x_sh = tl.cast(x_sh, tl.int64)
+        x_sw = tl.cast(x_sw, tl.int64)
     c_ok = c < C_out
     out_ok = c_ok[:, None, None] & (h < OH)[None, :, None] & (w < OW)[None, None, :]
     dy_off = (c * dy_sc)[:, None, None] + (h * dy_sh)[None, :, None] + (w * dy_sw)[None, None, :]
