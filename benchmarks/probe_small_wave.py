@@ -14,7 +14,10 @@ CUDA-graph replay (kernel time; 20 launches a replay), the heuristic's marked.
 144-channel (2+1)D convolution), with a few narrower tiles added. ``--unet`` times the models
 suite's UNet layers at batch 8 instead (session 35, H200: its 1024-channel 3x3 at 16x16, one
 wave of 128x128 tiles with a 9216-long reduction, ran at 0.61x cuDNN), with wider tiles added;
-every layer prints cuDNN's forward and input gradient beside ours.
+every layer prints cuDNN's forward and input gradient beside ours. ``--tall`` times the layers
+where 256 x 128 tiles fill less than a wave (session 35: UNet's 3x3 256 -> 128 input gradient
+at 64x64 took 69.7 µs in them against 36.4 in 128 x 128 tiles; the H100 sweep of
+2026-11-23 had them 6 % ahead on ResNet-50's 3x3 at 28x28).
 """
 
 from __future__ import annotations
@@ -55,6 +58,14 @@ UNET_LAYERS = {
     "3x3 256->512@32": (8, 256, (32, 32), 512, (3, 3), 1, 1),
     "3x3 1024->512@32": (8, 1024, (32, 32), 512, (3, 3), 1, 1),
     "3x3 128->256@64": (8, 128, (64, 64), 256, (3, 3), 1, 1),
+}
+# ``--tall``: layers of the models whose 256 x 128 tiles number under a wave (132 SMs)
+TALL_LAYERS = {
+    "3x3 128@28 (r50 layer2)": (32, 128, (28, 28), 128, (3, 3), 1, 1),
+    "3x3 s2 128@56 (r50 layer2.0)": (32, 128, (56, 56), 128, (3, 3), 2, 1),
+    "1x1 512->128@28 (r50 layer2)": (32, 512, (28, 28), 128, (1, 1), 1, 0),
+    "3x3 128->256@64 (UNet, batch 8)": (8, 128, (64, 64), 256, (3, 3), 1, 1),
+    "2x2 s2 96->192@56 (ConvNeXt)": (32, 96, (56, 56), 192, (2, 2), 2, 0),
 }
 UNET_CONFIGS = [
     ig.Config(128, 256, 64, 8, 3),
@@ -169,6 +180,8 @@ def main() -> None:
         layers, extra = ODD_LAYERS, ODD_CONFIGS
     elif "--unet" in sys.argv[1:]:
         layers, extra = UNET_LAYERS, UNET_CONFIGS
+    elif "--tall" in sys.argv[1:]:
+        layers = TALL_LAYERS
     for name, shape in layers.items():
         layer(name, *shape, extra=extra)
 

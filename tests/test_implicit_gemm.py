@@ -635,8 +635,9 @@ def test_split_k_rule(monkeypatch):
 def test_tiles_under_one_wave(monkeypatch):
     """Layers whose 128-row tiles fill less than a wave get 64x64 tiles: 16-bit reductions
     shorter than SMALL_WAVE_LONG_REDUCTION in 64-channel steps of 4 stages, longer ones in
-    128-channel steps of 3 (session 12's H100 probe); fp32 keeps 64-channel steps of 3, but
-    with TF32 short reductions take 32-channel steps of 4 (session 22's)."""
+    128-channel steps of 3 (session 12's H100 probe) unless 128x64 tiles fill a wave
+    (session 35's); fp32 keeps 64-channel steps of 3, but with TF32 short reductions take
+    32-channel steps of 4 (session 22's)."""
     monkeypatch.setattr(precision, "TF32_OFF_PRECISION", "ieee")  # (the tiles of ieee)
     monkeypatch.setattr(implicit_gemm, "INTERPRETER", False)
     monkeypatch.setattr(implicit_gemm, "multiprocessor_count", lambda device: 132)
@@ -654,6 +655,20 @@ def test_tiles_under_one_wave(monkeypatch):
     assert tiles(bf16, 2048, 512, 7, 1) == Config(64, 64, 64, 4, 4)  # (both equal there)
     assert tiles(torch.float32, 256, 256, 14, 3) == Config(64, 64, 64, 4, 3)  # (TF32 off)
     assert tiles(bf16, 128, 128, 28, 3) == Config(256, 128, 64, 8, 3)  # over a wave
+
+    # long reductions whose 128 x 64 tiles fill a wave take those (session 35's H200 probe):
+    # UNet's 3x3 1024 -> 1024 and 512 -> 1024 at 16x16, batch 8, forward and input gradient
+    # (1024 -> 512: its 128 x 64 tiles, 128 of them, leave the wave unfilled)
+    def unet(channels, out, transposed=False):
+        return implicit_gemm.launch_config(
+            bf16, 8, channels, out, (16, 16), (1, 1), (3, 3), 1, transposed, "cuda"
+        )
+
+    assert unet(1024, 1024) == unet(1024, 1024, True) == Config(128, 64, 64, 4, 4)
+    assert unet(512, 1024) == Config(128, 64, 64, 4, 4)
+    assert unet(1024, 512, True) == Config(64, 64, 128, 4, 3)
+    monkeypatch.setattr(implicit_gemm, "SMALL_WAVE_TALL_TILES", False)
+    assert unet(1024, 1024) == Config(64, 64, 128, 4, 3)
     monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", True)  # TF32: shorter steps (s22)
     assert tiles(torch.float32, 256, 256, 14, 3) == Config(64, 64, 32, 4, 4)
     assert tiles(torch.float32, 512, 512, 7, 3) == Config(64, 64, 64, 4, 3)  # 4608 long

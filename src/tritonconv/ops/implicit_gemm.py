@@ -126,6 +126,9 @@ def _k_block(dtype: torch.dtype, channels: int) -> int:
 # Reduction length (taps x channels per group) from which a 16-bit layer under one wave of
 # 128-row tiles takes 128-channel reduction steps (:func:`forward_config`).
 SMALL_WAVE_LONG_REDUCTION = 4096
+#: Whether a 16-bit layer under one wave of 128 x 128 tiles with a long reduction takes
+#: 128 x 64 tiles where those fill a wave (:func:`forward_config`, session 35)
+SMALL_WAVE_TALL_TILES = True
 
 
 def forward_config(
@@ -176,6 +179,16 @@ def _forward_config(
         # 7x7 27.4 against 30.8 with 64-channel steps).
         if src_per_group >= 128:
             long = taps * src_per_group >= SMALL_WAVE_LONG_REDUCTION
+            tall = cdiv(rows, 128) * cdiv(dst_per_group, 64) * groups  # 128 x 64 tiles
+            if SMALL_WAVE_TALL_TILES and long and not fp32 and tall >= sms:
+                # 128 x 64 tiles where they still fill a wave, so twice the rows share each
+                # weight tile (session 35, H200, probe_small_wave.py --unet, bf16 batch 8, µs
+                # against 64 x 64 x 128: UNet's 3x3 1024 at 16x16 forward 97.4 -> 76.5, input
+                # gradient 106.1 -> 76.6; 512 -> 1024 at 16x16 forward 53.5 -> 40.9; 256 ->
+                # 512 at 32x32 input gradient 57.1 -> 40.2; cuDNN 62.6 / 51.5, 42.1, 28.2).
+                # Where they do not (ResNet-50's 3x3 512 at 7x7: 104 of them), 64 x 64 won
+                # (session 12).
+                return Config(128, 64, 64, 4, 4)
             if fp32 and not long and dot_precision(dtype) == "tf32":
                 # TF32, measured (session 22, benchmarks/probe_tf32_tiles.py, H100): ResNet-50's
                 # 3x3 256 at 14x14 55.8 -> 41.5 µs in 32-channel steps of 4 stages (cuDNN
