@@ -35,3 +35,20 @@ def test_compiles_a_recorded_launch_and_reports_one_that_does_not(tmp_path):
     assert done.returncode == 1, done.stdout + done.stderr
     assert "compiled 1/2 configurations for sm_90" in done.stdout
     assert "FAIL sum_partials_kernel" in done.stdout and "1000" in done.stdout
+
+
+def test_every_kernels_64_bit_variant_compiles():
+    """``--index64``: a small workload run as if every tensor were past 2**31 elements, and
+    each kernel's ``INDEX_64`` variant compiled for sm_90 as the GPU's JIT specialises it.
+    Only tensors that large reach those variants on a GPU, and the interpreter compiles
+    nothing: session 35's first 64-bit fix of the depthwise weight gradient (``.to`` on a
+    stride the JIT makes a constant when it is 1) passed every CPU test and failed to compile
+    on the GPU; this test fails on it. About 80 s on one core with Triton's cache empty."""
+    env = dict(os.environ, TRITON_INTERPRET="1", TRITONCONV_CPU_KERNELS="1")
+    command = [sys.executable, str(SCRIPT), "--index64", "--draws", "8", "--workers", "1"]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    found = [line for line in done.stdout.splitlines() if line.startswith("compiled ")]
+    assert found and "configurations for sm_90" in found[0], done.stdout[-2000:]
+    compiled, total = found[0].split()[1].split("/")
+    assert compiled == total and int(total) >= 50  # (every kernel the workload reaches)
