@@ -259,6 +259,12 @@ def test_conv_sums_need_every_layer():
     layers[1]["both"].ours_kernel_ms = None
     assert bm._sums(layers, kernel=True) == "1.60× / —"
     assert bm._sums(layers, kernel=False) == "1.07× / 1.07×"
+    # a layer whose measurement failed (an error row in its place): no sum in the summary
+    rows = [r for r in _fake_rows() if r.case != "unet/up.0"]
+    rows.append(bm._error_row("models", "unet/up.0", "layer fwd+bwd", "bfloat16", "",
+                              RuntimeError("x"), dict(model="unet")))  # fmt: skip
+    line = next(line for line in bm._model_lines(bm.summarize(rows)) if line[0] == "unet")
+    assert line[10:12] == ["— / —", "— / —"]
 
 
 def test_plots(tmp_path):

@@ -128,3 +128,16 @@ def test_the_device_context_manager_is_a_mode_too(device):
     with torch.device(device):
         got = tc.conv2d(x, w, padding=1)
     assert_close(got, F.conv2d(x, w, padding=1), reduction=18)
+
+
+def test_compiled_with_a_subclass_input_is_one_graph(device):
+    """Under ``torch.compile(fullgraph=True)`` a subclass input goes through the protocol
+    once: Dynamo's ``has_torch_function`` ignores the subclass being disabled inside
+    ``Tensor.__torch_function__``, which re-entered the protocol with nothing to dispatch to
+    (a ``TypeError``) before ``_protocol_on``."""
+    x = torch.randn(1, 2, 6, 6, device=device)
+    w = torch.randn(3, 2, 3, 3, device=device)
+    compiled = torch.compile(lambda x, w: tc.conv2d(x, w, padding=1) + 1, backend="eager",
+                             fullgraph=True)  # fmt: skip
+    got = compiled(x.as_subclass(_Tagged), w)
+    assert_close(got.as_subclass(torch.Tensor), F.conv2d(x, w, padding=1) + 1, reduction=18)

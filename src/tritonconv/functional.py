@@ -112,7 +112,7 @@ def unfold(input, kernel_size, dilation=1, padding=0, stride=1):
 
     ``dilation``, ``padding`` and ``stride``: an int or one value per spatial dimension.
     """
-    if has_torch_function_variadic(input):
+    if has_torch_function_variadic(input) and _protocol_on():
         return handle_torch_function(
             unfold, (input,), input, kernel_size, dilation=dilation, padding=padding, stride=stride
         )
@@ -165,7 +165,7 @@ def fold(input, output_size, kernel_size, dilation=1, padding=0, stride=1):
     dimension (or one int for all): a one-element ``kernel_size`` folds 1-D blocks into
     ``(N, C, L)``, a three-element one ``(N, C*KD*KH*KW, OD*OH*OW)`` into ``(N, C, D, H, W)``
     (unbatched inputs drop ``N``)."""
-    if has_torch_function_variadic(input):
+    if has_torch_function_variadic(input) and _protocol_on():
         return handle_torch_function(
             fold, (input,), input, output_size, kernel_size, dilation, padding, stride
         )
@@ -384,7 +384,7 @@ def _convolution(ndim: int, input, weight, bias, options, *, transposed=False):
     ``nonstrict_trace`` call); else look the plan up, lift 1-D to a height-1 plane, run.
     First the ``__torch_function__`` protocol (module docstring): ``options`` are the public
     function's arguments after ``bias``, in its order, ``algo`` and ``workspace_limit`` last."""
-    if has_torch_function_variadic(input, weight, bias):
+    if has_torch_function_variadic(input, weight, bias) and _protocol_on():
         *positional, algo, workspace_limit = options
         return handle_torch_function(
             _PUBLIC[ndim, transposed],
@@ -403,6 +403,16 @@ def _convolution(ndim: int, input, weight, bias, options, *, transposed=False):
             return out
     plan = _convolution_plan(ndim, input, weight, bias, options, transposed)
     return _apply_convolution(plan, ndim, input, weight, bias)
+
+
+def _protocol_on() -> bool:
+    """Whether the ``__torch_function__`` protocol is on for this call: always in eager
+    (``has_torch_function_variadic`` already says no inside ``Tensor.__torch_function__``),
+    and while Dynamo traces only if torch-function dispatch is enabled, since Dynamo's model
+    of ``has_torch_function_variadic`` ignores ``DisableTorchFunctionSubclass`` (without
+    this, a subclass input re-entered the protocol with nothing to dispatch to: a
+    ``TypeError`` under ``fullgraph=True``)."""
+    return not torch.compiler.is_dynamo_compiling() or torch._C._is_torch_function_enabled()
 
 
 def _exporting() -> bool:
@@ -931,7 +941,7 @@ def crop(input, reference, axis=2, offset=0):
     in the input's dimension order (channels-last stays channels-last); the gradient flows to
     ``input`` only.
     """
-    if has_torch_function_variadic(input, reference):
+    if has_torch_function_variadic(input, reference) and _protocol_on():
         return handle_torch_function(crop, (input, reference), input, reference, axis, offset)
     plan = lookup(
         _CROP_PLANS,
@@ -1034,7 +1044,7 @@ def causal_conv1d(
     sequence is shorter) are returned too, as ``(out, final_states)``. ``x`` is computed in
     ``weight``'s dtype and the output cast back to ``x``'s, as the package does.
     """
-    if has_torch_function_variadic(x, weight, bias, initial_states):
+    if has_torch_function_variadic(x, weight, bias, initial_states) and _protocol_on():
         return handle_torch_function(
             causal_conv1d,
             (x, weight, bias, initial_states),
@@ -1083,7 +1093,7 @@ def causal_conv1d_update(x, conv_state, weight, bias=None, activation=None):
     (batch, dim, state_len >= width - 1) holds the latest inputs and is updated in place
     (shifted left by seqlen, ``x`` appended). Returns the outputs for ``x``'s positions, shaped
     like ``x``."""
-    if has_torch_function_variadic(x, conv_state, weight, bias):
+    if has_torch_function_variadic(x, conv_state, weight, bias) and _protocol_on():
         return handle_torch_function(
             causal_conv1d_update, (x, conv_state, weight, bias), x, conv_state, weight, bias,
             activation,

@@ -1010,16 +1010,20 @@ def _model_of(row: Row) -> str:
 
 def summarize(rows: list[Row]) -> dict:
     """{(suite, model): {"accuracy": row, "speed": {dtype: {op: row}}, "layers": {dtype:
-    [layer entries]}, "errors": [rows]}} from the model suites' rows."""
+    [layer entries]}, "errors": [rows], "incomplete": {dtypes with a layer unmeasured}}} from
+    the model suites' rows."""
     found: dict = {}
     for row in rows:
         if row.suite not in ("models", "layers"):
             continue
         entry = found.setdefault(
-            (row.suite, _model_of(row)), {"accuracy": None, "speed": {}, "layers": {}, "errors": []}
+            (row.suite, _model_of(row)),
+            {"accuracy": None, "speed": {}, "layers": {}, "errors": [], "incomplete": set()},
         )
         if row.extra.get("error"):
             entry["errors"].append(row)
+            if row.op.startswith("layer"):  # (a layer unmeasured: no sum over the layers)
+                entry["incomplete"].add(row.dtype)
         elif row.op == "fp32 fwd+bwd vs float64":
             entry["accuracy"] = row
         elif row.op in SPEED_OPS:
@@ -1111,10 +1115,11 @@ def _model_lines(summary: dict) -> list[list[str]]:
         for dtype in dtypes:
             speed = entry["speed"].get(dtype, {})
             layers = entry["layers"].get(dtype, [])
+            summed = [] if dtype in entry["incomplete"] else layers
             lines.append(
                 [model, swapped, _errors(acc, "out"), _errors(acc, "grad"), _within_2x(acc), dtype]
                 + [_speed(speed.get(op)) for op in SPEED_OPS]
-                + [_sums(layers, kernel=True), _sums(layers, kernel=False)]
+                + [_sums(summed, kernel=True), _sums(summed, kernel=False)]
                 + [_peaks(speed.get("train eager")), _worst_layer(layers)]
             )
     return lines
@@ -1231,7 +1236,7 @@ def _plot_models(summary: dict, env: dict, path: Path) -> bool:
                 if row is not None and row.speedup is not None and not math.isnan(row.ours_ms):
                     bars.setdefault((op, dtype), {})[model] = row.speedup
         for dtype, layers in entry["layers"].items():  # what the kernels alone would give
-            summed = _summed(layers, "both", kernel=True)
+            summed = None if dtype in entry["incomplete"] else _summed(layers, "both", True)
             if summed is not None:
                 bars.setdefault(("conv kernels fwd+bwd", dtype), {})[model] = summed
     if not bars:
