@@ -1,0 +1,292 @@
+"""Stride-1 same-size windows (3x3 pad 1, dilated 3x3 pad = dilation) as TMA GEMMs over flat rows.
+
+Session 36's probe for issue 11's big 3x3 layers (batch 128 on an H200: our pointer-load
+implicit GEMM at ~470 TFLOP/s against cuDNN's ~670). A convolution whose output has the
+input's size reads, for tap ``(kh, kw)``, the input row ``p + (kh*dil - pad)*W + (kw*dil -
+pad)`` of the dense channels-last ``[N*H*W, C]`` matrix for output row ``p``: one constant
+shift per tap. So each reduction step is a plain 2-D TMA box ``[BLOCK_M, BLOCK_K]`` at a
+shifted row (no reshaped boxes: session 3's loss), and only the rows whose shifted pixel lies
+outside the image (left/right edges, which the flat shift would wrap into the neighbouring
+row, and top/bottom) are zeroed, in registers, before the product (wgmma takes its A operand
+from registers). Per step the warps then issue a few selects and the shared-memory reads of
+A, against ~240 address and mask instructions per step in the pointer-load kernel (session
+10). The input gradient of such a layer is the same loop with the opposite shifts and the
+weight read as ``[taps, C_out, C_in]``.
+
+    PYTHONPATH=src python benchmarks/probe_tma_window.py --check      # interpreter, CPU
+    PYTHONPATH=src python benchmarks/probe_tma_window.py --sass       # offline sm_90 loop
+    PYTHONPATH=src python benchmarks/probe_tma_window.py [--json F]   # GPU: times vs cuDNN
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import os
+import sys
+from functools import partial
+
+import torch
+import triton
+import triton.language as tl
+from triton.tools.tensor_descriptor import TensorDescriptor
+
+
+@triton.jit
+def window_tma_probe_kernel(
+    src, w, bias_ptr, dst, rows, C_src, C_dst, H, W, KW, taps, pad_h, pad_w, dil_h, dil_w,
+    TRANSPOSED: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, MASK: tl.constexpr,
+    FLATTEN: tl.constexpr = True,
+):  # fmt: skip
+    m_tiles = tl.cdiv(rows, BLOCK_M)
+    n_tiles = tl.cdiv(C_dst, BLOCK_N)
+    c_steps = tl.cdiv(C_src, BLOCK_K)
+    for tile in tl.range(tl.program_id(0), m_tiles * n_tiles, tl.num_programs(0), flatten=FLATTEN):
+        width = GROUP_M * n_tiles
+        first_m = (tile // width) * GROUP_M
+        rows_here = tl.minimum(m_tiles - first_m, GROUP_M)
+        m0 = (first_m + (tile % width) % rows_here) * BLOCK_M
+        n0 = ((tile % width) // rows_here) * BLOCK_N
+        p = m0 + tl.arange(0, BLOCK_M)
+        ow = p % W
+        oh = (p // W) % H
+        acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+        cb = 0  # the step's channel block and tap, counted from step to step (no division)
+        kw = 0
+        kh = 0
+        for _ in range(taps * c_steps):
+            dh = kh * dil_h - pad_h
+            dw = kw * dil_w - pad_w
+            if TRANSPOSED:
+                dh = -dh
+                dw = -dw
+            a = src.load([m0 + dh * W + dw, cb * BLOCK_K])
+            if MASK:
+                ih = oh + dh
+                iw = ow + dw
+                ok = (ih.to(tl.uint32) < H) & (iw.to(tl.uint32) < W)
+                a = tl.where(ok[:, None], a, 0)
+            tap = kh * KW + kw
+            if TRANSPOSED:
+                b = w.load([tap, cb * BLOCK_K, n0]).reshape([BLOCK_K, BLOCK_N])
+            else:
+                b = w.load([n0, tap * C_src + cb * BLOCK_K]).T
+            acc = tl.dot(a, b, acc)
+            cb += 1
+            wrap = cb == c_steps
+            cb = tl.where(wrap, 0, cb)
+            kw += wrap.to(tl.int32)
+            wrap = kw == KW
+            kw = tl.where(wrap, 0, kw)
+            kh += wrap.to(tl.int32)
+        if HAS_BIAS:
+            d = n0 + tl.arange(0, BLOCK_N)
+            acc += tl.load(bias_ptr + d, mask=d < C_dst, other=0).to(tl.float32)[None, :]
+        dst.store([m0, n0], acc.to(dst.dtype))
+
+
+def launch(x, weight, bias, dilation, transposed, cfg, programs=None, mask=True):
+    """The probe kernel on channels-last ``x`` (``transposed``: ``x`` is the output gradient and
+    the result the input gradient). ``cfg``: (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages)."""
+    bm, bn, bk, warps, stages = cfg
+    n, c_src, h, wd = x.shape
+    c_out, c_in, kh, kw = weight.shape
+    c_dst = c_in if transposed else c_out
+    pad_h, pad_w = dilation * (kh - 1) // 2, dilation * (kw - 1) // 2
+    rows = n * h * wd
+    out = torch.empty(n, c_dst, h, wd, device=x.device, dtype=x.dtype,
+                      memory_format=torch.channels_last)  # fmt: skip
+    xr = x.permute(0, 2, 3, 1).reshape(rows, c_src)
+    wl = weight.permute(0, 2, 3, 1).contiguous()  # [C_out, KH, KW, C_in]
+    if transposed:  # [taps, C_out, C_in] over the same memory
+        wdesc = TensorDescriptor(wl, [kh * kw, c_out, c_in], [c_in, kh * kw * c_in, 1], [1, bk, bn])
+    else:
+        wdesc = TensorDescriptor(wl, [c_out, kh * kw * c_in], [kh * kw * c_in, 1], [bn, bk])
+    src = TensorDescriptor(xr, [rows, c_src], [c_src, 1], [bm, bk])
+    dst = TensorDescriptor(out.permute(0, 2, 3, 1).reshape(rows, c_dst), [rows, c_dst],
+                           [c_dst, 1], [bm, bn])  # fmt: skip
+    tiles = triton.cdiv(rows, bm) * triton.cdiv(c_dst, bn)
+    grid = (min(tiles, programs) if programs else tiles,)
+    window_tma_probe_kernel[grid](
+        src, wdesc, bias if bias is not None else x, dst, rows, c_src, c_dst, h, wd, kw,
+        kh * kw, pad_h, pad_w, dilation, dilation, TRANSPOSED=transposed,
+        HAS_BIAS=bias is not None, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, MASK=mask,
+        num_warps=warps, num_stages=stages,
+    )  # fmt: skip
+    return out
+
+
+def reference(x, weight, bias, dilation, transposed):
+    kh = weight.shape[2]
+    pad = dilation * (kh - 1) // 2
+    xd, wd = x.double(), weight.double()
+    if transposed:
+        return torch.nn.grad.conv2d_input((*x.shape[:1], weight.shape[1], *x.shape[2:]), wd, xd,
+                                          padding=pad, dilation=dilation)  # fmt: skip
+    return torch.nn.functional.conv2d(xd, wd, None if bias is None else bias.double(),
+                                      padding=pad, dilation=dilation)  # fmt: skip
+
+
+def check() -> None:
+    """Interpreter: results against float64 on small shapes, both directions."""
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+    torch.manual_seed(0)
+    dtype = torch.float16
+    for (n, c_in, c_out, h, wd, k, dil), transposed, bias in itertools.product(
+        [(2, 16, 32, 5, 7, 3, 1), (1, 32, 16, 6, 4, 3, 2), (3, 16, 16, 3, 9, 5, 1)],
+        [False, True], [False, True],
+    ):  # fmt: skip
+        if transposed and bias:
+            continue
+        w = torch.randn(c_out, c_in, k, k, dtype=dtype).to(memory_format=torch.channels_last)
+        b = torch.randn(c_out, dtype=dtype) if bias else None
+        c_src = c_out if transposed else c_in
+        x = torch.randn(n, c_src, h, wd, dtype=dtype).to(memory_format=torch.channels_last)
+        got = launch(x, w, b, dil, transposed, (16, 16, 16, 4, 1), programs=3)
+        want = reference(x, w, b, dil, transposed)
+        err = (got.double() - want).abs().max().item()
+        print(f"n{n} {c_in}->{c_out} {h}x{wd} k{k} dil{dil} transposed={transposed} bias={bias}: "
+              f"max err {err:.3g}")  # fmt: skip
+        assert err < 0.05 * want.abs().max().item() + 1e-2
+
+
+def sass_counts() -> None:
+    """The loop's SASS for sm_90, compiled here (Triton's own toolchain, no GPU)."""
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+    from triton.runtime.jit import mangle_type
+
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from ptx_loop import loops, opcode_counts, resources, sass
+
+    fn = window_tma_probe_kernel
+    for transposed, (bm, bn, bk, warps, stages) in [
+        (False, (128, 128, 64, 8, 4)), (False, (256, 128, 64, 8, 3)), (True, (128, 128, 64, 8, 4)),
+    ]:  # fmt: skip
+        t = torch.empty(1024, 64, dtype=torch.bfloat16)
+        src = TensorDescriptor(t, [1024, 64], [64, 1], [bm, bk])
+        w3 = torch.empty(9 * 64 * 64, dtype=torch.bfloat16)
+        wdesc = (TensorDescriptor(w3, [9, 64, 64], [64, 576, 1], [1, bk, bn]) if transposed
+                 else TensorDescriptor(w3, [64, 576], [576, 1], [bn, bk]))  # fmt: skip
+        dst = TensorDescriptor(t, [1024, 64], [64, 1], [bm, bn])
+        signature = {"src": mangle_type(src), "w": mangle_type(wdesc), "bias_ptr": "*bf16",
+                     "dst": mangle_type(dst)}  # fmt: skip
+        for name in ["rows", "C_src", "C_dst", "H", "W", "KW", "taps", "pad_h", "pad_w",
+                     "dil_h", "dil_w"]:  # fmt: skip
+            signature[name] = "i32"
+        constexprs = {"TRANSPOSED": transposed, "HAS_BIAS": not transposed, "BLOCK_M": bm,
+                      "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8, "MASK": os.environ.get("MASK", "1") == "1",
+                      "FLATTEN": False}  # fmt: skip
+        for name in constexprs:
+            signature[name] = "constexpr"
+        compiled = triton.compile(ASTSource(fn, signature, constexprs, {}),
+                                  target=GPUTarget("cuda", 90, 128),
+                                  options={"num_warps": warps, "num_stages": stages})  # fmt: skip
+        body = max(loops(sass(compiled.asm["cubin"])), key=len)
+        counts = opcode_counts(body)
+        print(f"transposed={transposed} {bm}x{bn}x{bk} w{warps} s{stages} "
+              f"{resources(compiled.asm['cubin'])}: loop {len(body)} SASS, "
+              f"{dict(counts.most_common(14))}")  # fmt: skip
+
+
+# name: (batch, C_in, C_out, H=W, kernel, dilation)
+LAYERS = {
+    "r50 3x3 64@56 b128": (128, 64, 64, 56, 3, 1),
+    "r50 3x3 128@28 b128": (128, 128, 128, 28, 3, 1),
+    "r50 3x3 256@14 b128": (128, 256, 256, 14, 3, 1),
+    "r50 3x3 512@7 b128": (128, 512, 512, 7, 3, 1),
+    "r50 3x3 128@28 b32": (32, 128, 128, 28, 3, 1),
+    "r50 3x3 256@14 b32": (32, 256, 256, 14, 3, 1),
+    "unet 3x3 64@256 b8": (8, 64, 64, 256, 3, 1),
+    "unet 3x3 128->64@128 b8": (8, 128, 64, 128, 3, 1),
+    "unet 3x3 256->128@64 b8": (8, 256, 128, 64, 3, 1),
+    "unet 3x3 1024@16 b8": (8, 1024, 1024, 16, 3, 1),
+    "dil2 3x3 256@64 b16": (16, 256, 256, 64, 3, 2),
+    "aspp 3x3 dil12 512->256@64 b8": (8, 512, 256, 64, 3, 12),
+}
+CONFIGS = [
+    (128, 128, 64, 8, 4),
+    (128, 128, 64, 8, 3),
+    (128, 256, 64, 8, 3),
+    (256, 128, 64, 8, 3),
+    (128, 64, 64, 4, 4),
+    (64, 128, 64, 4, 4),
+]
+
+
+def gpu(path: str | None) -> None:
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from probe_small_wave import graph_us
+
+    from tritonconv.geometry import make_geometry
+    from tritonconv.ops import implicit_gemm as ig
+
+    torch.backends.cudnn.benchmark = True
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    out_rows = []
+    for name, (n, c_in, c_out, s, k, dil) in LAYERS.items():
+        pad = dil * (k - 1) // 2
+        cl = torch.channels_last
+        x = torch.randn(n, c_in, s, s, device="cuda", dtype=torch.bfloat16).to(memory_format=cl)
+        w = (torch.randn(c_out, c_in, k, k, device="cuda", dtype=torch.bfloat16)
+             / math.sqrt(c_in * k * k)).to(memory_format=cl)  # fmt: skip
+        dy = torch.randn(n, c_out, s, s, device="cuda", dtype=torch.bfloat16).to(memory_format=cl)
+        geometry = make_geometry((s, s), (k, k), (1, 1), (pad, pad), (pad, pad), (dil, dil))
+        flops = 2 * n * s * s * c_in * c_out * k * k
+        row = {"layer": name}
+        for pass_name, src, transposed in [("fwd", x, False), ("dX", dy, True)]:
+            if transposed:
+                cudnn = graph_us(partial(torch.ops.aten.convolution_backward,
+                    dy, x, w, None, [1, 1], [pad, pad], [dil, dil], False, [0, 0], 1,
+                    (True, False, False)))  # fmt: skip
+                ours = graph_us(partial(ig.conv_grad_input, dy, w, x, geometry, 1))
+                want = reference(dy, w, None, dil, True)
+            else:
+                cudnn = graph_us(partial(torch.nn.functional.conv2d, x, w, padding=pad,
+                                         dilation=dil))  # fmt: skip
+                ours = graph_us(partial(ig.conv_forward, x, w, None, geometry, 1))
+                want = reference(x, w, None, dil, False)
+            timed = []
+            for cfg, persistent in itertools.product(CONFIGS, [True, False]):
+                programs = sms if persistent else None
+                try:
+                    got = launch(src, w, None, dil, transposed, cfg, programs)
+                    err = ((got.double() - want).norm() / want.norm()).item()
+                    us = graph_us(partial(launch, src, w, None, dil, transposed, cfg, programs))
+                except Exception as error:  # a configuration that does not fit
+                    print(f"  {name} {pass_name} {cfg}: {type(error).__name__} {error}"[:200])
+                    continue
+                timed.append((us, f"{cfg}{' p' if persistent else ''}", err))
+            timed.sort()
+            best = timed[0]
+            cfg = next(c for c in CONFIGS if best[1].startswith(str(c)))
+            programs = sms if best[1].endswith(" p") else None
+            unmasked = graph_us(partial(launch, src, w, None, dil, transposed, cfg, programs,
+                                        mask=False))  # fmt: skip
+            row[pass_name] = {"cudnn_us": cudnn, "ours_us": ours, "unmasked_us": unmasked,
+                              "tma": {label: [us, err] for us, label, err in timed}}  # fmt: skip
+            print(
+                f"{name} {pass_name}: cuDNN {cudnn:.1f} ({flops / cudnn / 1e6:.0f} TFLOP/s), "
+                f"igemm {ours:.1f} ({cudnn / ours:.2f}x), TMA best {best[1]} {best[0]:.1f} "
+                f"({cudnn / best[0]:.2f}x, {flops / best[0] / 1e6:.0f} TFLOP/s, rel err "
+                f"{best[2]:.1e}); unmasked {unmasked:.1f}; next "
+                + ", ".join(f"{lbl} {us:.1f}" for us, lbl, _ in timed[1:4]),
+                flush=True,
+            )
+        out_rows.append(row)
+    if path:
+        with open(path, "w") as f:
+            json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+                       "triton": triton.__version__, "rows": out_rows}, f, indent=1)  # fmt: skip
+
+
+if __name__ == "__main__":
+    args = sys.argv[1:]
+    if "--check" in args:
+        check()
+    elif "--sass" in args:
+        sass_counts()
+    else:
+        gpu(args[args.index("--json") + 1] if "--json" in args else None)
