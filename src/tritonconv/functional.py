@@ -864,6 +864,14 @@ def _gemm_tiles(input, args, transposed: bool, measured) -> str:
             f"{tma} as one TMA GEMM (a 1x1 layer: where "
             "input and output are dense channels-last and 16-byte aligned)"
         )
+    window = implicit_gemm.window_tma_config(
+        input.dtype, args.batch, *sides, g, args.groups, transposed, input.device
+    )
+    if window is not None:
+        return (
+            f"{window} as TMA boxes, the padding the hardware's zero fill (a stride-1 window: "
+            "where input and output are dense channels-last and 16-byte aligned)"
+        )
     if not transposed and implicit_gemm.foldable(input.dtype, args.in_per_group, g, args.groups):
         folded, fg = g.kernel[-1] * args.in_per_group, implicit_gemm.folded_geometry(g)
         tiles = implicit_gemm.launch_config(

@@ -856,3 +856,109 @@ def pointwise_tma_kernel(
                 tl.store(ptrs, acc.to(dst.dtype.element_ty), mask=(m < rows)[:, None])
         else:
             dst.store([m0, n0], acc.to(dst.dtype))
+
+
+@triton.jit
+def window_tma_kernel(
+    src,
+    w,
+    bias_ptr,
+    dst,
+    N,
+    D,
+    H,
+    W,
+    C_src,
+    C_dst,
+    KH,
+    KW,
+    taps,
+    pad_d,
+    pad_h,
+    pad_w,
+    dil_d,
+    dil_h,
+    dil_w,
+    TRANSPOSED: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    DOT_DTYPE: tl.constexpr,
+    TH: tl.constexpr,
+    TW: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
+):
+    """A stride-1 one-group convolution (or, ``TRANSPOSED``, its input gradient) over dense
+    channels-last tensors whose every tile moves by TMA, the padding included: ``src`` and
+    ``dst`` are descriptors of the images as ``[N, D, H, W, C]`` (``D``, ``H``, ``W``: the
+    destination's sizes; a 1-D or 2-D problem is one deep and high), boxes ``[1, 1, TH, TW,
+    BLOCK_K]`` and ``[1, 1, TH, TW, BLOCK_N]``. A tile is a ``TH x TW`` rectangle of one
+    destination plane's positions by ``BLOCK_N`` channels; its reduction step for tap ``(kd,
+    kh, kw)`` and channel block ``c0`` loads the source box at the rectangle's corner shifted
+    by the tap (forward: ``+ k*dil - pad``; input gradient: ``+ pad - k*dil``, ``pad`` the
+    forward's ``pad_before``), and the hardware fills every position outside the source with
+    zeros: no mask and no address arithmetic in the loop. Stores clip at the destination's
+    edges, so rectangles may overhang them (the launcher picks ``TW`` to waste little).
+
+    The box, viewed as ``[TH*TW, BLOCK_K]`` positions by channels, is wgmma's B operand: the
+    loop accumulates the transposed tile ``w . x^T`` (destination channels by positions),
+    transposed back for the epilogue. (As the A operand the reshaped box went through
+    registers every step; as B it stays in shared memory: benchmarks/NOTES.md, session 36.)
+    ``w``: forward, the channels-last weight as a ``[C_dst, taps * C_src]`` descriptor (boxes
+    ``[BLOCK_N, BLOCK_K]``; the launcher makes ``BLOCK_K`` divide ``C_src``, so no box
+    straddles two taps); input gradient, as ``[taps, C_src, C_dst]`` (boxes ``[1, BLOCK_K,
+    BLOCK_N]``; its ``C_src`` is the forward's output channels). Programs are persistent
+    when the launcher's grid is smaller than the tile count: each walks tiles ``pid, pid +
+    programs, ...``, grouped by ``GROUP_M`` rectangles so that consecutive tiles share weight
+    columns in L2."""
+    BLOCK_M: tl.constexpr = TH * TW
+    tw_tiles = tl.cdiv(W, TW)
+    th_tiles = tl.cdiv(H, TH)
+    m_tiles = N * D * th_tiles * tw_tiles
+    n_tiles = tl.cdiv(C_dst, BLOCK_N)
+    c_steps = tl.cdiv(C_src, BLOCK_K)
+    for tile in tl.range(tl.program_id(0), m_tiles * n_tiles, tl.num_programs(0), flatten=True):
+        width = GROUP_M * n_tiles
+        first_m = (tile // width) * GROUP_M
+        rows_here = tl.minimum(m_tiles - first_m, GROUP_M)
+        pid_m = first_m + (tile % width) % rows_here
+        n0 = ((tile % width) // rows_here) * BLOCK_N
+        w0 = (pid_m % tw_tiles) * TW
+        t = pid_m // tw_tiles
+        h0 = (t % th_tiles) * TH
+        t = t // th_tiles
+        d0 = t % D
+        n = t // D
+        acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
+        # the step's channel block and tap, counted from step to step (no division)
+        cb = 0
+        kw = 0
+        kh = 0
+        kd = 0
+        for _ in range(taps * c_steps):
+            if TRANSPOSED:
+                at = [n, d0 + pad_d - kd * dil_d, h0 + pad_h - kh * dil_h, w0 + pad_w - kw * dil_w]
+            else:
+                at = [n, d0 + kd * dil_d - pad_d, h0 + kh * dil_h - pad_h, w0 + kw * dil_w - pad_w]
+            x = src.load([*at, cb * BLOCK_K]).reshape([BLOCK_M, BLOCK_K]).to(DOT_DTYPE)
+            tap = (kd * KH + kh) * KW + kw
+            if TRANSPOSED:
+                a = w.load([tap, cb * BLOCK_K, n0]).reshape([BLOCK_K, BLOCK_N]).to(DOT_DTYPE).T
+            else:
+                a = w.load([n0, tap * C_src + cb * BLOCK_K]).to(DOT_DTYPE)
+            acc = tl.dot(a, x.T, acc)
+            cb += 1
+            wrap = cb == c_steps
+            cb = tl.where(wrap, 0, cb)
+            kw += wrap.to(tl.int32)
+            wrap = kw == KW
+            kw = tl.where(wrap, 0, kw)
+            kh += wrap.to(tl.int32)
+            wrap = kh == KH
+            kh = tl.where(wrap, 0, kh)
+            kd += wrap.to(tl.int32)
+        out = acc.T
+        if HAS_BIAS:
+            d = n0 + tl.arange(0, BLOCK_N)
+            out += tl.load(bias_ptr + d, mask=d < C_dst, other=0).to(tl.float32)[None, :]
+        dst.store([n, d0, h0, w0, n0], out.to(dst.dtype).reshape([1, 1, TH, TW, BLOCK_N]))

@@ -37,6 +37,7 @@ from ..kernels.implicit_gemm import (
     conv_igemm_kernel,
     conv_igemm_wgrad_kernel,
     pointwise_tma_kernel,
+    window_tma_kernel,
 )
 from ..launch import (
     TensorDescriptor,
@@ -827,6 +828,170 @@ def _tap_box_width(block_m: int, height: int, width: int) -> int:
     return 0
 
 
+# ---------------------------------------------------------------------------------------------
+# Stride-1 windows as TMA GEMMs over 4-D boxes
+# ---------------------------------------------------------------------------------------------
+
+needs_aligned(window_tma_kernel, "src", "w", "dst")
+
+
+class WindowTmaConfig(NamedTuple):
+    """Tiles of ``window_tma_kernel``: a ``th x tw`` rectangle of destination positions by
+    ``block_n`` channels, ``block_k`` source channels a step; its programs are persistent."""
+
+    th: int
+    tw: int
+    block_n: int
+    block_k: int
+    num_warps: int
+    num_stages: int
+
+    def __str__(self) -> str:
+        th, tw, n, k, w, s = self
+        return f"{th}x{tw} positions x {n} channels x {k} w{w} s{s} persistent"
+
+
+#: Most positions (as a multiple of the destination's) the rectangles of
+#: ``window_tma_kernel`` may cover where they overhang the destination's edges: 1.31 for
+#: 14 x 14 planes in 8 x 16 rectangles, measured faster than the pointer-load kernel there
+#: (H200, session 36); 7 x 7 planes (2.6 in 128-position rectangles) lost to it.
+WINDOW_TMA_MAX_WASTE = 1.35
+
+
+def _rectangle(positions: int, height: int, width: int) -> tuple[int, int, float]:
+    """``(th, tw, waste)``: the ``th x tw = positions`` rectangle (``tw`` a power of two from
+    8) covering a ``height x width`` plane with the fewest positions, the wider on ties, and
+    the positions it covers over the plane's."""
+    best = None
+    tw = 8
+    while tw <= min(positions, 256):
+        th = positions // tw
+        if th <= 256:
+            waste = cdiv(height, th) * th * cdiv(width, tw) * tw / (height * width)
+            if best is None or waste <= best[2] + 1e-9:
+                best = (th, tw, waste)
+        tw *= 2
+    return best
+
+
+def window_tma_config(dtype, batch: int, src_channels: int, dst_channels: int,
+                      geometry: Geometry, groups: int, transposed: bool,
+                      device) -> WindowTmaConfig | None:  # fmt: skip
+    """The tiles of ``window_tma_kernel`` for a convolution (``transposed``: its input
+    gradient, source and destination channels swapped), or None where it does not take it:
+    16-bit, one group, stride 1 on every axis, more than one tap (a 1x1 layer is
+    ``pointwise_tma_kernel``'s), source channels a multiple of 32 (a weight box never
+    straddles two taps), destination channels a multiple of 8 (TMA's 16-byte strides), under
+    2**31 elements a side, destination planes the rectangles cover with at most
+    ``WINDOW_TMA_MAX_WASTE`` of overhang, on a GPU with TMA.
+
+    Fitted to benchmarks/probe_tma_window.py (H200, bf16, batch 128 and 32 ResNet-50 3x3
+    layers at 56/28/14/7, UNet, dilation 2 and 12; session 36): 64 destination channels take
+    128-position rectangles by 64 channels on 4 warps, 4 stages; more take 128 channels on 8
+    warps, in 256-position rectangles (3 stages) where those number at least half a wave,
+    else 128 (4 stages); persistent programs; the rectangle's width the power of two that
+    wastes least. Forward and input gradient ran 0.98-1.73x cuDNN there, against 0.62-0.91x
+    for the pointer-load kernel, except at 56 x 56 with 64 channels (a tie) and 7 x 7
+    (excluded)."""
+    spatial = geometry.input if transposed else geometry.output
+    depth, height, width = _spatial3(spatial, 1)
+    plane = depth * height * width
+    if (
+        dtype not in (torch.float16, torch.bfloat16)
+        or groups != 1
+        or any(s != 1 for s in geometry.stride)
+        or geometry.kernel_numel == 1
+        or src_channels < 32
+        or src_channels % 32
+        or dst_channels % 8
+        or batch * plane * max(src_channels, dst_channels) >= 2**31
+        or not _has_tma(device)
+    ):
+        return None
+    if INTERPRETER:  # small tiles, several of them (the persistent loop walks a few), and no
+        # waste limit: the tests' small odd planes cover the overhanging rectangles
+        th, tw, _ = _rectangle(32, height, width)
+        return WindowTmaConfig(th, tw, 32, 32, 4, 1)
+    block_k = 64 if src_channels % 64 == 0 else 32
+    if dst_channels <= 64:
+        th, tw, waste = _rectangle(128, height, width)
+        config = WindowTmaConfig(th, tw, 64, block_k, 4, 4)
+    else:
+        th, tw, waste = _rectangle(256, height, width)
+        tiles = batch * depth * cdiv(height, th) * cdiv(width, tw) * cdiv(dst_channels, 128)
+        config = WindowTmaConfig(th, tw, 128, block_k, 8, 3)
+        if 2 * tiles < multiprocessor_count(device):
+            th, tw, waste = _rectangle(128, height, width)
+            config = WindowTmaConfig(th, tw, 128, block_k, 8, 4)
+    return config if waste <= WINDOW_TMA_MAX_WASTE else None
+
+
+def _five_d(t: torch.Tensor) -> tuple[list, list]:
+    """``(shape, strides)`` of a dense channels-last ``t`` viewed as ``[N, D, H, W, C]``."""
+    shape = [t.shape[0], *_spatial3(t.shape[2:], 1), t.shape[1]]
+    return shape, list(dense_strides(shape, range(5)))
+
+
+def _launch_window_tma(src, weight, bias, dst, geometry: Geometry, transposed: bool,
+                       config: WindowTmaConfig) -> bool:  # fmt: skip
+    """``dst`` = the convolution of ``src`` (``transposed``: its input gradient) by
+    ``window_tma_kernel``; False, launching nothing, where the tensors' layouts or addresses
+    do not suit TMA (dense channels-last, 16-byte aligned) or a tracer is looking."""
+    if tracing(src, weight, dst) or not (_tma_rows(src) and _tma_rows(dst)):
+        return False
+    th, tw, block_n, block_k, num_warps, num_stages = config
+    c_src, c_dst = src.shape[1], dst.shape[1]
+    kernel, _, pad, dil = _window3(geometry)
+    taps = math.prod(kernel)
+    # the weight with its input channels innermost, [C_out, taps, C_in] (a channels-last
+    # weight as it is; else a copy)
+    order = (0, *range(2, weight.dim()), 1)
+    if not weight.permute(order).is_contiguous():
+        weight = _relaid(weight, order)
+    if weight.data_ptr() % 16:
+        return False
+    c_out, c_in = weight.shape[:2]
+    if transposed:
+        w = TensorDescriptor(weight, [taps, c_out, c_in], [c_in, taps * c_in, 1],
+                             [1, block_k, block_n])  # fmt: skip
+    else:
+        w = TensorDescriptor(weight, [c_out, taps * c_in], [taps * c_in, 1], [block_n, block_k])
+    src_shape, src_strides = _five_d(src)
+    dst_shape, dst_strides = _five_d(dst)
+    n, depth, height, width = dst_shape[:4]
+    tiles = n * depth * cdiv(height, th) * cdiv(width, tw) * cdiv(c_dst, block_n)
+    sms = INTERPRETER_TMA_PROGRAMS if INTERPRETER else multiprocessor_count(src.device)
+    launch(
+        window_tma_kernel,
+        (min(tiles, sms),),
+        TensorDescriptor(src, src_shape, src_strides, [1, 1, th, tw, block_k]),
+        w,
+        bias if bias is not None else src,
+        TensorDescriptor(dst, dst_shape, dst_strides, [1, 1, th, tw, block_n]),
+        n,
+        depth,
+        height,
+        width,
+        c_src,
+        c_dst,
+        *kernel[1:],
+        taps,
+        *pad,
+        *dil,
+        TRANSPOSED=transposed,
+        HAS_BIAS=bias is not None,
+        DOT_DTYPE=dot_dtype(src.dtype),
+        TH=th,
+        TW=tw,
+        BLOCK_N=block_n,
+        BLOCK_K=block_k,
+        GROUP_M=8,
+        num_warps=num_warps,
+        num_stages=num_stages,
+    )
+    return True
+
+
 @launch_plan
 def _launch_conv(src, weight, bias, dst, geometry: Geometry, groups: int, transposed, config):
     """dst = implicit-GEMM conv of src (or, ``transposed``, its input gradient); see the kernel."""
@@ -838,6 +1003,14 @@ def _launch_conv(src, weight, bias, dst, geometry: Geometry, groups: int, transp
             geometry, groups, src.device,
         )  # fmt: skip
         if tma is not None and _launch_pointwise_tma(src, weight, bias, dst, transposed, tma):
+            return
+        window = window_tma_config(
+            src.dtype, src.shape[0], src.shape[1], dst.shape[1], geometry, groups, transposed,
+            src.device,
+        )  # fmt: skip
+        if window is not None and _launch_window_tma(
+            src, weight, bias, dst, geometry, transposed, window
+        ):
             return
     src = _innermost(src, 1)
     N, C_src = src.shape[:2]

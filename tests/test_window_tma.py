@@ -1,0 +1,194 @@
+"""Stride-1 windows as TMA GEMMs over 4-D boxes (``window_tma_kernel``, ``algo="implicit_gemm"``).
+
+16-bit stride-1 one-group convolutions of more than one tap over dense channels-last tensors run
+forward and input gradient with every tile moved by TMA and the padding from the hardware's zero
+fill. These tests check which calls take it (and which must not), its results against float64
+in one, two and three spatial dimensions with dilation, asymmetric padding, bias and
+rectangles overhanging odd planes, the transposed convolution that reuses it, a weight that is
+not channels-last, launch-plan replays (including on an unaligned tensor), and the tile rule on
+the GPU's shapes.
+"""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import tritonconv
+from tritonconv.geometry import make_geometry
+from tritonconv.ops import implicit_gemm
+from tritonconv.testing import assert_close, poison_, random_tensor
+
+CONV = {1: (tritonconv.conv1d, F.conv1d), 2: (tritonconv.conv2d, F.conv2d),
+        3: (tritonconv.conv3d, F.conv3d)}  # fmt: skip
+LAST = {1: None, 2: torch.channels_last, 3: torch.channels_last_3d}
+
+
+def _rows_layout(t: torch.Tensor) -> torch.Tensor:
+    """``t`` dense channels-last (for 1-D: ``(N, C, L)`` with channels innermost)."""
+    if t.dim() == 3:
+        return t.transpose(1, 2).contiguous().transpose(1, 2)
+    return t.contiguous(memory_format=LAST[t.dim() - 2])
+
+
+@pytest.fixture
+def kernels(monkeypatch):
+    """Names of the kernels ``ops.implicit_gemm`` launches (plans cleared: none replays)."""
+    tritonconv.clear_caches()
+    names = []
+    original = implicit_gemm.launch
+
+    def spy(kernel, *args, **kwargs):
+        names.append(kernel.fn.__name__ if hasattr(kernel, "fn") else kernel.__name__)
+        return original(kernel, *args, **kwargs)
+
+    monkeypatch.setattr(implicit_gemm, "launch", spy)
+    return names
+
+
+def _grads(ours, ref, x, w, b, kw):
+    """Output, dx, dW, db of ``ours`` (implicit GEMM) and of float64 ``ref``."""
+    leaves = [t.detach().requires_grad_() if t is not None else None for t in (x, w, b)]
+    refs = [t.detach().double().requires_grad_() if t is not None else None for t in (x, w, b)]
+    y = ours(*leaves, algo="implicit_gemm", **kw)
+    want = ref(*refs, **kw)
+    dy = _rows_layout(random_tensor(y.shape, x.dtype, x.device))
+    got = torch.autograd.grad(y, [t for t in leaves if t is not None], dy)
+    wanted = torch.autograd.grad(want, [t for t in refs if t is not None], dy.double())
+    return (y, *got), (want, *wanted)
+
+
+# (N, C_in, spatial, C_out, kernel, padding, dilation, bias): source channels a multiple of 32
+# both ways for the input gradient to take the kernel too (C_out too), else the forward only
+CASES = [
+    (2, 32, (9, 11), 32, (3, 3), 1, 1, True),  # rectangles overhanging both edges
+    (1, 64, (6, 13), 40, (3, 3), 2, 2, False),  # dilated; dx: 40 source channels, not taken
+    (2, 32, (12,), 64, (5,), 1, 1, True),  # 1-D, padding smaller than the window's reach
+    (1, 32, (3, 5, 6), 32, (3, 3, 3), 1, 1, True),  # 3-D, depth taps
+    (2, 64, (10, 9), 32, (2, 3), "same", 1, False),  # even kernel: padding after > before
+    (1, 32, (7, 8), 32, (3, 1), (0, 2), (1, 3), True),  # unpadded height, a 1-wide tap
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("case", CASES, ids=str)
+def test_windows_match_float64(case, dtype, device, kernels):
+    N, C, spatial, K, kernel, padding, dilation, bias = case
+    for _ in range(3):  # outputs come from these blocks: an unwritten element shows as NaN
+        poison_(torch.empty(1 << 16, device=device))
+    x = _rows_layout(random_tensor((N, C, *spatial), dtype, device))
+    w = _rows_layout(random_tensor((K, C, *kernel), dtype, device))
+    b = random_tensor((K,), dtype, device) if bias else None
+    ours, ref = CONV[len(spatial)]
+    got, want = _grads(ours, ref, x, w, b, {"padding": padding, "dilation": dilation})
+    assert kernels.count("window_tma_kernel") == (2 if K % 32 == 0 else 1), kernels
+    reduction = max(C, K) * w[0, 0].numel()
+    for name, g, r in zip(("output", "dx", "dW", "db"), got, want):
+        assert not g.isnan().any(), name
+        assert_close(g, r, reduction=max(reduction, x.numel() // C), name=name)
+    if x.dim() > 3:  # (1-D outputs are contiguous, as PyTorch's)
+        assert got[0].stride() == _rows_layout(got[0]).stride(), "output left channels-last"
+
+
+def test_transposed_convolution_reuses_it(device, kernels):
+    """A stride-1 transposed convolution is the input gradient of a convolution: it runs the
+    window kernel with its bias in the epilogue, forward and (as a forward convolution) its
+    input gradient."""
+    x = _rows_layout(random_tensor((2, 64, 7, 9), torch.bfloat16, device))
+    w = _rows_layout(random_tensor((64, 32, 3, 3), torch.bfloat16, device))
+    b = random_tensor((32,), torch.bfloat16, device)
+    got, want = _grads(tritonconv.conv_transpose2d, F.conv_transpose2d, x, w, b, {"padding": 1})
+    assert kernels.count("window_tma_kernel") == 2, kernels
+    for name, g, r in zip(("output", "dx", "dW", "db"), got, want):
+        assert_close(g, r, reduction=64 * 9 * 2 * 7 * 9, name=name)
+
+
+def test_weight_that_is_not_channels_last(device, kernels):
+    """A contiguous (NCHW) weight is read from a channels-last copy; the result is right."""
+    x = _rows_layout(random_tensor((2, 32, 8, 8), torch.float16, device))
+    w = random_tensor((32, 32, 3, 3), torch.float16, device)
+    for _ in range(2):  # recorded, then replayed
+        y = tritonconv.conv2d(x, w, padding=1, algo="implicit_gemm")
+        assert_close(y, F.conv2d(x.double(), w.double(), padding=1), reduction=288, name="y")
+    assert kernels.count("window_tma_kernel") == 1, kernels
+
+
+@pytest.mark.parametrize(
+    "layout", ["nchw", "stride2", "groups", "fp32", "channels48", "pointwise", "unaligned"]
+)
+def test_other_layers_keep_the_pointer_kernels(layout, device, kernels):
+    """What TMA cannot read or this kernel does not compute runs the other kernels, and is
+    right: NCHW input and weight (an NCHW output, which the pointer kernel writes directly),
+    stride 2, groups, fp32, source channels not a multiple of 32, a 1x1 window (the pointwise
+    TMA GEMM's), and an input 2 bytes off a 16-byte boundary."""
+    dtype = torch.float32 if layout == "fp32" else torch.bfloat16
+    C = 48 if layout == "channels48" else 64
+    x = random_tensor((2, C, 6, 9), dtype, device)
+    if layout != "nchw":
+        x = _rows_layout(x)
+    if layout == "unaligned":
+        buffer = torch.empty(x.numel() + 8, dtype=dtype, device=device)
+        u = buffer[1 : 1 + x.numel()].view(2, 6, 9, C).permute(0, 3, 1, 2)
+        u.copy_(x)
+        x = u
+    groups = 2 if layout == "groups" else 1
+    k = 1 if layout == "pointwise" else 3
+    w = random_tensor((64, C // groups, k, k), dtype, device)
+    if layout != "nchw":
+        w = _rows_layout(w)
+    kw = {"stride": 2 if layout == "stride2" else 1, "padding": k // 2, "groups": groups}
+    with torch.no_grad():
+        y = tritonconv.conv2d(x, w, algo="implicit_gemm", **kw)
+    assert "window_tma_kernel" not in kernels, kernels
+    assert_close(y, F.conv2d(x.double(), w.double(), **kw), reduction=C * k * k, name="output")
+    if layout == "nchw":
+        assert y.is_contiguous()
+
+
+def test_a_plan_recorded_aligned_replays_right_on_an_unaligned_input(device):
+    """A launch plan recorded on aligned tensors is not replayed with TMA descriptors on a
+    tensor of the same signature 2 bytes off a 16-byte boundary: the result is right."""
+    tritonconv.clear_caches()
+    w = _rows_layout(random_tensor((32, 32, 3, 3), torch.bfloat16, device))
+    x = _rows_layout(random_tensor((2, 32, 6, 8), torch.bfloat16, device))
+    buffer = torch.empty(x.numel() + 8, dtype=x.dtype, device=device)
+    u = buffer[1 : 1 + x.numel()].view(2, 6, 8, 32).permute(0, 3, 1, 2)
+    u.copy_(random_tensor(x.shape, x.dtype, device))
+    with torch.no_grad():
+        for t in (x, x, u, u):
+            y = tritonconv.conv2d(t, w, padding=1, algo="implicit_gemm")
+            assert_close(y, F.conv2d(t.double(), w.double(), padding=1), reduction=288, name="y")
+
+
+def _rule(shape, c_out, kernel=3, pad=1, dilation=1, transposed=False):
+    """``window_tma_config``'s tiles for a bf16 layer, as on a 132-multiprocessor GPU with
+    TMA (the interpreter's small tiles and the device check set aside)."""
+    n, c, *spatial = shape
+    rank = len(spatial)
+    g = make_geometry(tuple(spatial), (kernel,) * rank, (1,) * rank, (pad,) * rank,
+                      (pad,) * rank, (dilation,) * rank)  # fmt: skip
+    sides = (c_out, c) if transposed else (c, c_out)
+    return implicit_gemm.window_tma_config(torch.bfloat16, n, *sides, g, 1, transposed, "gpu")
+
+
+@pytest.fixture
+def gpu_rule(monkeypatch):
+    monkeypatch.setattr(implicit_gemm, "INTERPRETER", False)
+    monkeypatch.setattr(implicit_gemm, "_has_tma", lambda device: True)
+    monkeypatch.setattr(implicit_gemm, "multiprocessor_count", lambda device: 132)
+
+
+def test_tile_rule_on_the_measured_layers(gpu_rule):
+    """The rule's picks on session 36's probe layers (benchmarks/probe_tma_window.py)."""
+    cfg = implicit_gemm.WindowTmaConfig
+    assert _rule((128, 64, 56, 56), 64) == cfg(2, 64, 64, 64, 4, 4)
+    assert _rule((128, 128, 28, 28), 128) == cfg(8, 32, 128, 64, 8, 3)
+    assert _rule((32, 256, 14, 14), 256) == cfg(8, 16, 128, 64, 8, 4)  # under half a wave
+    assert _rule((128, 256, 14, 14), 256) == cfg(16, 16, 128, 64, 8, 3)
+    assert _rule((8, 1024, 16, 16), 1024) == cfg(8, 16, 128, 64, 8, 4)
+    assert _rule((8, 64, 256, 256), 64) == cfg(1, 128, 64, 64, 4, 4)
+    assert _rule((8, 256, 64, 64), 128) == cfg(4, 64, 128, 64, 8, 3)
+    assert _rule((8, 128, 128, 128), 64, transposed=True) == cfg(2, 128, 128, 64, 8, 3)
+    assert _rule((8, 96, 4096), 64) == cfg(1, 128, 64, 32, 4, 4)  # 1-D, 96 = 3 x 32
+    assert _rule((128, 512, 7, 7), 512) is None  # 7 x 7: overhang 2.6x
+    assert _rule((8, 48, 32, 32), 64) is None  # 48 source channels
+    assert _rule((8, 64, 32, 32), 64, kernel=1, pad=0) is None  # the pointwise GEMM's
