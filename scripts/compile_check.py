@@ -15,13 +15,18 @@ With ``--index64`` the workload runs as if every tensor were past 2**31 elements
 the launchers compare against lowered to 16), so each kernel's 64-bit index variant
 (``INDEX_64``), which only tensors of that size reach on a GPU, compiles too.
 
+With ``--tma`` the workload is a few 16-bit channels-last training steps on a GPU with TMA, and
+only the TMA descriptor kernels' configurations compile: on CPU tensors the launchers never
+reach them (session 36's first window kernel used a starred list, which the interpreter takes
+and the compiler refuses).
+
 With ``--access`` it compiles nothing and checks instead, for each configuration, that the
 access analysis ``tritonconv.access_cache`` memoises for torch.compile is the one PyTorch's own
 analysis gives for another call the memo key lumps with it (integers of one specialisation
 class: 1000 and 1001, 1024 and 1040; other fake tensors of the same dtypes).
 
     .venv/bin/python scripts/compile_check.py [--draws 120] [--workers 2] [--access]
-        [--precision tf32x3_rn bf16x6] [--index64]
+        [--precision tf32x3_rn bf16x6] [--index64] [--tma]
 """
 
 from __future__ import annotations
@@ -57,6 +62,10 @@ def _describe(value):
         return "i32" if -(2**31) <= value < 2**31 else "i64"
     if isinstance(value, float):
         return "fp32"
+    if type(value).__name__ == "TensorDescriptor":  # e.g. "tensordesc<bf16[128, 64]>"
+        from triton.runtime.jit import mangle_type
+
+        return mangle_type(value)
     raise TypeError(f"unexpected kernel argument {type(value).__name__}")
 
 
@@ -90,10 +99,11 @@ def _meta_value(v):
 SMS = 132
 
 
-def _gpu_launchers(index64: bool = False) -> list:
+def _gpu_launchers(index64: bool = False, tma: bool = False) -> list:
     """Make the launchers choose what they choose on a GPU (tiles, warps, stages, splits)
     while the kernels stay behind the interpreter's launch hook (with ``index64``, their
-    64-bit index variants: the 2**31 limit lowered to 16); returns the undo list."""
+    64-bit index variants: the 2**31 limit lowered to 16; with ``tma``, on a GPU with TMA,
+    whose descriptor kernels CPU tensors otherwise never reach); returns the undo list."""
     from tritonconv.ops import (
         causal,
         common,
@@ -111,6 +121,8 @@ def _gpu_launchers(index64: bool = False) -> list:
     changes += [(crop, "TILE", 4096)]
     if index64:  # (im2col imports the limit by name)
         changes += [(common, "INDEX32_LIMIT", 16), (im2col, "INDEX32_LIMIT", 16)]
+    if tma:
+        changes += [(implicit_gemm, "_has_tma", lambda device: True)]
     changes += [(m, "multiprocessor_count", lambda device: SMS) for m in
                 (common, causal, conv_gemm, depthwise, direct, implicit_gemm, im2col)
                 if hasattr(m, "multiprocessor_count")]  # fmt: skip
@@ -143,11 +155,12 @@ def _with_tuning_tiles(entries: list[dict]) -> list[dict]:
     return list(unique.values())
 
 
-def record(draws: int, seed: int, index64: bool = False) -> list[dict]:
+def record(draws: int, seed: int, index64: bool = False, tma: bool = False) -> list[dict]:
     """Run the workload with the launchers making their GPU choices and no kernel executed
     (the recording hook stands in for the interpreter: results are garbage, the launches are
     what a GPU would get); the distinct launch configurations (with ``index64``, those of
-    the 64-bit index variants only)."""
+    the 64-bit index variants only; with ``tma``, those of the TMA kernels, from
+    :func:`_tma_workload`)."""
     os.environ.setdefault("TRITONCONV_CPU_KERNELS", "1")
     import torch
 
@@ -172,8 +185,11 @@ def record(draws: int, seed: int, index64: bool = False) -> list[dict]:
         seen.setdefault(json.dumps(entry, sort_keys=True), entry)
 
     launch._interpret = recording
-    undo = _gpu_launchers(index64)
+    undo = _gpu_launchers(index64, tma)
     try:
+        if tma:
+            _tma_workload()
+            draws = 0
         with contextlib.redirect_stdout(io.StringIO()):  # the fuzz's mismatches: garbage in
             fuzz.run(draws=draws, seed=seed, max_elements=60_000, max_macs=3_000_000)
         x = torch.randn(2, 3, 5, 6, 7)
@@ -206,9 +222,41 @@ def record(draws: int, seed: int, index64: bool = False) -> list[dict]:
             setattr(m, name, value)
         tc.clear_caches()
     entries = list(seen.values())
+    if tma:
+        return [e for e in entries if any(str(a).startswith("tensordesc") for a in e["args"])]
     if index64:
         return [e for e in entries if e["meta"].get("INDEX_64")]
     return _with_tuning_tiles(entries)
+
+
+def _tma_workload() -> None:
+    """Training steps of the layers the TMA kernels take (16-bit, channels-last): stride-1
+    windows in 1-3 dimensions with and without bias (``window_tma_kernel``, its 64- and
+    128-channel tiles), 1x1 layers and a kernel-equals-stride transposed convolution
+    (``pointwise_tma_kernel``, plain and scattered)."""
+    import torch
+
+    import tritonconv as tc
+
+    last = {3: torch.contiguous_format, 4: torch.channels_last, 5: torch.channels_last_3d}
+    for dtype in (torch.bfloat16, torch.float16):
+        for conv, shape, weight, kw in [
+            (tc.conv2d, (2, 64, 16, 16), (64, 64, 3, 3), {"padding": 1}),
+            (tc.conv2d, (4, 128, 28, 28), (128, 128, 3, 3), {"padding": 2, "dilation": 2}),
+            (tc.conv1d, (2, 96, 256), (64, 96, 5), {"padding": 2}),
+            (tc.conv3d, (1, 64, 4, 16, 16), (64, 64, 3, 3, 3), {"padding": 1}),
+            (tc.conv2d, (2, 64, 16, 16), (256, 64, 1, 1), {}),
+            (tc.conv_transpose2d, (2, 64, 8, 8), (64, 64, 2, 2), {"stride": 2}),
+        ]:  # fmt: skip
+            x = torch.randn(shape, dtype=dtype)
+            x = (x.transpose(1, 2).contiguous().transpose(1, 2) if x.dim() == 3
+                 else x.contiguous(memory_format=last[x.dim()]))  # fmt: skip
+            w = torch.randn(weight, dtype=dtype)
+            if w.dim() > 3:
+                w = w.contiguous(memory_format=last[w.dim()])
+            b = torch.randn(w.shape[1] if conv is tc.conv_transpose2d else w.shape[0], dtype=dtype)
+            y = conv(x.requires_grad_(), w.requires_grad_(), b, algo="implicit_gemm", **kw)
+            y.backward(torch.zeros_like(y))
 
 
 def _meta(entry: dict) -> dict:
@@ -372,6 +420,9 @@ def main() -> int:
     ap.add_argument("--index64", action="store_true",
                     help="the kernels' 64-bit index variants (every tensor as if past 2**31 "
                     "elements)")  # fmt: skip
+    ap.add_argument("--tma", action="store_true",
+                    help="the TMA kernels' configurations (on a GPU with TMA, 16-bit "
+                    "channels-last layers), which CPU tensors otherwise never reach")  # fmt: skip
     ap.add_argument("--compile", help=argparse.SUPPRESS)  # internal: the compiling process
     args = ap.parse_args()
     if args.compile:
@@ -390,7 +441,7 @@ def main() -> int:
               f"for sm_{args.arch}{what and ' ' + what}")  # fmt: skip
         return 1 if failures else 0
     start = time.perf_counter()
-    entries = record(args.draws, args.seed, args.index64)
+    entries = record(args.draws, args.seed, args.index64, args.tma)
     if args.precision:
         entries = [e for e in entries if e["meta"].get("DOT_PRECISION") in args.precision]
     kernels = sorted({e["name"] for e in entries})

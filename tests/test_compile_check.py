@@ -52,3 +52,19 @@ def test_every_kernels_64_bit_variant_compiles():
     assert found and "configurations for sm_90" in found[0], done.stdout[-2000:]
     compiled, total = found[0].split()[1].split("/")
     assert compiled == total and int(total) >= 50  # (every kernel the workload reaches)
+
+
+def test_every_tma_kernel_configuration_compiles():
+    """``--tma``: 16-bit channels-last training steps as on a GPU with TMA, and each TMA
+    descriptor kernel's configuration compiled for sm_90. CPU tensors never reach these
+    launches otherwise; session 36's first window kernel built a box coordinate list with a
+    starred expression, which the interpreter runs and the compiler refuses: this test fails
+    on it. About 35 s on two cores."""
+    env = dict(os.environ, TRITON_INTERPRET="1", TRITONCONV_CPU_KERNELS="1")
+    command = [sys.executable, str(SCRIPT), "--tma", "--workers", "1"]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    assert "pointwise_tma_kernel, window_tma_kernel" in done.stdout, done.stdout[-2000:]
+    found = [line for line in done.stdout.splitlines() if line.startswith("compiled ")]
+    compiled, total = found[0].split()[1].split("/")
+    assert compiled == total and int(total) >= 16

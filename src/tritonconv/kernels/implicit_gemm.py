@@ -936,11 +936,13 @@ def window_tma_kernel(
         kh = 0
         kd = 0
         for _ in range(taps * c_steps):
+            sd = kd * dil_d - pad_d  # the tap's shift of the box's corner
+            sh = kh * dil_h - pad_h
+            sw = kw * dil_w - pad_w
             if TRANSPOSED:
-                at = [n, d0 + pad_d - kd * dil_d, h0 + pad_h - kh * dil_h, w0 + pad_w - kw * dil_w]
-            else:
-                at = [n, d0 + kd * dil_d - pad_d, h0 + kh * dil_h - pad_h, w0 + kw * dil_w - pad_w]
-            x = src.load([*at, cb * BLOCK_K]).reshape([BLOCK_M, BLOCK_K]).to(DOT_DTYPE)
+                sd, sh, sw = -sd, -sh, -sw
+            box = src.load([n, d0 + sd, h0 + sh, w0 + sw, cb * BLOCK_K])
+            x = box.reshape([BLOCK_M, BLOCK_K]).to(DOT_DTYPE)
             tap = (kd * KH + kh) * KW + kw
             if TRANSPOSED:
                 a = w.load([tap, cb * BLOCK_K, n0]).reshape([BLOCK_K, BLOCK_N]).to(DOT_DTYPE).T
