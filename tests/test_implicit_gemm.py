@@ -1602,6 +1602,7 @@ def test_second_accumulator_in_16_bit(width, device, monkeypatch):
     monkeypatch.setattr(implicit_gemm, "INTERPRETER", False)  # the GPU's tile rule
     monkeypatch.setattr(implicit_gemm, "multiprocessor_count", lambda device: 1)
     monkeypatch.setattr(implicit_gemm, "TAIL_MIN_WAVES", 1)  # (three row tiles here)
+    monkeypatch.setattr(implicit_gemm, "window_tma_config", lambda *args: None)  # (TMA boxes)
     tritonconv.clear_caches()
     launched = []
     real = implicit_gemm.launch

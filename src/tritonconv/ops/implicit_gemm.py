@@ -535,15 +535,22 @@ INTERPRETER_TMA_PROGRAMS = 3
 needs_aligned(pointwise_tma_kernel, "src", "w", "dst")
 
 
-@functools.cache
 def _has_tma(device: torch.device) -> bool:
     """Whether ``device`` loads by TMA with the shared memory ``pointwise_tma_config``'s tiles
     take (Hopper and data-centre Blackwell, capability 9.x and 10.x: up to 208 KB a program;
     12.x has about 100 KB) and this Triton's host-side descriptors are the ones launch plans
-    handle; under the interpreter, the latter alone (it runs the kernel's logic on the CPU)."""
-    if not takes_descriptors():
+    handle; under the interpreter, the latter alone (it runs the kernel's logic on the CPU).
+    (``INTERPRETER`` read on each call: tests and the offline compile check set it aside.)"""
+    if INTERPRETER:
+        return takes_descriptors()
+    return _gpu_has_tma(torch.device(device))
+
+
+@functools.cache
+def _gpu_has_tma(device: torch.device) -> bool:
+    if device.type != "cuda" or not takes_descriptors():
         return False
-    return INTERPRETER or torch.cuda.get_device_capability(device)[0] in (9, 10)
+    return torch.cuda.get_device_capability(device)[0] in (9, 10)
 
 
 class TmaConfig(NamedTuple):
@@ -882,12 +889,15 @@ def window_tma_config(dtype, batch: int, src_channels: int, dst_channels: int,
     16-bit, one group, stride 1 on every axis, more than one tap (a 1x1 layer is
     ``pointwise_tma_kernel``'s), source channels a multiple of 32 (a weight box never
     straddles two taps), destination channels a multiple of 8 (TMA's 16-byte strides), under
-    2**31 elements a side, destination planes the rectangles cover with at most
-    ``WINDOW_TMA_MAX_WASTE`` of overhang, on a GPU with TMA.
+    2**31 elements a side, at most 64 destination channels or a multiple of 64 (widths such
+    as 144 keep ``conv_igemm_kernel``'s second accumulator instead of a padded column tile),
+    destination planes the rectangles cover with at most ``WINDOW_TMA_MAX_WASTE`` of
+    overhang, on a GPU with TMA.
 
     Fitted to benchmarks/probe_tma_window.py (H200, bf16, batch 128 and 32 ResNet-50 3x3
-    layers at 56/28/14/7, UNet, dilation 2 and 12; session 36): 64 destination channels take
-    128-position rectangles by 64 channels on 4 warps, 4 stages; more take 128 channels on 8
+    layers at 56/28/14/7, UNet, dilation 2 and 12; session 36): 64 destination channels (and
+    any count that is not a multiple of 128) take 128-position rectangles by 64 channels on 4
+    warps, 4 stages; multiples of 128 take 128 channels on 8
     warps, in 256-position rectangles (3 stages) where those number at least half a wave,
     else 128 (4 stages); persistent programs; the rectangle's width the power of two that
     wastes least. Forward and input gradient ran 0.98-1.73x cuDNN there, against 0.62-0.91x
@@ -904,6 +914,7 @@ def window_tma_config(dtype, batch: int, src_channels: int, dst_channels: int,
         or src_channels < 32
         or src_channels % 32
         or dst_channels % 8
+        or (dst_channels > 64 and dst_channels % 64)
         or batch * plane * max(src_channels, dst_channels) >= 2**31
         or not _has_tma(device)
     ):
@@ -913,7 +924,7 @@ def window_tma_config(dtype, batch: int, src_channels: int, dst_channels: int,
         th, tw, _ = _rectangle(32, height, width)
         return WindowTmaConfig(th, tw, 32, 32, 4, 1)
     block_k = 64 if src_channels % 64 == 0 else 32
-    if dst_channels <= 64:
+    if dst_channels % 128:  # (64 or fewer channels, or an odd number of 64s: 192, 320)
         th, tw, waste = _rectangle(128, height, width)
         config = WindowTmaConfig(th, tw, 64, block_k, 4, 4)
     else:
