@@ -16,6 +16,7 @@ weight read as ``[taps, C_out, C_in]``.
     PYTHONPATH=src python benchmarks/probe_tma_window.py --check      # interpreter, CPU
     PYTHONPATH=src python benchmarks/probe_tma_window.py --sass       # offline sm_90 loop
     PYTHONPATH=src python benchmarks/probe_tma_window.py [--json F]   # GPU: times vs cuDNN
+    PYTHONPATH=src python benchmarks/probe_tma_window.py --library [--json F]  # the rule's
 """
 
 from __future__ import annotations
@@ -429,10 +430,64 @@ def gpu(path: str | None) -> None:
                        "triton": triton.__version__, "rows": out_rows}, f, indent=1)  # fmt: skip
 
 
+def library(path: str | None) -> None:
+    """The library's implicit GEMM on the probe's layers, with the window TMA kernel
+    (``window_tma_config``'s rule) and without it (the pointer-load kernel), beside cuDNN:
+    kernel µs by CUDA-graph replay, forward and input gradient, bf16 channels-last."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from probe_small_wave import graph_us
+
+    from tritonconv.geometry import make_geometry
+    from tritonconv.ops import implicit_gemm as ig
+
+    torch.backends.cudnn.benchmark = True
+    rule = ig.window_tma_config
+    rows = []
+    for name, (n, c_in, c_out, s, k, dil) in LAYERS.items():
+        pad = dil * (k - 1) // 2
+        cl = torch.channels_last
+        x = torch.randn(n, c_in, s, s, device="cuda", dtype=torch.bfloat16).to(memory_format=cl)
+        w = (torch.randn(c_out, c_in, k, k, device="cuda", dtype=torch.bfloat16)
+             / math.sqrt(c_in * k * k)).to(memory_format=cl)  # fmt: skip
+        dy = torch.randn(n, c_out, s, s, device="cuda", dtype=torch.bfloat16).to(memory_format=cl)
+        geometry = make_geometry((s, s), (k, k), (1, 1), (pad, pad), (pad, pad), (dil, dil))
+        calls = {
+            "fwd": (partial(torch.nn.functional.conv2d, x, w, padding=pad, dilation=dil),
+                    partial(ig.conv_forward, x, w, None, geometry, 1)),
+            "dX": (partial(torch.ops.aten.convolution_backward, dy, x, w, None, [1, 1],
+                           [pad, pad], [dil, dil], False, [0, 0], 1, (True, False, False)),
+                   partial(ig.conv_grad_input, dy, w, x, geometry, 1)),
+        }  # fmt: skip
+        row = {"layer": name}
+        for pass_name, (cudnn_call, ours_call) in calls.items():
+            transposed = pass_name == "dX"
+            taken = rule(torch.bfloat16, n, c_out if transposed else c_in,
+                         c_in if transposed else c_out, geometry, 1, transposed, "cuda")  # fmt: skip
+            cudnn = graph_us(cudnn_call)
+            ours = graph_us(ours_call)
+            ig.window_tma_config = lambda *args: None
+            try:
+                pointer = graph_us(ours_call)
+            finally:
+                ig.window_tma_config = rule
+            row[pass_name] = {"cudnn_us": cudnn, "ours_us": ours, "pointer_us": pointer,
+                              "window": str(taken) if taken else None}  # fmt: skip
+            print(f"{name} {pass_name}: cuDNN {cudnn:.1f}  ours {ours:.1f} ({cudnn / ours:.2f}x)"
+                  f"  pointer kernel {pointer:.1f} ({cudnn / pointer:.2f}x)  "
+                  f"[{taken or 'not taken'}]", flush=True)  # fmt: skip
+        rows.append(row)
+    if path:
+        with open(path, "w") as f:
+            json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+                       "triton": triton.__version__, "rows": rows}, f, indent=1)  # fmt: skip
+
+
 if __name__ == "__main__":
     args = sys.argv[1:]
     if "--check" in args:
         check()
+    elif "--library" in args:
+        library(args[args.index("--json") + 1] if "--json" in args else None)
     elif "--sass-box" in args:
         sass_box()
     elif "--sass" in args:
