@@ -388,7 +388,7 @@ def _convolution(ndim: int, input, weight, bias, options, *, transposed=False):
         *positional, algo, workspace_limit = options
         return handle_torch_function(
             _PUBLIC[ndim, transposed],
-            (input, weight, bias),
+            _present(input, weight, bias),
             input,
             weight,
             bias,
@@ -413,6 +413,14 @@ def _protocol_on() -> bool:
     this, a subclass input re-entered the protocol with nothing to dispatch to: a
     ``TypeError`` under ``fullgraph=True``)."""
     return not torch.compiler.is_dynamo_compiling() or torch._C._is_torch_function_enabled()
+
+
+def _present(*args) -> tuple:
+    """The arguments that are not None: the ``relevant_args`` of ``handle_torch_function``.
+    (Dynamo of torch 2.11 cannot trace PyTorch's own ``hasattr(type(None),
+    "__torch_function__")`` on an optional argument left None: a graph break that
+    ``fullgraph=True`` refuses.)"""
+    return tuple(a for a in args if a is not None)
 
 
 def _exporting() -> bool:
@@ -1055,7 +1063,7 @@ def causal_conv1d(
     if has_torch_function_variadic(x, weight, bias, initial_states) and _protocol_on():
         return handle_torch_function(
             causal_conv1d,
-            (x, weight, bias, initial_states),
+            _present(x, weight, bias, initial_states),
             x,
             weight,
             bias,
@@ -1103,7 +1111,7 @@ def causal_conv1d_update(x, conv_state, weight, bias=None, activation=None):
     like ``x``."""
     if has_torch_function_variadic(x, conv_state, weight, bias) and _protocol_on():
         return handle_torch_function(
-            causal_conv1d_update, (x, conv_state, weight, bias), x, conv_state, weight, bias,
+            causal_conv1d_update, _present(x, conv_state, weight, bias), x, conv_state, weight, bias,
             activation,
         )  # fmt: skip
     _check_causal(x, weight, bias, activation, "causal_conv1d_update")
