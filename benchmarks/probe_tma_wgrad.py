@@ -1,0 +1,216 @@
+"""A stride-1 window's weight gradient with every tile moved by TMA: row boxes of dy and x.
+
+Session 36 put the forward and input gradient of 16-bit stride-1 windows on TMA boxes
+(``window_tma_kernel``), which left the weight gradient as the slowest pass of those layers
+(UNet's 3x3 layers at batch 8 on an H200: forward and input gradient at 0.97-1.18x cuDNN, the
+three passes together at 0.76-0.96x). Here ``dW[co, tap, ci] = sum over positions p of dy[p,
+co] * x[p shifted by the tap, ci]`` is a GEMM per (co tile, ci tile, tap) reducing over the
+positions, one *row box* of ``TW`` positions of one image row a step: ``dy``'s box ``[1, 1, 1,
+TW, BLOCK_M]`` at the row, ``x``'s ``[1, 1, 1, TW, BLOCK_N]`` at the row shifted by the tap,
+zero-filled outside the image (the padding, and the row's overhang past the width, which
+``dy``'s own zero fill also cancels). A box one row high views as ``[TW, channels]`` without
+moving (compiled for sm_90 here: neither operand leaves shared memory; a box two rows high as
+wgmma's A operand goes through registers every step), so both operands feed the tensor cores
+from shared memory. The positions split into fixed parts whose fp32 partials are summed in
+split order (deterministic), as the library's weight gradient does.
+
+    TRITON_INTERPRET=1 PYTHONPATH=src python benchmarks/probe_tma_wgrad.py --check  # CPU
+    PYTHONPATH=src python benchmarks/probe_tma_wgrad.py [--json F]                 # GPU
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from functools import partial
+
+import torch
+import triton
+import triton.language as tl
+from triton.tools.tensor_descriptor import TensorDescriptor
+
+
+@triton.jit
+def wgrad_rows_tma_probe_kernel(
+    x, dy, out, N, D, H, W, C_in, C_out, KH, KW, taps, pad_d, pad_h, pad_w, dil_d, dil_h,
+    dil_w, per_split, TW: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):  # fmt: skip
+    """Program ``(tile, split)``: output tile (co, ci, tap) of split ``split``'s rows
+    ``[split * per_split, ...)``; ``D, H, W``: dy's sizes; ``out``: the fp32 partials as
+    ``[splits * C_out, taps, C_in]``."""
+    ci_tiles = tl.cdiv(C_in, BLOCK_N)
+    co_tiles = tl.cdiv(C_out, BLOCK_M)
+    tile = tl.program_id(0)
+    ci0 = (tile % ci_tiles) * BLOCK_N
+    t = tile // ci_tiles
+    co0 = (t % co_tiles) * BLOCK_M
+    tap = t // co_tiles
+    kw = tap % KW
+    kh = (tap // KW) % KH
+    kd = tap // (KW * KH)
+    sd = kd * dil_d - pad_d
+    sh = kh * dil_h - pad_h
+    sw = kw * dil_w - pad_w
+    w_tiles = tl.cdiv(W, TW)
+    rows = N * D * H * w_tiles
+    split = tl.program_id(1)
+    first = split * per_split
+    last = tl.minimum(rows, first + per_split)
+    # the first row box's coordinates, divided once; then counted
+    wt = first % w_tiles
+    r = first // w_tiles
+    h = r % H
+    r = r // H
+    d = r % D
+    n = r // D
+    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    for _ in range(first, last):
+        a = dy.load([n, d, h, wt * TW, co0]).reshape([TW, BLOCK_M])
+        b = x.load([n, d + sd, h + sh, wt * TW + sw, ci0]).reshape([TW, BLOCK_N])
+        acc = tl.dot(a.T, b, acc)
+        wt += 1
+        wrap = wt == w_tiles
+        wt = tl.where(wrap, 0, wt)
+        h += wrap.to(tl.int32)
+        wrap = h == H
+        h = tl.where(wrap, 0, h)
+        d += wrap.to(tl.int32)
+        wrap = d == D
+        d = tl.where(wrap, 0, d)
+        n += wrap.to(tl.int32)
+    out.store([split * C_out + co0, tap, ci0], acc.reshape([BLOCK_M, 1, BLOCK_N]))
+
+
+def wgrad(x, dy, kernel, pad, dil, cfg, splits):
+    """dW (fp32, ``[C_out, C_in, *kernel]`` values in a channels-last layout) of a stride-1
+    convolution of channels-last ``x`` (N, C, H, W) giving ``dy``; ``cfg``: (TW, BLOCK_M,
+    BLOCK_N, warps, stages)."""
+    tw, bm, bn, warps, stages = cfg
+    n, c_in = x.shape[:2]
+    c_out = dy.shape[1]
+    oh, ow = dy.shape[2:]
+    taps = kernel[0] * kernel[1]
+    x5 = x.permute(0, 2, 3, 1).unsqueeze(1)
+    dy5 = dy.permute(0, 2, 3, 1).unsqueeze(1)
+    xd = TensorDescriptor(x5, list(x5.shape), list(x5.stride()), [1, 1, 1, tw, bn])
+    dyd = TensorDescriptor(dy5, list(dy5.shape), list(dy5.stride()), [1, 1, 1, tw, bm])
+    partial_sums = torch.empty(splits * c_out, taps, c_in, device=x.device, dtype=torch.float32)
+    od = TensorDescriptor(partial_sums, list(partial_sums.shape), list(partial_sums.stride()),
+                          [bm, 1, bn])  # fmt: skip
+    rows = n * oh * triton.cdiv(ow, tw)
+    per_split = triton.cdiv(rows, splits)
+    grid = (triton.cdiv(c_out, bm) * triton.cdiv(c_in, bn) * taps, splits)
+    wgrad_rows_tma_probe_kernel[grid](
+        xd, dyd, od, n, 1, oh, ow, c_in, c_out, kernel[0], kernel[1], taps, 0, pad, pad, 1, dil,
+        dil, per_split, TW=tw, BLOCK_M=bm, BLOCK_N=bn, num_warps=warps, num_stages=stages,
+    )  # fmt: skip
+    dw = partial_sums.view(splits, c_out, *kernel, c_in).sum(0)  # (in split order)
+    return dw.permute(0, 3, 1, 2)
+
+
+def reference(x, dy, kernel, pad, dil):
+    shape = (dy.shape[1], x.shape[1], *kernel)
+    return torch.nn.grad.conv2d_weight(x.double(), shape, dy.double(), padding=pad, dilation=dil)
+
+
+def check() -> None:
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+    torch.manual_seed(0)
+    cl = torch.channels_last
+    for n, c_in, c_out, h, w, k, pad, dil, splits in [
+        (2, 32, 16, 5, 13, 3, 1, 1, 3), (1, 16, 32, 7, 6, 3, 2, 2, 2), (2, 16, 16, 4, 9, 5, 2, 1, 1)
+    ]:  # fmt: skip
+        x = torch.randn(n, c_in, h, w, dtype=torch.float16).to(memory_format=cl)
+        oh, ow = h + 2 * pad - dil * (k - 1), w + 2 * pad - dil * (k - 1)
+        dy = torch.randn(n, c_out, oh, ow, dtype=torch.float16).to(memory_format=cl)
+        got = wgrad(x, dy, (k, k), pad, dil, (8, 16, 16, 4, 1), splits)
+        want = reference(x, dy, (k, k), pad, dil)
+        err = ((got.double() - want).norm() / want.norm()).item()
+        print(f"n{n} {c_in}->{c_out} {h}x{w} k{k} pad{pad} dil{dil} splits {splits}: rel {err:.1e}")
+        assert err < 1e-3
+
+
+# name: (batch, C_in, C_out, H=W, kernel, dilation)
+LAYERS = {
+    "r50 3x3 64@56 b128": (128, 64, 64, 56, 3, 1),
+    "r50 3x3 128@28 b128": (128, 128, 128, 28, 3, 1),
+    "r50 3x3 128@28 b32": (32, 128, 128, 28, 3, 1),
+    "unet 3x3 64@256 b8": (8, 64, 64, 256, 3, 1),
+    "unet 3x3 128->64@256 b8": (8, 128, 64, 256, 3, 1),
+    "unet 3x3 128->64@128 b8": (8, 128, 64, 128, 3, 1),
+    "unet 3x3 256->128@64 b8": (8, 256, 128, 64, 3, 1),
+    "unet 3x3 512->256@64 b8": (8, 512, 256, 64, 3, 1),
+    "unet 3x3 512@32 b8": (8, 512, 512, 32, 3, 1),
+    "dil2 3x3 256@64 b16": (16, 256, 256, 64, 3, 2),
+}
+
+
+def configs(c_in: int, c_out: int, width: int, tiles: int, sms: int) -> list:
+    """(TW, BLOCK_M, BLOCK_N, warps, stages), splits: row widths that waste little of a row,
+    128- or 64-wide channel tiles, splits filling one or two waves."""
+    out = []
+    for tw in sorted({min(128, triton.next_power_of_2(width)), 64}):
+        for bm, bn, warps in [(128, 128, 8), (64, 128, 4), (128, 64, 4), (64, 64, 4)]:
+            if bm > max(64, c_out) or bn > max(64, c_in) or c_in % bn:
+                continue
+            n_tiles = triton.cdiv(c_out, bm) * triton.cdiv(c_in, bn) * tiles
+            for waves in (1, 2):
+                splits = max(1, waves * sms // n_tiles)
+                out.append(((tw, bm, bn, warps, 4 if warps == 4 else 3), splits))
+    return out
+
+
+def gpu(path: str | None) -> None:
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from probe_small_wave import graph_us
+
+    from tritonconv.geometry import make_geometry
+    from tritonconv.ops import implicit_gemm as ig
+
+    torch.backends.cudnn.benchmark = True
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    results = []
+    for name, (n, c_in, c_out, s, k, dil) in LAYERS.items():
+        pad = dil * (k - 1) // 2
+        cl = torch.channels_last
+        x = torch.randn(n, c_in, s, s, device="cuda", dtype=torch.bfloat16).to(memory_format=cl)
+        w = torch.randn(c_out, c_in, k, k, device="cuda", dtype=torch.bfloat16).to(memory_format=cl)
+        dy = torch.randn(n, c_out, s, s, device="cuda", dtype=torch.bfloat16).to(memory_format=cl)
+        geometry = make_geometry((s, s), (k, k), (1, 1), (pad, pad), (pad, pad), (dil, dil))
+        flops = 2 * n * s * s * c_in * c_out * k * k
+        cudnn = graph_us(partial(torch.ops.aten.convolution_backward, dy, x, w, None, [1, 1],
+                                 [pad, pad], [dil, dil], False, [0, 0], 1, (False, True, False)))  # fmt: skip
+        ours = graph_us(partial(ig.conv_grad_weight, dy, x, w.shape, geometry, 1,
+                                weight_strides=w.stride()))  # fmt: skip
+        want = reference(x, dy, (k, k), pad, dil)
+        timed = []
+        for cfg, splits in configs(c_in, c_out, s, k * k, sms):
+            try:
+                got = wgrad(x, dy, (k, k), pad, dil, cfg, splits)
+                err = ((got.double() - want).norm() / want.norm()).item()
+                us = graph_us(partial(wgrad, x, dy, (k, k), pad, dil, cfg, splits))
+            except Exception as error:  # a configuration that does not fit
+                print(f"  {name} {cfg} x{splits}: {type(error).__name__} {error}"[:200])
+                continue
+            timed.append((us, f"{cfg} x{splits}", err))
+        timed.sort()
+        best = timed[0]
+        results.append({"layer": name, "cudnn_us": cudnn, "ours_us": ours,
+                        "tma": {lbl: [us, err] for us, lbl, err in timed}})  # fmt: skip
+        print(f"{name} dW: cuDNN {cudnn:.1f} ({flops / cudnn / 1e6:.0f} TFLOP/s), library "
+              f"{ours:.1f} ({cudnn / ours:.2f}x), TMA rows best {best[1]} {best[0]:.1f} "
+              f"({cudnn / best[0]:.2f}x, rel err {max(e for _, _, e in timed):.1e} worst); "
+              + ", ".join(f"{lbl} {us:.1f}" for us, lbl, _ in timed[1:4]), flush=True)  # fmt: skip
+    if path:
+        with open(path, "w") as f:
+            json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+                       "triton": triton.__version__, "rows": results}, f, indent=1)  # fmt: skip
+
+
+if __name__ == "__main__":
+    args = sys.argv[1:]
+    if "--check" in args:
+        check()
+    else:
+        gpu(args[args.index("--json") + 1] if "--json" in args else None)
