@@ -34,6 +34,7 @@ to the dtype.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import random
@@ -48,6 +49,7 @@ import torch.nn.functional as F
 
 from . import functional, library
 from .geometry import FLOAT_DTYPES, TritonConvError, check_conv, dtype_name
+from .ops import implicit_gemm
 from .ops.common import channels_last_format, is_channels_last
 from .ops.implicit_gemm import DTYPES as IMPLICIT_GEMM_DTYPES
 from .testing import DEVICE, exact_fp32
@@ -79,6 +81,10 @@ LAYOUTS_3D = ("contiguous", "contiguous", "channels_last", "channels_last", "exp
 # Channels per group: every tile-size threshold of the launchers (1, 2, 4, 8, 16, 32, 64) and
 # its neighbours, so each tile configuration a launcher can pick is reached.
 CHANNELS = (1, 2, 3, 4, 5, 7, 8, 9, 12, 15, 16, 17, 24, 31, 32, 33, 48, 64)
+# The share of draws made the kind of layer the TMA kernels take (``window_tma_kernel``,
+# ``pointwise_tma_kernel``): dense, stride 1, 16-bit, channel counts of multiples of 32 in and 8
+# out, every tensor channels-last. Drawn at random, about one case in 300 would be.
+TMA_SHARE = 0.1
 
 # Unit roundoff of results and of accumulations, per dtype.
 U_OUT = {
@@ -289,6 +295,18 @@ def draw_case(seed: int, *, max_elements: int = 60_000, max_macs: int = 3_000_00
             seed=seed,
             transposed=rng.random() < 0.25 and not isinstance(padding, str),
         )
+        if rng.random() < TMA_SHARE:  # what the TMA kernels take: 16-bit, channels-last
+            case = dataclasses.replace(
+                case,
+                c=rng.choice((32, 64, 96)),
+                k=rng.choice((8, 24, 32, 64, 128)),
+                groups=1,
+                stride=(1, 1),
+                dtype=rng.choice(("float16", "bfloat16")),
+                x_layout="channels_last",
+                dy_layout="channels_last",
+                w_layout="channels_last",
+            )
         if rng.random() < 0.12:  # a 3-D case: small planes, the implicit GEMM's layouts
             case = dataclasses.replace(
                 case,
@@ -627,6 +645,27 @@ def run(
         raise ValueError("fuzz.run needs seconds or draws")
     report = Report()
     start = time.perf_counter()
+    # (the TMA rectangles' overhang limit lifted: the fuzz's small odd planes reach them too)
+    with _any_overhang():
+        _run_draws(report, start, seconds, draws, seed, worker, workers, device, on_draw,
+                   draw_kwargs)  # fmt: skip
+    return report
+
+
+@contextlib.contextmanager
+def _any_overhang():
+    """``window_tma_kernel`` for any plane, however much its rectangles overhang (a GPU takes
+    it only where they waste little; small planes would never reach it)."""
+    saved = implicit_gemm.WINDOW_TMA_MAX_WASTE
+    implicit_gemm.WINDOW_TMA_MAX_WASTE = float("inf")
+    try:
+        yield
+    finally:
+        implicit_gemm.WINDOW_TMA_MAX_WASTE = saved
+
+
+def _run_draws(report, start, seconds, draws, seed, worker, workers, device, on_draw,
+               draw_kwargs) -> None:  # fmt: skip
     for s in seeds(seed, worker, workers):
         if draws is not None and report.draws >= draws:
             break
@@ -647,7 +686,6 @@ def run(
         if on_draw:
             on_draw(report)
     report.seconds = time.perf_counter() - start
-    return report
 
 
 # --------------------------------------------------------------------------------------------
