@@ -482,10 +482,57 @@ def library(path: str | None) -> None:
                        "triton": triton.__version__, "rows": rows}, f, indent=1)  # fmt: skip
 
 
+def ab(path: str | None) -> None:
+    """Why the library's window kernel can be slower than the probe's box kernel on the same
+    tiles (session 36: UNet's 1024-channel 3x3 at 16x16 forward 63.7 against 52.4 µs): the
+    probe's kernel, the library's call, and the library's kernel launched as plain
+    ``kernel[grid](...)`` with the launcher's arguments, forward, kernel µs."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from probe_small_wave import graph_us
+
+    import tritonconv
+    from tritonconv.geometry import make_geometry
+    from tritonconv.ops import implicit_gemm as ig
+
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    rows = []
+    for name in ("unet 3x3 1024@16 b8", "r50 3x3 256@14 b32", "r50 3x3 128@28 b128",
+                 "unet 3x3 256->128@64 b8"):  # fmt: skip
+        n, c_in, c_out, s, k, dil = LAYERS[name]
+        pad = dil * (k - 1) // 2
+        cl = torch.channels_last
+        x = torch.randn(n, c_in, s, s, device="cuda", dtype=torch.bfloat16).to(memory_format=cl)
+        w = (torch.randn(c_out, c_in, k, k, device="cuda", dtype=torch.bfloat16)
+             / math.sqrt(c_in * k * k)).to(memory_format=cl)  # fmt: skip
+        geometry = make_geometry((s, s), (k, k), (1, 1), (pad, pad), (pad, pad), (dil, dil))
+        cfg = ig.window_tma_config(torch.bfloat16, n, c_in, c_out, geometry, 1, False, "cuda")
+        th, tw, bn, bk, warps, stages = cfg
+        probe = graph_us(partial(launch_box, x, w, None, dil, False,
+                                 (th, tw, bn, bk, warps, stages), sms, True))  # fmt: skip
+        tritonconv.clear_caches()
+        library = graph_us(partial(ig.conv_forward, x, w, None, geometry, 1))
+        out = torch.empty(n, c_out, s, s, device="cuda", dtype=x.dtype, memory_format=cl)
+        real = ig.launch
+        ig.launch = lambda kernel, grid, *args, **meta: kernel[grid](*args, **meta)
+        try:
+            plain = graph_us(partial(ig._launch_window_tma, x, w, None, out, geometry, False, cfg))
+        finally:
+            ig.launch = real
+        rows.append({"layer": name, "config": str(cfg), "probe_us": probe, "library_us": library,
+                     "plain_launch_us": plain})  # fmt: skip
+        print(f"{name} [{cfg}]: probe kernel {probe:.1f}  library {library:.1f}  library kernel "
+              f"plain launch {plain:.1f}", flush=True)  # fmt: skip
+    if path:
+        with open(path, "w") as f:
+            json.dump({"device": torch.cuda.get_device_name(), "rows": rows}, f, indent=1)
+
+
 if __name__ == "__main__":
     args = sys.argv[1:]
     if "--check" in args:
         check()
+    elif "--ab" in args:
+        ab(args[args.index("--json") + 1] if "--json" in args else None)
     elif "--library" in args:
         library(args[args.index("--json") + 1] if "--json" in args else None)
     elif "--sass-box" in args:
