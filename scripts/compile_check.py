@@ -231,8 +231,9 @@ def record(draws: int, seed: int, index64: bool = False, tma: bool = False) -> l
 
 def _tma_workload() -> None:
     """Training steps of the layers the TMA kernels take (16-bit, channels-last): stride-1
-    windows in 1-3 dimensions with and without bias (``window_tma_kernel``, its 64- and
-    128-channel tiles), 1x1 layers and a kernel-equals-stride transposed convolution
+    windows in 1-3 dimensions with and without bias (``window_tma_kernel``: its 64- and
+    128-channel tiles, 128- and 256-position rectangles, a stride-1 transposed convolution's
+    input-gradient form with bias), 1x1 layers and a kernel-equals-stride transposed convolution
     (``pointwise_tma_kernel``, plain and scattered)."""
     import torch
 
@@ -245,6 +246,8 @@ def _tma_workload() -> None:
             (tc.conv2d, (4, 128, 28, 28), (128, 128, 3, 3), {"padding": 2, "dilation": 2}),
             (tc.conv1d, (2, 96, 256), (64, 96, 5), {"padding": 2}),
             (tc.conv3d, (1, 64, 4, 16, 16), (64, 64, 3, 3, 3), {"padding": 1}),
+            (tc.conv2d, (32, 128, 28, 28), (128, 128, 3, 3), {"padding": 1}),  # 256 positions
+            (tc.conv_transpose2d, (2, 64, 16, 16), (64, 64, 3, 3), {"padding": 1}),  # dx, bias
             (tc.conv2d, (2, 64, 16, 16), (256, 64, 1, 1), {}),
             (tc.conv_transpose2d, (2, 64, 8, 8), (64, 64, 2, 2), {"stride": 2}),
         ]:  # fmt: skip

@@ -110,6 +110,36 @@ def test_transposed_convolution_reuses_it(device, kernels):
         assert_close(g, r, reduction=64 * 9 * 2 * 7 * 9, name=name)
 
 
+def test_transposed_with_output_padding(device, kernels):
+    """A stride-1 dilated transposed convolution with ``output_padding`` (its output one wider
+    than the window reaches) takes the kernel; the extra row and column come from the zero
+    fill alone (and the bias)."""
+    x = _rows_layout(random_tensor((1, 32, 6, 7), torch.float16, device))
+    w = _rows_layout(random_tensor((32, 32, 3, 3), torch.float16, device))
+    b = random_tensor((32,), torch.float16, device)
+    kw = {"padding": 1, "output_padding": 1, "dilation": 2}
+    with torch.no_grad():
+        y = tritonconv.conv_transpose2d(x, w, b, algo="implicit_gemm", **kw)
+    assert kernels == ["window_tma_kernel"], kernels
+    want = F.conv_transpose2d(x.double(), w.double(), b.double(), **kw)
+    assert_close(y, want, reduction=288, name="output")
+
+
+@pytest.mark.parametrize("transposed", [False, True])
+def test_gpu_tiles_under_the_interpreter(transposed, device, kernels, monkeypatch):
+    """One of the GPU's configurations (128-position rectangles by 64 channels, 64-channel
+    reduction steps, pipelined): the CPU tests otherwise run the interpreter's small tiles."""
+    tile = implicit_gemm.WindowTmaConfig(2, 64, 64, 64, 4, 3)
+    monkeypatch.setattr(implicit_gemm, "window_tma_config", lambda *args: tile)
+    x = _rows_layout(random_tensor((1, 128, 3, 70), torch.bfloat16, device))
+    w = _rows_layout(random_tensor((128, 128, 3, 3), torch.bfloat16, device))
+    conv, ref = (tritonconv.conv_transpose2d, F.conv_transpose2d) if transposed else CONV[2]
+    with torch.no_grad():
+        y = conv(x, w, padding=1, algo="implicit_gemm")
+    assert kernels == ["window_tma_kernel"], kernels
+    assert_close(y, ref(x.double(), w.double(), padding=1), reduction=128 * 9, name="output")
+
+
 def test_weight_that_is_not_channels_last(device, kernels):
     """A contiguous (NCHW) weight is read from a channels-last copy; the result is right."""
     x = _rows_layout(random_tensor((2, 32, 8, 8), torch.float16, device))
@@ -152,10 +182,9 @@ def test_other_layers_keep_the_pointer_kernels(layout, device, kernels):
         assert y.is_contiguous()
 
 
-def test_a_plan_recorded_aligned_replays_right_on_an_unaligned_input(device):
+def test_a_plan_recorded_aligned_replays_right_on_an_unaligned_input(device, kernels):
     """A launch plan recorded on aligned tensors is not replayed with TMA descriptors on a
     tensor of the same signature 2 bytes off a 16-byte boundary: the result is right."""
-    tritonconv.clear_caches()
     w = _rows_layout(random_tensor((32, 32, 3, 3), torch.bfloat16, device))
     x = _rows_layout(random_tensor((2, 32, 6, 8), torch.bfloat16, device))
     buffer = torch.empty(x.numel() + 8, dtype=x.dtype, device=device)
@@ -165,6 +194,8 @@ def test_a_plan_recorded_aligned_replays_right_on_an_unaligned_input(device):
         for t in (x, x, u, u):
             y = tritonconv.conv2d(t, w, padding=1, algo="implicit_gemm")
             assert_close(y, F.conv2d(t.double(), w.double(), padding=1), reduction=288, name="y")
+            if t is x:
+                assert kernels == ["window_tma_kernel"], kernels  # (recorded, then replayed)
 
 
 def _rule(shape, c_out, kernel=3, pad=1, dilation=1, transposed=False):
@@ -203,3 +234,23 @@ def test_tile_rule_on_the_measured_layers(gpu_rule):
     assert _rule((8, 64, 32, 32), 64, kernel=1, pad=0) is None  # the pointwise GEMM's
     assert _rule((8, 64, 56, 56), 144) is None  # the second accumulator's width
     assert _rule((8, 64, 56, 56), 192) == cfg(2, 64, 64, 64, 4, 4)  # three 64-column tiles
+
+
+def test_compiled_dynamic_shapes_add_no_guards_from_the_rule(device):
+    """Under ``torch.compile(dynamic=True)`` the TMA rules are not asked (the path steps aside
+    for a tracer): their size tests on symbolic sizes added guards that failed on new
+    shapes, a recompile each (3 frames for these 5 shapes before; the session's review)."""
+    from torch._dynamo.testing import CompileCounterWithBackend
+
+    def f(x, w):
+        return tritonconv.conv2d(x, w, padding=1, algo="implicit_gemm")
+
+    torch._dynamo.reset()
+    counter = CompileCounterWithBackend("aot_eager")
+    compiled = torch.compile(f, backend=counter, fullgraph=True, dynamic=True)
+    w = _rows_layout(random_tensor((32, 32, 3, 3), torch.bfloat16, device))
+    for n, h, width in [(2, 7, 9), (3, 8, 10), (2, 11, 13), (2, 9, 30), (2, 16, 16)]:
+        x = _rows_layout(random_tensor((n, 32, h, width), torch.bfloat16, device))
+        y = compiled(x, w)
+        assert_close(y, F.conv2d(x.double(), w.double(), padding=1), reduction=288, name="y")
+    assert counter.frame_count == 1

@@ -888,8 +888,10 @@ def window_tma_config(dtype, batch: int, src_channels: int, dst_channels: int,
     gradient, source and destination channels swapped), or None where it does not take it:
     16-bit, one group, stride 1 on every axis, more than one tap (a 1x1 layer is
     ``pointwise_tma_kernel``'s), source channels a multiple of 32 (a weight box never
-    straddles two taps), destination channels a multiple of 8 (TMA's 16-byte strides), under
-    2**31 elements a side, at most 64 destination channels or a multiple of 64 (widths such
+    straddles two taps), destination channels a multiple of 8 (TMA's 16-byte strides), the
+    batch times the destination plane times the wider channel count under 2**31 (TMA itself
+    takes 64-bit strides; a margin for the kernel's int32 tile arithmetic), at most 64
+    destination channels or a multiple of 64 (widths such
     as 144 keep ``conv_igemm_kernel``'s second accumulator instead of a padded column tile),
     destination planes the rectangles cover with at most ``WINDOW_TMA_MAX_WASTE`` of
     overhang, on a GPU with TMA.
@@ -1006,9 +1008,12 @@ def _launch_window_tma(src, weight, bias, dst, geometry: Geometry, transposed: b
 @launch_plan
 def _launch_conv(src, weight, bias, dst, geometry: Geometry, groups: int, transposed, config):
     """dst = implicit-GEMM conv of src (or, ``transposed``, its input gradient); see the kernel."""
-    if config is None and transposed and _launch_tap_gemm(src, weight, bias, dst, geometry, groups):
+    # (the TMA paths step aside for a tracer: their rules are not even asked, whose size
+    # tests would add shape guards, and recompiles, to a compiled graph that never runs them)
+    tma_paths = config is None and not tracing(src, weight, dst)
+    if tma_paths and transposed and _launch_tap_gemm(src, weight, bias, dst, geometry, groups):
         return
-    if config is None:
+    if tma_paths:
         tma = pointwise_tma_config(
             src.dtype, dst.numel() // max(dst.shape[1], 1), src.shape[1], dst.shape[1],
             geometry, groups, src.device,
