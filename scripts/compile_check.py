@@ -216,6 +216,18 @@ def record(draws: int, seed: int, index64: bool = False, tma: bool = False) -> l
                 ws = torch.randn(8, 1, 3, 2, dtype=dtype, requires_grad=True)
                 out = tc.conv2d(xs.requires_grad_(), ws, padding=(2, 1), dilation=(2, 3), groups=8)
                 out.sum().backward()
+        # a kernel wider than the window kernels take: the band kernels (floats, forward and
+        # weight gradient) and the general FMA kernel (integers), so that every depthwise kernel
+        # is reached (``--index64`` missed these three in session 35's review)
+        for dtype in (torch.float32, torch.int32):
+            xw = torch.randn(1, 4, 3, 40).to(dtype)
+            ww = torch.randn(4, 1, 1, 33).to(dtype)
+            if dtype.is_floating_point:
+                xw.requires_grad_()
+                ww.requires_grad_()
+            out = tc.conv2d(xw, ww, padding=(0, 16), groups=4, algo="depthwise")
+            if dtype.is_floating_point:
+                out.sum().backward()
     finally:
         launch._interpret = real
         for m, name, value in undo:

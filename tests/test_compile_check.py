@@ -52,6 +52,8 @@ def test_every_kernels_64_bit_variant_compiles():
     assert found and "configurations for sm_90" in found[0], done.stdout[-2000:]
     compiled, total = found[0].split()[1].split("/")
     assert compiled == total and int(total) >= 50  # (every kernel the workload reaches)
+    for name in ("depthwise_kernel", "depthwise_band_kernel", "depthwise_band_grad_weight_kernel"):
+        assert f" {name}," in done.stdout or f" {name}\n" in done.stdout, name  # (session 35)
 
 
 def test_every_tma_kernel_configuration_compiles():

@@ -1062,3 +1062,15 @@ def test_tensor_subclasses_with_real_data_convolve(algo, device):
     grads = torch.autograd.grad(tc.conv2d(*leaves, padding=1, algo=algo), leaves, dy)
     for g, exact in zip(grads, want):
         assert_close(g, exact, reduction=36 * 2)
+
+
+def test_int64_decision_follows_a_lowered_limit(monkeypatch):
+    """``needs_int64`` answers for the limit in force: a shape first judged under the real
+    2**31 limit is judged again under a lowered one (as tests and ``compile_check --index64``
+    lower it), not read from the first answer's cache."""
+    from tritonconv.ops import common
+
+    t = torch.empty(4, 8)
+    assert not common.needs_int64(t)
+    monkeypatch.setattr(common, "INDEX32_LIMIT", 16)
+    assert common.needs_int64(t)

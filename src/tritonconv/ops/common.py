@@ -188,18 +188,18 @@ def needs_int64(*tensors: torch.Tensor | None) -> bool:
         if t is None:
             continue
         shape, strides = t.shape, t.stride()
-        try:
-            exceeds = _cached_exceeds_int32(shape, strides)
+        try:  # (the limit in the key: tests and compile_check --index64 lower it)
+            exceeds = _cached_exceeds_int32(shape, strides, INDEX32_LIMIT)
         except TypeError:  # symbolic sizes (torch.compile): not hashable, decided while tracing
-            exceeds = _exceeds_int32(shape, strides)
+            exceeds = _exceeds_int32(shape, strides, INDEX32_LIMIT)
         if exceeds:
             return True
     return False
 
 
-def _exceeds_int32(shape, strides) -> bool:
+def _exceeds_int32(shape, strides, limit: int) -> bool:
     reach = sum(size * stride for size, stride in zip(shape, strides, strict=True))
-    return math.prod(shape) > INDEX32_LIMIT or reach > INDEX32_LIMIT
+    return math.prod(shape) > limit or reach > limit
 
 
 _cached_exceeds_int32 = functools.lru_cache(maxsize=4096)(_exceeds_int32)
