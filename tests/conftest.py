@@ -54,3 +54,20 @@ def plan_recordings(monkeypatch):
     real = launch._build_plan
     monkeypatch.setattr(launch, "_build_plan", lambda *a: recordings.append(1) or real(*a))
     return recordings
+
+
+@pytest.fixture
+def kernels(monkeypatch):
+    """Names of the kernels ``ops.implicit_gemm`` launches (plans cleared: none replays)."""
+    from tritonconv.ops import implicit_gemm
+
+    tritonconv.clear_caches()
+    names = []
+    original = implicit_gemm.launch
+
+    def spy(kernel, *args, **kwargs):
+        names.append(kernel.fn.__name__ if hasattr(kernel, "fn") else kernel.__name__)
+        return original(kernel, *args, **kwargs)
+
+    monkeypatch.setattr(implicit_gemm, "launch", spy)
+    return names

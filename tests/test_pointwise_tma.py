@@ -15,33 +15,17 @@ import tritonconv
 from tritonconv import launch
 from tritonconv.geometry import make_geometry
 from tritonconv.ops import implicit_gemm
-from tritonconv.testing import assert_close, exact_fp32, poison_, random_tensor, tolerance
+from tritonconv.testing import (
+    assert_close,
+    exact_fp32,
+    poison_,
+    random_tensor,
+    rows_layout,
+    tolerance,
+)
 
 CONV = {1: (tritonconv.conv1d, F.conv1d), 2: (tritonconv.conv2d, F.conv2d),
         3: (tritonconv.conv3d, F.conv3d)}  # fmt: skip
-LAST = {1: None, 2: torch.channels_last, 3: torch.channels_last_3d}
-
-
-def _rows_layout(t: torch.Tensor) -> torch.Tensor:
-    """``t`` dense channels-last (for 1-D: ``(N, C, L)`` with channels innermost)."""
-    if t.dim() == 3:
-        return t.transpose(1, 2).contiguous().transpose(1, 2)
-    return t.contiguous(memory_format=LAST[t.dim() - 2])
-
-
-@pytest.fixture
-def kernels(monkeypatch):
-    """Names of the kernels ``ops.implicit_gemm`` launches (plans cleared: none replays)."""
-    tritonconv.clear_caches()
-    names = []
-    original = implicit_gemm.launch
-
-    def spy(kernel, *args, **kwargs):
-        names.append(kernel.fn.__name__ if hasattr(kernel, "fn") else kernel.__name__)
-        return original(kernel, *args, **kwargs)
-
-    monkeypatch.setattr(implicit_gemm, "launch", spy)
-    return names
 
 
 def _run(x, w, b):
@@ -51,7 +35,7 @@ def _run(x, w, b):
     refs = [t.detach().double().requires_grad_() if t is not None else None for t in (x, w, b)]
     y = ours(*leaves, algo="implicit_gemm")
     want = ref(*refs)
-    dy = _rows_layout(random_tensor(y.shape, x.dtype, x.device))
+    dy = rows_layout(random_tensor(y.shape, x.dtype, x.device))
     got = torch.autograd.grad(y, [t for t in leaves if t is not None], dy)
     wanted = torch.autograd.grad(want, [t for t in refs if t is not None], dy.double())
     return (y, *got), (want, *wanted)
@@ -73,7 +57,7 @@ def test_pointwise_layers_match_float64(case, dtype, device, kernels):
     N, C, spatial, K, bias = case
     for _ in range(3):  # outputs come from these blocks: an unwritten element shows as NaN
         poison_(torch.empty(1 << 16, device=device))
-    x = _rows_layout(random_tensor((N, C, *spatial), dtype, device))
+    x = rows_layout(random_tensor((N, C, *spatial), dtype, device))
     w = random_tensor((K, C, *[1] * len(spatial)), dtype, device)
     b = random_tensor((K,), dtype, device) if bias else None
     got, want = _run(x, w, b)
@@ -83,7 +67,7 @@ def test_pointwise_layers_match_float64(case, dtype, device, kernels):
         assert not g.isnan().any(), name
         assert_close(g, r, reduction=max(C, K, positions), name=name)
     if x.dim() > 3:  # (1-D outputs are contiguous, as PyTorch's)
-        assert got[0].stride() == _rows_layout(got[0]).stride(), "output left channels-last"
+        assert got[0].stride() == rows_layout(got[0]).stride(), "output left channels-last"
 
 
 @pytest.mark.parametrize(
@@ -97,9 +81,9 @@ def test_other_layers_keep_the_implicit_gemm(layout, device, kernels):
     C = 12 if layout == "channels12" else 16 if layout == "narrow" else 64
     x = random_tensor((2, C, 6, 5), dtype, device)
     if layout != "nchw":
-        x = _rows_layout(x)
+        x = rows_layout(x)
     if layout == "strided":  # channels innermost, but every other column
-        x = _rows_layout(random_tensor((2, C, 6, 10), dtype, device))[..., ::2]
+        x = rows_layout(random_tensor((2, C, 6, 10), dtype, device))[..., ::2]
     w = random_tensor((64, C // (2 if layout == "groups" else 1), 1, 1), dtype, device)
     kw = {"stride": 2} if layout == "stride2" else {"padding": 1} if layout == "padded" else {}
     if layout == "groups":
@@ -116,7 +100,7 @@ def test_tf32_forward_and_input_gradient(case, device, kernels):
     gradient (reading a transposed copy of the weight: TF32 tiles must be K-major)."""
     N, C, spatial, K, bias = case
     poison_(torch.empty(1 << 16, device=device))
-    x = _rows_layout(random_tensor((N, C, *spatial), torch.float32, device))
+    x = rows_layout(random_tensor((N, C, *spatial), torch.float32, device))
     w = random_tensor((K, C, *[1] * len(spatial)), torch.float32, device)
     b = random_tensor((K,), torch.float32, device) if bias else None
     old = torch.backends.cudnn.allow_tf32
@@ -150,7 +134,7 @@ def test_tf32_input_gradient_plan_with_weight_and_bias_in_one_buffer(device, mon
     monkeypatch.setattr(launch, "_build_plan", recording)
     monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", True)
     tritonconv.clear_caches()
-    x = _rows_layout(random_tensor((2, 128, 5, 7), torch.float32, device))
+    x = rows_layout(random_tensor((2, 128, 5, 7), torch.float32, device))
     flat = random_tensor((128 * 64 + 64,), torch.float32, device)
     w, b = flat[: 128 * 64].view(128, 64, 1, 1), flat[128 * 64 :]
     for _ in range(3):  # recorded, then replayed
@@ -187,7 +171,7 @@ def test_replays_encode_each_descriptor_once_per_address(device, monkeypatch):
 
         monkeypatch.setattr(launch, "_tensor_map_encoder", lambda: counting)
     w = random_tensor((64, 64, 1, 1), torch.bfloat16, device)
-    xs = [_rows_layout(random_tensor((2, 64, 5, 7), torch.bfloat16, device)) for _ in range(3)]
+    xs = [rows_layout(random_tensor((2, 64, 5, 7), torch.bfloat16, device)) for _ in range(3)]
     with torch.no_grad():
         for _ in range(3):
             for x in xs:
@@ -204,7 +188,7 @@ def test_plans_are_not_replayed_on_unaligned_tensors(device, kernels):
     """A launch plan recorded with TMA on aligned tensors, called again with the same shapes
     and strides at an unaligned address (which TMA cannot read), runs the pointer kernel;
     an aligned call after it replays the TMA plan. Forward and input gradient."""
-    x = _rows_layout(random_tensor((2, 64, 4, 6), torch.bfloat16, device))
+    x = rows_layout(random_tensor((2, 64, 4, 6), torch.bfloat16, device))
     w = random_tensor((72, 64, 1, 1), torch.bfloat16, device)
     b = random_tensor((72,), torch.bfloat16, device)
     for tensor in (x, _unaligned_like(x), x):
@@ -218,7 +202,7 @@ def test_plans_are_not_replayed_on_unaligned_tensors(device, kernels):
 
 def test_input_gradient_of_unaligned_output_gradient(device):
     """The input gradient's own plan (``conv_grad_input``) on an unaligned ``dy``."""
-    dy = _rows_layout(random_tensor((2, 72, 4, 6), torch.bfloat16, device))
+    dy = rows_layout(random_tensor((2, 72, 4, 6), torch.bfloat16, device))
     w = random_tensor((72, 64, 1, 1), torch.bfloat16, device)
     like = torch.empty((2, 64, 4, 6), dtype=torch.bfloat16, device=device)
     like = like.contiguous(memory_format=torch.channels_last)
@@ -321,10 +305,10 @@ def test_transposed_kernel_equal_to_stride_is_one_gemm(case, dtype, device, scat
     N, C, spatial, K, kernel, bias, last = case
     dims = len(spatial)
     ours, ref = TRANSPOSED[dims]
-    x = _rows_layout(random_tensor((N, C, *spatial), dtype, device))
+    x = rows_layout(random_tensor((N, C, *spatial), dtype, device))
     w = random_tensor((C, K, *kernel), dtype, device)
     if last:
-        w = _rows_layout(w)
+        w = rows_layout(w)
     b = random_tensor((K,), dtype, device) if bias else None
     leaves = [t.detach().requires_grad_() if t is not None else None for t in (x, w, b)]
     refs = [t.detach().double().requires_grad_() if t is not None else None for t in (x, w, b)]
@@ -339,7 +323,7 @@ def test_transposed_kernel_equal_to_stride_is_one_gemm(case, dtype, device, scat
         assert not implicit_gemm._tap_box_width(how, height, width), scatters
     if tritonconv.INTERPRETER:  # (32-row tiles)
         assert (how == "boxes") == (spatial in BOXED), scatters
-    dy = _rows_layout(random_tensor(y.shape, dtype, device))
+    dy = rows_layout(random_tensor(y.shape, dtype, device))
     got = torch.autograd.grad(y, [t for t in leaves if t is not None], dy)
     wanted = torch.autograd.grad(want, [t for t in refs if t is not None], dy.double())
     positions = x.numel() // C
@@ -347,7 +331,7 @@ def test_transposed_kernel_equal_to_stride_is_one_gemm(case, dtype, device, scat
         assert not g.isnan().any(), name
         assert_close(g, r, reduction=max(C, K, positions), name=name)
     if dims > 1:
-        assert y.stride() == _rows_layout(y).stride(), "output left channels-last"
+        assert y.stride() == rows_layout(y).stride(), "output left channels-last"
     if dims == 2:  # explain says so (its signature takes 1-D and 2-D)
         told = tritonconv.explain(x, w, stride=kernel, transposed=True, algo="auto")
         assert told.algo != "implicit_gemm" or "scattered by tap" in told.reason, told
@@ -361,13 +345,13 @@ def test_patch_convolution_input_gradient_is_one_gemm(dims, device, scatters):
     that transposed convolution for its input gradient: it takes the same GEMM."""
     ours, ref = CONV[dims]
     kernel = (2, 4, 2)[-dims:]
-    x = _rows_layout(random_tensor((2, 16, *(6, 8, 4)[-dims:]), torch.bfloat16, device))
+    x = rows_layout(random_tensor((2, 16, *(6, 8, 4)[-dims:]), torch.bfloat16, device))
     w = random_tensor((32, 16, *kernel), torch.bfloat16, device)
     leaves = [t.detach().requires_grad_() for t in (x, w)]
     refs = [t.detach().double().requires_grad_() for t in (x, w)]
     y = ours(*leaves, stride=kernel, algo="implicit_gemm")
     want = ref(*refs, stride=kernel)
-    dy = _rows_layout(random_tensor(y.shape, torch.bfloat16, device))
+    dy = rows_layout(random_tensor(y.shape, torch.bfloat16, device))
     (dx,) = torch.autograd.grad(y, leaves[:1], dy)
     (want_dx,) = torch.autograd.grad(want, refs[:1], dy.double())
     assert len(scatters) == 1 and scatters[0], scatters
@@ -388,7 +372,7 @@ def test_transposed_kernel_equal_to_stride_elsewhere(variant, device, scatters):
     C, K = (12, 16) if variant == "channels12" else (16, 16)
     x = random_tensor((2, C, 4, 5), dtype, device)
     if variant != "nchw":
-        x = _rows_layout(x)
+        x = rows_layout(x)
     groups = 2 if variant == "groups" else 1
     k = 3 if variant == "padding" else 2
     w = random_tensor((C, K // groups, k, k), dtype, device)
@@ -409,7 +393,7 @@ def test_transposed_kernel_equal_to_stride_elsewhere(variant, device, scatters):
 def test_pointwise_input_gradient_is_not_scattered(device, scatters):
     """A 1x1 stride-1 layer's kernel equals its stride too, but its input gradient is the
     plain TMA GEMM (a scattered one would store by pointers wherever rows do not tile)."""
-    x = _rows_layout(random_tensor((2, 64, 5, 7), torch.bfloat16, device)).requires_grad_()
+    x = rows_layout(random_tensor((2, 64, 5, 7), torch.bfloat16, device)).requires_grad_()
     w = random_tensor((64, 64, 1, 1), torch.bfloat16, device).requires_grad_()
     y = tritonconv.conv2d(x, w, algo="implicit_gemm")
     (dx,) = torch.autograd.grad(y, (x,), torch.ones_like(y))
@@ -428,10 +412,10 @@ def test_tap_gemm_checks_the_output_it_is_given(boxes, device, scatters, monkeyp
         implicit_gemm, "TAP_GEMM_TILES", implicit_gemm.TmaConfig(64, 32, 32, 4, 2, True)
     )
     geometry = make_geometry((4, 16, 16), (2, 2, 2), (2, 2, 2), (0,) * 3, (0,) * 3, (1,) * 3)
-    x = _rows_layout(random_tensor((1, 16, 2, 8, 8), torch.bfloat16, device))
-    w = _rows_layout(random_tensor((16, 16, 2, 2, 2), torch.bfloat16, device))
+    x = rows_layout(random_tensor((1, 16, 2, 8, 8), torch.bfloat16, device))
+    w = rows_layout(random_tensor((16, 16, 2, 2, 2), torch.bfloat16, device))
     want = F.conv_transpose3d(x.double(), w.double(), stride=2)
-    wide = _rows_layout(torch.zeros((1, 32, 4, 16, 16), dtype=torch.bfloat16, device=device))
+    wide = rows_layout(torch.zeros((1, 32, 4, 16, 16), dtype=torch.bfloat16, device=device))
     assert not implicit_gemm._launch_tap_gemm(x, w, None, wide[:, :16], geometry, 1)
     odd = torch.empty_strided((1, 16, 4, 16, 16), (16384 + 8, 1, 4096, 256, 16),
                               dtype=torch.bfloat16, device=device)  # fmt: skip

@@ -16,19 +16,11 @@ import torch.nn.functional as F
 import tritonconv
 from tritonconv.geometry import make_geometry
 from tritonconv.ops import implicit_gemm
-from tritonconv.testing import assert_close, poison_, random_tensor
+from tritonconv.testing import assert_close, poison_, random_tensor, rows_layout
 
 CONV = {1: (tritonconv.conv1d, F.conv1d), 2: (tritonconv.conv2d, F.conv2d),
         3: (tritonconv.conv3d, F.conv3d)}  # fmt: skip
-LAST = {1: None, 2: torch.channels_last, 3: torch.channels_last_3d}
 MAX_WASTE = implicit_gemm.WINDOW_TMA_MAX_WASTE  # (the rule's, before the fixture below)
-
-
-def _rows_layout(t: torch.Tensor) -> torch.Tensor:
-    """``t`` dense channels-last (for 1-D: ``(N, C, L)`` with channels innermost)."""
-    if t.dim() == 3:
-        return t.transpose(1, 2).contiguous().transpose(1, 2)
-    return t.contiguous(memory_format=LAST[t.dim() - 2])
 
 
 @pytest.fixture(autouse=True)
@@ -38,28 +30,13 @@ def any_overhang(monkeypatch):
     monkeypatch.setattr(implicit_gemm, "WINDOW_TMA_MAX_WASTE", float("inf"))
 
 
-@pytest.fixture
-def kernels(monkeypatch):
-    """Names of the kernels ``ops.implicit_gemm`` launches (plans cleared: none replays)."""
-    tritonconv.clear_caches()
-    names = []
-    original = implicit_gemm.launch
-
-    def spy(kernel, *args, **kwargs):
-        names.append(kernel.fn.__name__ if hasattr(kernel, "fn") else kernel.__name__)
-        return original(kernel, *args, **kwargs)
-
-    monkeypatch.setattr(implicit_gemm, "launch", spy)
-    return names
-
-
 def _grads(ours, ref, x, w, b, kw):
     """Output, dx, dW, db of ``ours`` (implicit GEMM) and of float64 ``ref``."""
     leaves = [t.detach().requires_grad_() if t is not None else None for t in (x, w, b)]
     refs = [t.detach().double().requires_grad_() if t is not None else None for t in (x, w, b)]
     y = ours(*leaves, algo="implicit_gemm", **kw)
     want = ref(*refs, **kw)
-    dy = _rows_layout(random_tensor(y.shape, x.dtype, x.device))
+    dy = rows_layout(random_tensor(y.shape, x.dtype, x.device))
     got = torch.autograd.grad(y, [t for t in leaves if t is not None], dy)
     wanted = torch.autograd.grad(want, [t for t in refs if t is not None], dy.double())
     return (y, *got), (want, *wanted)
@@ -83,8 +60,8 @@ def test_windows_match_float64(case, dtype, device, kernels):
     N, C, spatial, K, kernel, padding, dilation, bias = case
     for _ in range(3):  # outputs come from these blocks: an unwritten element shows as NaN
         poison_(torch.empty(1 << 16, device=device))
-    x = _rows_layout(random_tensor((N, C, *spatial), dtype, device))
-    w = _rows_layout(random_tensor((K, C, *kernel), dtype, device))
+    x = rows_layout(random_tensor((N, C, *spatial), dtype, device))
+    w = rows_layout(random_tensor((K, C, *kernel), dtype, device))
     b = random_tensor((K,), dtype, device) if bias else None
     ours, ref = CONV[len(spatial)]
     got, want = _grads(ours, ref, x, w, b, {"padding": padding, "dilation": dilation})
@@ -94,15 +71,15 @@ def test_windows_match_float64(case, dtype, device, kernels):
         assert not g.isnan().any(), name
         assert_close(g, r, reduction=max(reduction, x.numel() // C), name=name)
     if x.dim() > 3:  # (1-D outputs are contiguous, as PyTorch's)
-        assert got[0].stride() == _rows_layout(got[0]).stride(), "output left channels-last"
+        assert got[0].stride() == rows_layout(got[0]).stride(), "output left channels-last"
 
 
 def test_transposed_convolution_reuses_it(device, kernels):
     """A stride-1 transposed convolution is the input gradient of a convolution: it runs the
     window kernel with its bias in the epilogue, forward and (as a forward convolution) its
     input gradient."""
-    x = _rows_layout(random_tensor((2, 64, 7, 9), torch.bfloat16, device))
-    w = _rows_layout(random_tensor((64, 32, 3, 3), torch.bfloat16, device))
+    x = rows_layout(random_tensor((2, 64, 7, 9), torch.bfloat16, device))
+    w = rows_layout(random_tensor((64, 32, 3, 3), torch.bfloat16, device))
     b = random_tensor((32,), torch.bfloat16, device)
     got, want = _grads(tritonconv.conv_transpose2d, F.conv_transpose2d, x, w, b, {"padding": 1})
     assert kernels.count("window_tma_kernel") == 2, kernels
@@ -114,8 +91,8 @@ def test_transposed_with_output_padding(device, kernels):
     """A stride-1 dilated transposed convolution with ``output_padding`` (its output one wider
     than the window reaches) takes the kernel; the extra row and column come from the zero
     fill alone (and the bias)."""
-    x = _rows_layout(random_tensor((1, 32, 6, 7), torch.float16, device))
-    w = _rows_layout(random_tensor((32, 32, 3, 3), torch.float16, device))
+    x = rows_layout(random_tensor((1, 32, 6, 7), torch.float16, device))
+    w = rows_layout(random_tensor((32, 32, 3, 3), torch.float16, device))
     b = random_tensor((32,), torch.float16, device)
     kw = {"padding": 1, "output_padding": 1, "dilation": 2}
     with torch.no_grad():
@@ -131,8 +108,8 @@ def test_gpu_tiles_under_the_interpreter(transposed, device, kernels, monkeypatc
     reduction steps, pipelined): the CPU tests otherwise run the interpreter's small tiles."""
     tile = implicit_gemm.WindowTmaConfig(2, 64, 64, 64, 4, 3)
     monkeypatch.setattr(implicit_gemm, "window_tma_config", lambda *args: tile)
-    x = _rows_layout(random_tensor((1, 128, 3, 70), torch.bfloat16, device))
-    w = _rows_layout(random_tensor((128, 128, 3, 3), torch.bfloat16, device))
+    x = rows_layout(random_tensor((1, 128, 3, 70), torch.bfloat16, device))
+    w = rows_layout(random_tensor((128, 128, 3, 3), torch.bfloat16, device))
     conv, ref = (tritonconv.conv_transpose2d, F.conv_transpose2d) if transposed else CONV[2]
     with torch.no_grad():
         y = conv(x, w, padding=1, algo="implicit_gemm")
@@ -142,7 +119,7 @@ def test_gpu_tiles_under_the_interpreter(transposed, device, kernels, monkeypatc
 
 def test_weight_that_is_not_channels_last(device, kernels):
     """A contiguous (NCHW) weight is read from a channels-last copy; the result is right."""
-    x = _rows_layout(random_tensor((2, 32, 8, 8), torch.float16, device))
+    x = rows_layout(random_tensor((2, 32, 8, 8), torch.float16, device))
     w = random_tensor((32, 32, 3, 3), torch.float16, device)
     for _ in range(2):  # recorded, then replayed
         y = tritonconv.conv2d(x, w, padding=1, algo="implicit_gemm")
@@ -162,7 +139,7 @@ def test_other_layers_keep_the_pointer_kernels(layout, device, kernels):
     C = 48 if layout == "channels48" else 64
     x = random_tensor((2, C, 6, 9), dtype, device)
     if layout != "nchw":
-        x = _rows_layout(x)
+        x = rows_layout(x)
     if layout == "unaligned":
         buffer = torch.empty(x.numel() + 8, dtype=dtype, device=device)
         u = buffer[1 : 1 + x.numel()].view(2, 6, 9, C).permute(0, 3, 1, 2)
@@ -172,7 +149,7 @@ def test_other_layers_keep_the_pointer_kernels(layout, device, kernels):
     k = 1 if layout == "pointwise" else 3
     w = random_tensor((64, C // groups, k, k), dtype, device)
     if layout != "nchw":
-        w = _rows_layout(w)
+        w = rows_layout(w)
     kw = {"stride": 2 if layout == "stride2" else 1, "padding": k // 2, "groups": groups}
     with torch.no_grad():
         y = tritonconv.conv2d(x, w, algo="implicit_gemm", **kw)
@@ -185,8 +162,8 @@ def test_other_layers_keep_the_pointer_kernels(layout, device, kernels):
 def test_a_plan_recorded_aligned_replays_right_on_an_unaligned_input(device, kernels):
     """A launch plan recorded on aligned tensors is not replayed with TMA descriptors on a
     tensor of the same signature 2 bytes off a 16-byte boundary: the result is right."""
-    w = _rows_layout(random_tensor((32, 32, 3, 3), torch.bfloat16, device))
-    x = _rows_layout(random_tensor((2, 32, 6, 8), torch.bfloat16, device))
+    w = rows_layout(random_tensor((32, 32, 3, 3), torch.bfloat16, device))
+    x = rows_layout(random_tensor((2, 32, 6, 8), torch.bfloat16, device))
     buffer = torch.empty(x.numel() + 8, dtype=x.dtype, device=device)
     u = buffer[1 : 1 + x.numel()].view(2, 6, 8, 32).permute(0, 3, 1, 2)
     u.copy_(random_tensor(x.shape, x.dtype, device))
@@ -248,9 +225,9 @@ def test_compiled_dynamic_shapes_add_no_guards_from_the_rule(device):
     torch._dynamo.reset()
     counter = CompileCounterWithBackend("aot_eager")
     compiled = torch.compile(f, backend=counter, fullgraph=True, dynamic=True)
-    w = _rows_layout(random_tensor((32, 32, 3, 3), torch.bfloat16, device))
+    w = rows_layout(random_tensor((32, 32, 3, 3), torch.bfloat16, device))
     for n, h, width in [(2, 7, 9), (3, 8, 10), (2, 11, 13), (2, 9, 30), (2, 16, 16)]:
-        x = _rows_layout(random_tensor((n, 32, h, width), torch.bfloat16, device))
+        x = rows_layout(random_tensor((n, 32, h, width), torch.bfloat16, device))
         y = compiled(x, w)
         assert_close(y, F.conv2d(x.double(), w.double(), padding=1), reduction=288, name="y")
     assert counter.frame_count == 1

@@ -106,6 +106,14 @@ def random_tensor(shape, dtype: torch.dtype, device=DEVICE, *, generator=None, l
     )
 
 
+def rows_layout(t: torch.Tensor) -> torch.Tensor:
+    """``t`` dense channels-last: channels innermost (for 1-D ``(N, C, L)``: ``L`` outermost
+    after the batch), the layout the TMA paths read as rows of channels."""
+    if t.dim() == 3:
+        return t.transpose(1, 2).contiguous().transpose(1, 2)
+    return t.contiguous(memory_format={4: torch.channels_last, 5: torch.channels_last_3d}[t.dim()])
+
+
 def poison_(tensor: torch.Tensor) -> torch.Tensor:
     """Fill an output buffer with a value no kernel produces by accident (NaN, or the dtype's
     extreme), so that elements a kernel forgot to write stand out."""
