@@ -64,6 +64,13 @@ outer product ``[BLOCK_M, 1] * [1, BLOCK_N]`` (no reduction across lanes, the pi
 positions, as ``direct_grad_weight_kernel`` does (one position per step would cost the
 interpreter minutes).
 ``INDEX_64`` switches index arithmetic to int64.
+
+**TMA kernels** (Hopper; 16-bit, and TF32 for 1x1 layers; every tile a descriptor box, no
+address arithmetic in the loop): ``pointwise_tma_kernel``, a 1x1 stride-1 layer as one GEMM
+over channels-last rows (and a kernel-equals-stride transposed convolution, its columns
+scattered to the taps' positions); ``window_tma_kernel``, a stride-1 window's forward and
+input gradient from boxes of the image at each tap's shifted corner, the padding the
+hardware's zero fill.
 """
 
 from __future__ import annotations
