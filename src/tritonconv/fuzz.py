@@ -647,8 +647,26 @@ def run(
     start = time.perf_counter()
     # (the TMA rectangles' overhang limit lifted: the fuzz's small odd planes reach them too)
     with _any_overhang():
-        _run_draws(report, start, seconds, draws, seed, worker, workers, device, on_draw,
-                   draw_kwargs)  # fmt: skip
+        for s in seeds(seed, worker, workers):
+            if draws is not None and report.draws >= draws:
+                break
+            if seconds is not None and time.perf_counter() - start >= seconds:
+                break
+            case = draw(s, **draw_kwargs)
+            report.draws += 1
+            report.by_dtype[case.dtype] += 1
+            kind = " transposed" if getattr(case, "transposed", False) else ""
+            for result in check_case(case, device=device):
+                report.checks += 1
+                if isinstance(result, Failure):
+                    report.by_algo[result.algo + kind + " FAIL"] += 1
+                    is_error = result.problems[0].startswith("ERROR")
+                    (report.errors if is_error else report.failures).append(result)
+                else:
+                    report.by_algo[result[0] + kind] += 1
+            if on_draw:
+                on_draw(report)
+    report.seconds = time.perf_counter() - start
     return report
 
 
@@ -662,30 +680,6 @@ def _any_overhang():
         yield
     finally:
         implicit_gemm.WINDOW_TMA_MAX_WASTE = saved
-
-
-def _run_draws(report, start, seconds, draws, seed, worker, workers, device, on_draw,
-               draw_kwargs) -> None:  # fmt: skip
-    for s in seeds(seed, worker, workers):
-        if draws is not None and report.draws >= draws:
-            break
-        if seconds is not None and time.perf_counter() - start >= seconds:
-            break
-        case = draw(s, **draw_kwargs)
-        report.draws += 1
-        report.by_dtype[case.dtype] += 1
-        kind = " transposed" if getattr(case, "transposed", False) else ""
-        for result in check_case(case, device=device):
-            report.checks += 1
-            if isinstance(result, Failure):
-                report.by_algo[result.algo + kind + " FAIL"] += 1
-                is_error = result.problems[0].startswith("ERROR")
-                (report.errors if is_error else report.failures).append(result)
-            else:
-                report.by_algo[result[0] + kind] += 1
-        if on_draw:
-            on_draw(report)
-    report.seconds = time.perf_counter() - start
 
 
 # --------------------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ import math
 import torch
 
 from ._runtime import kernel_device_type
+from .ops.common import channels_last_format
 
 #: The device tritonconv's kernels take in this process ("cpu" under the interpreter).
 DEVICE = kernel_device_type()
@@ -111,7 +112,7 @@ def rows_layout(t: torch.Tensor) -> torch.Tensor:
     after the batch), the layout the TMA paths read as rows of channels."""
     if t.dim() == 3:
         return t.transpose(1, 2).contiguous().transpose(1, 2)
-    return t.contiguous(memory_format={4: torch.channels_last, 5: torch.channels_last_3d}[t.dim()])
+    return t.contiguous(memory_format=channels_last_format(t.dim()))
 
 
 def poison_(tensor: torch.Tensor) -> torch.Tensor:

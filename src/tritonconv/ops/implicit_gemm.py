@@ -636,10 +636,14 @@ def _pointwise_tma_tiles(rows: int, src_channels: int, dst_channels: int, device
 
 
 def _tma_programs(config: TmaConfig, tiles: int, device) -> int:
-    """Programs of a ``pointwise_tma_kernel`` launch: one per multiprocessor (at most), each
-    walking tiles, for persistent tiles; else one per tile."""
-    if not config.persistent:
-        return tiles
+    """Programs of a ``pointwise_tma_kernel`` launch: :func:`_persistent_programs` for
+    persistent tiles; else one per tile."""
+    return _persistent_programs(tiles, device) if config.persistent else tiles
+
+
+def _persistent_programs(tiles: int, device) -> int:
+    """Programs of a persistent TMA launch: one per multiprocessor (at most), each walking
+    tiles (under the interpreter, ``INTERPRETER_TMA_PROGRAMS``)."""
     sms = INTERPRETER_TMA_PROGRAMS if INTERPRETER else multiprocessor_count(device)
     return min(tiles, sms)
 
@@ -658,10 +662,10 @@ def _tma_rows(t: torch.Tensor) -> bool:
 def _launch_pointwise_tma(src, weight, bias, dst, transposed: bool, config: TmaConfig) -> bool:
     """``dst`` = the 1x1 convolution of ``src`` (``transposed``: its input gradient) by
     ``pointwise_tma_kernel``; False, launching nothing, where the tensors' layouts or
-    addresses do not suit TMA (or a tracer is looking: compiled graphs keep
-    ``conv_igemm_kernel``, whose launches Inductor analyses like any other)."""
+    addresses do not suit TMA. (Not for a tracer's tensors: :func:`_launch_conv` keeps those
+    on ``conv_igemm_kernel``.)"""
     c_dst = dst.shape[1]
-    if tracing(src, weight, dst) or not (_tma_rows(src) and _tma_rows(dst)):
+    if not (_tma_rows(src) and _tma_rows(dst)):
         return False
     if transposed and src.dtype == torch.float32:
         # TF32 products take K-major operands only, and the input gradient's weight tile runs
@@ -782,7 +786,7 @@ def _launch_tap_gemm(src, weight, bias, dst, geometry: Geometry, groups: int) ->
     config = tap_gemm_config(
         src.dtype, src.shape[0], c_src, c_phase, geometry, groups, src.device
     )  # fmt: skip
-    if config is None or tracing(src, weight, dst) or not (_tma_rows(src) and _tma_rows(dst)):
+    if config is None or not (_tma_rows(src) and _tma_rows(dst)):
         return False
     _, stride, _, _ = _window3(geometry)
     src_spatial = _spatial3(src.shape[2:], 1)
@@ -949,8 +953,9 @@ def _launch_window_tma(src, weight, bias, dst, geometry: Geometry, transposed: b
                        config: WindowTmaConfig) -> bool:  # fmt: skip
     """``dst`` = the convolution of ``src`` (``transposed``: its input gradient) by
     ``window_tma_kernel``; False, launching nothing, where the tensors' layouts or addresses
-    do not suit TMA (dense channels-last, 16-byte aligned) or a tracer is looking."""
-    if tracing(src, weight, dst) or not (_tma_rows(src) and _tma_rows(dst)):
+    do not suit TMA (dense channels-last, 16-byte aligned). (Not for a tracer's tensors:
+    :func:`_launch_conv` keeps those on ``conv_igemm_kernel``.)"""
+    if not (_tma_rows(src) and _tma_rows(dst)):
         return False
     th, tw, block_n, block_k, num_warps, num_stages = config
     c_src, c_dst = src.shape[1], dst.shape[1]
@@ -973,10 +978,9 @@ def _launch_window_tma(src, weight, bias, dst, geometry: Geometry, transposed: b
     dst_shape, dst_strides = _five_d(dst)
     n, depth, height, width = dst_shape[:4]
     tiles = n * depth * cdiv(height, th) * cdiv(width, tw) * cdiv(c_dst, block_n)
-    sms = INTERPRETER_TMA_PROGRAMS if INTERPRETER else multiprocessor_count(src.device)
     launch(
         window_tma_kernel,
-        (min(tiles, sms),),
+        (_persistent_programs(tiles, src.device),),
         TensorDescriptor(src, src_shape, src_strides, [1, 1, th, tw, block_k]),
         w,
         bias if bias is not None else src,
@@ -1008,8 +1012,9 @@ def _launch_window_tma(src, weight, bias, dst, geometry: Geometry, transposed: b
 @launch_plan
 def _launch_conv(src, weight, bias, dst, geometry: Geometry, groups: int, transposed, config):
     """dst = implicit-GEMM conv of src (or, ``transposed``, its input gradient); see the kernel."""
-    # (the TMA paths step aside for a tracer: their rules are not even asked, whose size
-    # tests would add shape guards, and recompiles, to a compiled graph that never runs them)
+    # The TMA paths step aside for a tracer (compiled graphs keep ``conv_igemm_kernel``, whose
+    # launches Inductor analyses like any other), here for all three: their rules are not
+    # even asked, whose size tests would add shape guards, and recompiles, to the graph.
     tma_paths = config is None and not tracing(src, weight, dst)
     if tma_paths and transposed and _launch_tap_gemm(src, weight, bias, dst, geometry, groups):
         return
