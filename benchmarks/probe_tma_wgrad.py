@@ -16,11 +16,17 @@ split order (deterministic), as the library's weight gradient does.
 
     TRITON_INTERPRET=1 PYTHONPATH=src python benchmarks/probe_tma_wgrad.py --check  # CPU
     PYTHONPATH=src python benchmarks/probe_tma_wgrad.py [--json F]                 # GPU
+    PYTHONPATH=src python benchmarks/probe_tma_wgrad.py --library [--json F]  # the library alone
+
+Session 37 put this kernel in the library (``wgrad_tma_kernel``); ``--library`` times the
+library's weight gradient against cuDNN's on the same layers (no configuration sweep) and
+checks it against float64.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 from functools import partial
@@ -161,7 +167,7 @@ def configs(c_in: int, c_out: int, width: int, tiles: int, sms: int) -> list:
     return out
 
 
-def gpu(path: str | None) -> None:
+def gpu(path: str | None, library_only: bool = False) -> None:
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from probe_small_wave import graph_us
 
@@ -184,6 +190,15 @@ def gpu(path: str | None) -> None:
         ours = graph_us(partial(ig.conv_grad_weight, dy, x, w.shape, geometry, 1,
                                 weight_strides=w.stride()))  # fmt: skip
         want = reference(x, dy, (k, k), pad, dil)
+        if library_only:
+            got = ig.conv_grad_weight(dy, x, w.shape, geometry, 1, weight_strides=w.stride())
+            err = ((got.double() - want).norm() / want.norm()).item()
+            tiles = ig.wgrad_tma_config(x.dtype, n, c_in, c_out, geometry, 1, x.device)
+            results.append({"layer": name, "cudnn_us": cudnn, "ours_us": ours, "rel_err": err,
+                            "tiles": str(tiles)})  # fmt: skip
+            print(f"{name} dW: cuDNN {cudnn:.1f}, library {ours:.1f} ({cudnn / ours:.2f}x), "
+                  f"rel err {err:.1e}, TMA tiles {tiles}", flush=True)  # fmt: skip
+            continue
         timed = []
         for cfg, splits in configs(c_in, c_out, s, k * k, sms):
             try:
@@ -202,6 +217,9 @@ def gpu(path: str | None) -> None:
               f"{ours:.1f} ({cudnn / ours:.2f}x), TMA rows best {best[1]} {best[0]:.1f} "
               f"({cudnn / best[0]:.2f}x, rel err {max(e for _, _, e in timed):.1e} worst); "
               + ", ".join(f"{lbl} {us:.1f}" for us, lbl, _ in timed[1:4]), flush=True)  # fmt: skip
+    if library_only:
+        ratios = [r["cudnn_us"] / r["ours_us"] for r in results]
+        print(f"geomean library/cuDNN speed {math.prod(ratios) ** (1 / len(ratios)):.2f}x")
     if path:
         with open(path, "w") as f:
             json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__,
@@ -213,4 +231,4 @@ if __name__ == "__main__":
     if "--check" in args:
         check()
     else:
-        gpu(args[args.index("--json") + 1] if "--json" in args else None)
+        gpu(args[args.index("--json") + 1] if "--json" in args else None, "--library" in args)

@@ -245,8 +245,10 @@ def _tma_workload() -> None:
     """Training steps of the layers the TMA kernels take (16-bit, channels-last): stride-1
     windows in 1-3 dimensions with and without bias (``window_tma_kernel``: its 64- and
     128-channel tiles, 128- and 256-position rectangles, a stride-1 transposed convolution's
-    input-gradient form with bias), 1x1 layers and a kernel-equals-stride transposed convolution
-    (``pointwise_tma_kernel``, plain and scattered)."""
+    input-gradient form with bias), their weight gradients (``wgrad_tma_kernel``: 128 x 128
+    and 64 x 64 channel tiles, rows of 32 and 64 positions, 1-D), 1x1 layers and a
+    kernel-equals-stride transposed convolution (``pointwise_tma_kernel``, plain and
+    scattered)."""
     import torch
 
     import tritonconv as tc
@@ -262,6 +264,7 @@ def _tma_workload() -> None:
             (tc.conv_transpose2d, (2, 64, 16, 16), (64, 64, 3, 3), {"padding": 1}),  # dx, bias
             (tc.conv2d, (2, 64, 16, 16), (256, 64, 1, 1), {}),
             (tc.conv_transpose2d, (2, 64, 8, 8), (64, 64, 2, 2), {"stride": 2}),
+            (tc.conv2d, (2, 64, 32, 32), (64, 64, 3, 3), {"padding": 1}),  # 64x64 dW tiles
         ]:  # fmt: skip
             x = torch.randn(shape, dtype=dtype)
             x = (x.transpose(1, 2).contiguous().transpose(1, 2) if x.dim() == 3

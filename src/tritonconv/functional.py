@@ -906,6 +906,15 @@ def _weight_gradient_tiles(input, args) -> str:
     (the same for a convolution and its transposed call: a GEMM over the convolution's output
     positions)."""
     g = args.geometry
+    channels = (args.in_per_group * args.groups, args.out_per_group * args.groups)
+    tma = implicit_gemm.wgrad_tma_config(
+        input.dtype, args.batch, *channels, g, args.groups, input.device
+    )
+    if tma is not None:
+        return (
+            f"{tma} as TMA row boxes, the padding the hardware's zero fill (a stride-1 window: "
+            "where dy and the input are dense channels-last and 16-byte aligned, or copied so)"
+        )
     plan = implicit_gemm.wgrad_plan(
         input.dtype, args.batch * math.prod(g.output), args.in_per_group * args.groups,
         args.out_per_group * args.groups, g, args.groups,

@@ -70,7 +70,8 @@ address arithmetic in the loop): ``pointwise_tma_kernel``, a 1x1 stride-1 layer 
 over channels-last rows (and a kernel-equals-stride transposed convolution, its columns
 scattered to the taps' positions); ``window_tma_kernel``, a stride-1 window's forward and
 input gradient from boxes of the image at each tap's shifted corner, the padding the
-hardware's zero fill.
+hardware's zero fill; ``wgrad_tma_kernel``, its weight gradient from one-row boxes of dy and
+of x at the tap's shift, reduced over fixed splits of the rows.
 """
 
 from __future__ import annotations
@@ -971,3 +972,88 @@ def window_tma_kernel(
             d = n0 + tl.arange(0, BLOCK_N)
             out += tl.load(bias_ptr + d, mask=d < C_dst, other=0).to(tl.float32)[None, :]
         dst.store([n, d0, h0, w0, n0], out.to(dst.dtype).reshape([1, 1, TH, TW, BLOCK_N]))
+
+
+@triton.jit
+def wgrad_tma_kernel(
+    x,
+    dy,
+    out,
+    N,
+    D,
+    H,
+    W,
+    C_in,
+    C_out,
+    KH,
+    KW,
+    pad_d,
+    pad_h,
+    pad_w,
+    dil_d,
+    dil_h,
+    dil_w,
+    per_split,
+    DOT_DTYPE: tl.constexpr,
+    TW: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
+    """The weight gradient of a stride-1 one-group convolution over dense channels-last
+    tensors, every tile moved by TMA: ``dW[co, tap, ci] = sum over positions p of dy[p, co] *
+    x[p shifted by the tap, ci]``, a GEMM per ``(co tile, ci tile, tap)`` reducing over *row
+    boxes*, ``TW`` positions of one output row a step. ``dy`` and ``x`` are descriptors of the
+    images as ``[N, D, H, W, C]`` (``D, H, W``: dy's sizes; a 1-D or 2-D problem is one deep and
+    high) with boxes ``[1, 1, 1, TW, BLOCK_M]`` and ``[1, 1, 1, TW, BLOCK_N]``: ``x``'s at the
+    row shifted by the tap (``+ k*dil - pad``), zero-filled outside the image (the padding;
+    and where the row's box overhangs dy's width, dy's own zero fill cancels x's values). A
+    box one row high views as ``[TW, channels]`` without moving, so both operands of
+    ``dy^T . x`` feed the tensor cores from shared memory (two-row boxes sent wgmma's A
+    operand through registers: benchmarks/NOTES.md, session 36).
+
+    Program ``(tile, split)`` reduces row boxes ``[split * per_split, ...)`` and stores its
+    fp32 tile through ``out``, a descriptor of ``[splits, C_out, taps, C_in]`` (boxes ``[1,
+    BLOCK_M, 1, BLOCK_N]``: a tile overhanging ``C_out`` clips within its split): the
+    launcher's partials, summed in split order (deterministic), or dW itself with one split.
+    The row box's coordinates are divided once, before the loop, then counted."""
+    ci_tiles = tl.cdiv(C_in, BLOCK_N)
+    co_tiles = tl.cdiv(C_out, BLOCK_M)
+    tile = tl.program_id(0)
+    ci0 = (tile % ci_tiles) * BLOCK_N
+    t = tile // ci_tiles
+    co0 = (t % co_tiles) * BLOCK_M
+    tap = t // co_tiles
+    kw = tap % KW
+    kh = (tap // KW) % KH
+    kd = tap // (KW * KH)
+    sd = kd * dil_d - pad_d  # the tap's shift of x's box
+    sh = kh * dil_h - pad_h
+    sw = kw * dil_w - pad_w
+    w_tiles = tl.cdiv(W, TW)
+    rows = N * D * H * w_tiles
+    split = tl.program_id(1)
+    first = split * per_split
+    last = tl.minimum(rows, first + per_split)
+    wt = first % w_tiles
+    r = first // w_tiles
+    h = r % H
+    r = r // H
+    d = r % D
+    n = r // D
+    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    for _ in range(first, last):
+        w0 = wt * TW
+        a = dy.load([n, d, h, w0, co0]).reshape([TW, BLOCK_M]).to(DOT_DTYPE)
+        b = x.load([n, d + sd, h + sh, w0 + sw, ci0]).reshape([TW, BLOCK_N]).to(DOT_DTYPE)
+        acc = tl.dot(a.T, b, acc)
+        wt += 1
+        wrap = wt == w_tiles
+        wt = tl.where(wrap, 0, wt)
+        h += wrap.to(tl.int32)
+        wrap = h == H
+        h = tl.where(wrap, 0, h)
+        d += wrap.to(tl.int32)
+        wrap = d == D
+        d = tl.where(wrap, 0, d)
+        n += wrap.to(tl.int32)
+    out.store([split, co0, tap, ci0], acc.to(out.dtype).reshape([1, BLOCK_M, 1, BLOCK_N]))

@@ -37,6 +37,7 @@ from ..kernels.implicit_gemm import (
     conv_igemm_kernel,
     conv_igemm_wgrad_kernel,
     pointwise_tma_kernel,
+    wgrad_tma_kernel,
     window_tma_kernel,
 )
 from ..launch import (
@@ -1009,6 +1010,162 @@ def _launch_window_tma(src, weight, bias, dst, geometry: Geometry, transposed: b
     return True
 
 
+# ---------------------------------------------------------------------------------------------
+# Weight gradients of stride-1 windows from TMA row boxes
+# ---------------------------------------------------------------------------------------------
+
+needs_aligned(wgrad_tma_kernel, "x", "dy", "out")
+
+
+class WgradTmaConfig(NamedTuple):
+    """Tiles of ``wgrad_tma_kernel``: ``block_m`` output by ``block_n`` input channels of one
+    tap, reduced over row boxes of ``tw`` positions."""
+
+    tw: int
+    block_m: int
+    block_n: int
+    num_warps: int
+    num_stages: int
+
+    def __str__(self) -> str:
+        tw, m, n, w, s = self
+        return f"{m}x{n} channels x rows of {tw} positions w{w} s{s}"
+
+
+#: Narrowest output rows ``wgrad_tma_kernel`` takes: its steps are one row box, so narrower
+#: rows waste most of a box (ResNet-50's 14 x 14 and 7 x 7 layers keep the pointer-load kernel).
+WGRAD_TMA_MIN_WIDTH = 28
+#: Most splits of its rows, and the steps a split costs beyond its own (the pipeline's fill
+#: and the tile's store): the split rule's model (:func:`wgrad_tma_splits`).
+WGRAD_TMA_MAX_SPLITS = 16
+WGRAD_TMA_FILL_STEPS = 8
+
+
+def wgrad_tma_config(dtype, batch: int, in_channels: int, out_channels: int,
+                     geometry: Geometry, groups: int, device) -> WgradTmaConfig | None:  # fmt: skip
+    """The tiles of ``wgrad_tma_kernel`` for a convolution's weight gradient, or None where it
+    does not take it: 16-bit, one group, stride 1 on every axis, more than one tap (a 1x1
+    layer's weight gradient is one GEMM already), at least 32 channels a side, multiples of 8
+    (TMA's 16-byte strides), output rows at least ``WGRAD_TMA_MIN_WIDTH`` wide, sizes within
+    the kernel's int32 arithmetic, on a GPU with TMA.
+
+    Fitted to benchmarks/probe_tma_wgrad.py (H200, bf16, ResNet-50's and UNet's 3x3 layers
+    and a dilation-2 one; session 36): rows of 64 positions (32 where the output is at most
+    32 wide), 128 channels a side where it has 128 (8 warps, 3 stages with 128 x 128 tiles),
+    else 64 (4 warps, 4 stages); the probe's best tiles ran 1.0-1.42x cuDNN's weight gradient
+    on seven of its ten layers, against 0.56-1.19x for the pointer-load kernel."""
+    depth, height, width = _spatial3(geometry.output, 1)
+    positions = batch * max(math.prod(geometry.input), depth * height * width)
+    if (
+        dtype not in (torch.float16, torch.bfloat16)
+        or groups != 1
+        or any(s != 1 for s in geometry.stride)
+        or geometry.kernel_numel == 1
+        or min(in_channels, out_channels) < 32
+        or in_channels % 8
+        or out_channels % 8
+        or positions * max(in_channels, out_channels) >= 2**31
+        or not _has_tma(device)
+    ):
+        return None
+    if INTERPRETER:  # small tiles, several of them, and no width limit (the tests' planes)
+        return WgradTmaConfig(clamped_power_of_2(width, 8, 16), 32, 32, 4, 1)
+    if width < WGRAD_TMA_MIN_WIDTH:
+        return None
+    tw = clamped_power_of_2(width, 32, 64)
+    block_m = 128 if out_channels >= 128 else clamped_power_of_2(out_channels, 32, 64)
+    block_n = 128 if in_channels >= 128 else clamped_power_of_2(in_channels, 32, 64)
+    if block_m == block_n == 128:
+        return WgradTmaConfig(tw, 128, 128, 8, 3)
+    return WgradTmaConfig(tw, block_m, block_n, 4, 4)
+
+
+def wgrad_tma_splits(rows: int, tiles: int, weight_numel: int, device) -> int:
+    """How many fixed parts ``wgrad_tma_kernel`` splits ``rows`` row boxes into for ``tiles``
+    output tiles: the count of at most ``WGRAD_TMA_MAX_SPLITS`` that minimises waves of
+    programs x (row boxes a split + ``WGRAD_TMA_FILL_STEPS``), partials bounded by
+    ``WGRAD_PARTIAL_LIMIT`` (two splits under the interpreter, so their sum is tested).
+    The probe's rule, enough splits for two waves, left UNet's 512 channels at 32 x 32 at one
+    split over 1.09 waves (slower than cuDNN); the model fills the last wave instead."""
+    limit = max(1, min(rows, WGRAD_TMA_MAX_SPLITS, WGRAD_PARTIAL_LIMIT // weight_numel))
+    if INTERPRETER:
+        return min(2, limit)
+    sms = multiprocessor_count(device)
+
+    def cost(splits: int) -> int:
+        return cdiv(tiles * splits, sms) * (cdiv(rows, splits) + WGRAD_TMA_FILL_STEPS)
+
+    return min(range(1, limit + 1), key=cost)
+
+
+def _wgrad_tma_ready(t: torch.Tensor) -> bool:
+    """Whether :func:`_innermost` gives TMA rows of ``t`` (:func:`_tma_rows`): it is copied
+    channels-last, or is already dense channels-last and aligned."""
+    return t.stride(1) != 1 or _tma_rows(t)
+
+
+@launch_plan
+def _launch_wgrad_tma(grad_out, x, weight_shape: tuple, layout: tuple, geometry: Geometry,
+                      config: WgradTmaConfig) -> torch.Tensor:  # fmt: skip
+    """dW (in the dense ``layout``) of a stride-1 convolution by ``wgrad_tma_kernel``, dy and x
+    read channels-last (copied so where they are not). The kernel writes a channels-last dW:
+    straight in with one split, else fp32 partials summed in split order; copied into any
+    other layout."""
+    grad_out, x = _innermost(grad_out, 1), _innermost(x, 1)
+    tw, block_m, block_n, num_warps, num_stages = config
+    c_out, c_in = weight_shape[:2]
+    kernel, _, pad, dil = _window3(geometry)
+    taps = math.prod(kernel)
+    dy_shape, dy_strides = _five_d(grad_out)
+    x_shape, x_strides = _five_d(x)
+    n, depth, height, width = dy_shape[:4]
+    rows = n * depth * height * cdiv(width, tw)
+    tiles = cdiv(c_out, block_m) * cdiv(c_in, block_n) * taps
+    weight_numel = math.prod(weight_shape)
+    splits = wgrad_tma_splits(rows, tiles, weight_numel, x.device)
+    channels_last = dense_strides(weight_shape, (0, *range(2, len(weight_shape)), 1))
+    result = allocate(weight_shape, x.dtype, x.device, layout)
+    grad_weight = result
+    if layout != channels_last:
+        grad_weight = allocate(weight_shape, x.dtype, x.device, channels_last)
+    target = grad_weight
+    if splits > 1:
+        target = allocate((splits, *weight_shape), torch.float32, x.device,
+                          (weight_numel, *channels_last))  # fmt: skip
+    # dW (or each split's partial) as [splits, C_out, taps, C_in]
+    out_shape = [splits, c_out, taps, c_in]
+    out = TensorDescriptor(target, out_shape, list(dense_strides(out_shape, range(4))),
+                           [1, block_m, 1, block_n])  # fmt: skip
+    launch(
+        wgrad_tma_kernel,
+        (tiles, splits),
+        TensorDescriptor(x, x_shape, x_strides, [1, 1, 1, tw, block_n]),
+        TensorDescriptor(grad_out, dy_shape, dy_strides, [1, 1, 1, tw, block_m]),
+        out,
+        n,
+        depth,
+        height,
+        width,
+        c_in,
+        c_out,
+        *kernel[1:],
+        *pad,
+        *dil,
+        cdiv(rows, splits),
+        DOT_DTYPE=dot_dtype(x.dtype),
+        TW=tw,
+        BLOCK_M=block_m,
+        BLOCK_N=block_n,
+        num_warps=num_warps,
+        num_stages=num_stages,
+    )
+    if splits > 1:
+        sum_partials(target, grad_weight)
+    if result is not grad_weight:
+        call(torch.Tensor.copy_, result, grad_weight)
+    return result
+
+
 @launch_plan
 def _launch_conv(src, weight, bias, dst, geometry: Geometry, groups: int, transposed, config):
     """dst = implicit-GEMM conv of src (or, ``transposed``, its input gradient); see the kernel."""
@@ -1778,6 +1935,11 @@ def conv_grad_weight(
     layout = _weight_layout(weight_shape, weight_strides)  # the layout dW is returned in
     if rows == 0:
         return allocate(weight_shape, x.dtype, x.device, layout, zero=True)
+    tma = None
+    if config is None and not tracing(grad_out, x):  # (see _launch_conv: not for a tracer)
+        tma = wgrad_tma_config(x.dtype, N, C, C_out, geometry, groups, x.device)
+    if tma is not None and _wgrad_tma_ready(grad_out) and _wgrad_tma_ready(x):
+        return _launch_wgrad_tma(grad_out, x, tuple(weight_shape), layout, geometry, tma)
     # The kernel stores each program's [C_out, C_in] tile per tap once. Laid out as a contiguous
     # weight (nn.Conv2d's default), (C_out, C_in, taps), those stores are one element per
     # 32-byte sector; measured (session 21, H100, bf16, the same tiles), ResNet-50's 3x3

@@ -1,0 +1,169 @@
+"""The weight gradient of stride-1 windows from TMA row boxes (``wgrad_tma_kernel``).
+
+16-bit stride-1 one-group convolutions of more than one tap reduce ``dy^T . x`` over one-row
+boxes of dy and of x at each tap's shift, the padding the hardware's zero fill, in fixed
+splits summed in split order. These tests check dW against float64 in one, two and three
+spatial dimensions with dilation, 'same' padding, channel tiles overhanging both channel
+counts, one split (written straight into dW) and two (partials summed), both weight layouts,
+NCHW inputs (read from a channels-last copy), bitwise reproducibility, which calls take it
+and which must not, and the tile and split rules on the GPU's shapes.
+"""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import tritonconv
+from tritonconv.geometry import make_geometry
+from tritonconv.ops import implicit_gemm
+from tritonconv.testing import assert_close, poison_, random_tensor, rows_layout
+
+CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
+KERNEL = "wgrad_tma_kernel"
+
+
+def _weight_gradient(x, w, dy, **kw):
+    """dW of tritonconv's implicit GEMM and of float64."""
+    conv = {1: tritonconv.conv1d, 2: tritonconv.conv2d, 3: tritonconv.conv3d}[x.dim() - 2]
+    leaf = w.detach().requires_grad_()
+    y = conv(x, leaf, algo="implicit_gemm", **kw)
+    (got,) = torch.autograd.grad(y, leaf, dy)
+    ref = w.detach().double().requires_grad_()
+    (want,) = torch.autograd.grad(CONV[x.dim() - 2](x.double(), ref, **kw), ref, dy.double())
+    return got, want
+
+
+# (N, C_in, spatial, C_out, kernel, padding, dilation)
+CASES = [
+    (2, 32, (9, 11), 32, (3, 3), 1, 1),  # row boxes overhanging the width
+    (1, 40, (6, 13), 72, (3, 3), 2, 2),  # dilated; 40 and 72 channels: tiles overhang both
+    (2, 32, (21,), 48, (5,), 1, 1),  # 1-D (outputs contiguous: read from a copy)
+    (1, 32, (3, 5, 6), 32, (3, 3, 3), 1, 1),  # 3-D, depth taps
+    (2, 64, (10, 9), 32, (2, 3), "same", 1),  # even kernel: padding after > before
+    (1, 32, (7, 8), 32, (3, 1), (0, 2), (1, 3)),  # unpadded height, a 1-wide tap
+]
+
+
+@pytest.mark.parametrize("splits", [1, 2])
+@pytest.mark.parametrize("case", CASES, ids=str)
+def test_weight_gradient_from_row_boxes(case, splits, device, kernels, monkeypatch):
+    N, C, spatial, K, kernel, padding, dilation = case
+    monkeypatch.setattr(implicit_gemm, "wgrad_tma_splits", lambda *args: splits)
+    sums = []
+    summed = implicit_gemm.sum_partials
+    monkeypatch.setattr(implicit_gemm, "sum_partials", lambda p, out: sums.append(summed(p, out)))
+    for _ in range(3):  # dW comes from these blocks: an unwritten element shows as NaN
+        poison_(torch.empty(1 << 16, device=device))
+    x = rows_layout(random_tensor((N, C, *spatial), torch.bfloat16, device))
+    w = rows_layout(random_tensor((K, C, *kernel), torch.bfloat16, device))
+    out = CONV[len(spatial)](x.double(), w.double(), padding=padding, dilation=dilation)
+    dy = rows_layout(random_tensor(out.shape, torch.bfloat16, device))
+    got, want = _weight_gradient(x, w, dy, padding=padding, dilation=dilation)
+    assert kernels.count(KERNEL) == 1, kernels
+    assert len(sums) == (splits > 1), "one split is written straight into dW"
+    assert not got.isnan().any()
+    assert_close(got, want, reduction=out.numel() // K, name="dW")
+    assert got.stride() == w.stride(), "dW not in the weight's layout"
+
+
+@pytest.mark.parametrize("layout", ["contiguous weight", "nchw input"])
+def test_other_layouts_are_read_or_written_through_copies(layout, device, kernels):
+    """A contiguous weight gets a contiguous dW (the kernel's channels-last one copied); NCHW
+    x and dy are read from channels-last copies. Replayed plans give the same result."""
+    x = random_tensor((2, 32, 7, 9), torch.float16, device)
+    w = random_tensor((32, 32, 3, 3), torch.float16, device)
+    if layout == "contiguous weight":
+        x = rows_layout(x)
+    else:
+        w = rows_layout(w)
+    dy = random_tensor((2, 32, 7, 9), torch.float16, device)
+    if layout == "contiguous weight":
+        dy = rows_layout(dy)
+    first, want = _weight_gradient(x, w, dy, padding=1)
+    again, _ = _weight_gradient(x, w, dy, padding=1)  # (replayed: launches unseen)
+    assert kernels.count(KERNEL) == 1, kernels
+    assert first.stride() == w.stride()
+    assert_close(first, want, reduction=2 * 63, name="dW")
+    assert torch.equal(first, again), "not bitwise reproducible"
+
+
+@pytest.mark.parametrize("layer", ["stride2", "groups", "fp32", "pointwise", "channels16"])
+def test_other_layers_keep_the_pointer_kernel(layer, device, kernels):
+    """What this kernel does not compute runs ``conv_igemm_wgrad_kernel``, and is right."""
+    dtype = torch.float32 if layer == "fp32" else torch.bfloat16
+    C = 16 if layer == "channels16" else 32
+    groups = 2 if layer == "groups" else 1
+    k = 1 if layer == "pointwise" else 3
+    stride = 2 if layer == "stride2" else 1
+    x = rows_layout(random_tensor((2, C, 6, 9), dtype, device))
+    w = rows_layout(random_tensor((32, C // groups, k, k), dtype, device))
+    kw = {"stride": stride, "padding": k // 2, "groups": groups}
+    dy = rows_layout(random_tensor(F.conv2d(x.double(), w.double(), **kw).shape, dtype, device))
+    got, want = _weight_gradient(x, w, dy, **kw)
+    assert KERNEL not in kernels and "conv_igemm_wgrad_kernel" in kernels, kernels
+    assert_close(got, want, reduction=2 * 54, name="dW")
+
+
+def test_an_unaligned_channels_last_input_keeps_the_pointer_kernel(device, kernels):
+    """A channels-last input 2 bytes off a 16-byte boundary is not read by TMA (nor copied):
+    the pointer kernel computes dW, right."""
+    x = rows_layout(random_tensor((2, 32, 6, 8), torch.bfloat16, device))
+    buffer = torch.empty(x.numel() + 8, dtype=x.dtype, device=device)
+    u = buffer[1 : 1 + x.numel()].view(2, 6, 8, 32).permute(0, 3, 1, 2)
+    u.copy_(x)
+    w = rows_layout(random_tensor((32, 32, 3, 3), torch.bfloat16, device))
+    dy = rows_layout(random_tensor((2, 32, 6, 8), torch.bfloat16, device))
+    got, want = _weight_gradient(u, w, dy, padding=1)
+    assert KERNEL not in kernels, kernels
+    assert_close(got, want, reduction=96, name="dW")
+
+
+def test_explain_names_it(device):
+    x = rows_layout(random_tensor((2, 32, 9, 9), torch.bfloat16, device))
+    w = rows_layout(random_tensor((32, 32, 3, 3), torch.bfloat16, device))
+    reason = tritonconv.explain(x, w, padding=1, algo="implicit_gemm").reason
+    assert "weight gradient tiles 32x32 channels x rows of 16 positions" in reason, reason
+    assert "TMA row boxes" in reason, reason
+
+
+@pytest.fixture
+def gpu_rule(monkeypatch):
+    monkeypatch.setattr(implicit_gemm, "INTERPRETER", False)
+    monkeypatch.setattr(implicit_gemm, "_has_tma", lambda device: True)
+    monkeypatch.setattr(implicit_gemm, "multiprocessor_count", lambda device: 132)
+
+
+def _rule(n, c_in, c_out, size, kernel=3, stride=1, rank=2):
+    g = make_geometry((size,) * rank, (kernel,) * rank, (stride,) * rank,
+                      (kernel // 2,) * rank, (kernel // 2,) * rank, (1,) * rank)  # fmt: skip
+    return implicit_gemm.wgrad_tma_config(torch.bfloat16, n, c_in, c_out, g, 1, "gpu")
+
+
+def test_tile_rule_on_the_measured_layers(gpu_rule):
+    """The rule's picks on session 36's probe layers (benchmarks/probe_tma_wgrad.py)."""
+    cfg = implicit_gemm.WgradTmaConfig
+    assert _rule(8, 128, 64, 256) == cfg(64, 64, 128, 4, 4)
+    assert _rule(8, 512, 256, 64) == cfg(64, 128, 128, 8, 3)
+    assert _rule(8, 512, 512, 32) == cfg(32, 128, 128, 8, 3)
+    assert _rule(128, 64, 64, 56) == cfg(64, 64, 64, 4, 4)
+    assert _rule(128, 128, 128, 28) == cfg(32, 128, 128, 8, 3)
+    assert _rule(16, 40, 48, 64) == cfg(64, 64, 64, 4, 4)
+    assert _rule(8, 32, 96, 64) == cfg(64, 64, 32, 4, 4)
+    assert _rule(8, 64, 64, 1024, rank=1) == cfg(64, 64, 64, 4, 4)
+    assert _rule(128, 256, 256, 14) is None  # rows narrower than a box's
+    assert _rule(128, 128, 128, 56, stride=2) is None
+    assert _rule(8, 64, 64, 56, kernel=1) is None  # one tap: a plain GEMM's
+    assert _rule(8, 16, 64, 56) is None  # 16 input channels
+    assert _rule(8, 36, 64, 56) is None  # 72-byte rows: not TMA's 16-byte strides
+
+
+def test_split_rule_fills_the_last_wave(gpu_rule):
+    """Splits of at most 16 minimising waves x (row boxes a split + fill): UNet's 512
+    channels at 32 x 32 (144 tiles of 128 x 128 channels: 1.09 waves with one split) get more
+    than one, unlike the probe's two-wave rule; UNet's 128 -> 64 at 256 x 256 (9 tiles) 14,
+    126 programs on 132 multiprocessors; partials stay bounded."""
+    splits = implicit_gemm.wgrad_tma_splits
+    assert splits(8 * 32, 4 * 4 * 9, 512 * 512 * 9, "gpu") > 1
+    assert splits(8 * 256 * 4, 9, 128 * 64 * 9, "gpu") == 14  # 126 of 132 programs
+    assert splits(3, 9, 100, "gpu") <= 3  # no more splits than rows
+    assert splits(10**6, 1, implicit_gemm.WGRAD_PARTIAL_LIMIT, "gpu") == 1
