@@ -486,7 +486,8 @@ def ab(path: str | None) -> None:
     """Why the library's window kernel can be slower than the probe's box kernel on the same
     tiles (session 36: UNet's 1024-channel 3x3 at 16x16 forward 63.7 against 52.4 µs): the
     probe's kernel, the library's call, and the library's kernel launched as plain
-    ``kernel[grid](...)`` with the launcher's arguments, forward, kernel µs."""
+    ``kernel[grid](...)`` with the launcher's arguments, forward, kernel µs; and the library's
+    call on 5-D descriptors (``WINDOW_TMA_FOUR_D`` off: the rank before session 37)."""
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from probe_small_wave import graph_us
 
@@ -511,6 +512,13 @@ def ab(path: str | None) -> None:
                                  (th, tw, bn, bk, warps, stages), sms, True))  # fmt: skip
         tritonconv.clear_caches()
         library = graph_us(partial(ig.conv_forward, x, w, None, geometry, 1))
+        ig.WINDOW_TMA_FOUR_D = False  # the same call on 5-D descriptors (session 37's A/B)
+        tritonconv.clear_caches()
+        try:
+            five_d = graph_us(partial(ig.conv_forward, x, w, None, geometry, 1))
+        finally:
+            ig.WINDOW_TMA_FOUR_D = True
+            tritonconv.clear_caches()
         out = torch.empty(n, c_out, s, s, device="cuda", dtype=x.dtype, memory_format=cl)
         real = ig.launch
         ig.launch = lambda kernel, grid, *args, **meta: kernel[grid](*args, **meta)
@@ -519,9 +527,10 @@ def ab(path: str | None) -> None:
         finally:
             ig.launch = real
         rows.append({"layer": name, "config": str(cfg), "probe_us": probe, "library_us": library,
-                     "plain_launch_us": plain})  # fmt: skip
-        print(f"{name} [{cfg}]: probe kernel {probe:.1f}  library {library:.1f}  library kernel "
-              f"plain launch {plain:.1f}", flush=True)  # fmt: skip
+                     "library_5d_us": five_d, "plain_launch_us": plain})  # fmt: skip
+        print(f"{name} [{cfg}]: probe kernel {probe:.1f}  library {library:.1f} (5-D "
+              f"descriptors {five_d:.1f})  library kernel plain launch {plain:.1f}",
+              flush=True)  # fmt: skip
     if path:
         with open(path, "w") as f:
             json.dump({"device": torch.cuda.get_device_name(), "rows": rows}, f, indent=1)

@@ -895,6 +895,7 @@ def window_tma_kernel(
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
     GROUP_M: tl.constexpr,
+    FOUR_D: tl.constexpr,
 ):
     """A stride-1 one-group convolution (or, ``TRANSPOSED``, its input gradient) over dense
     channels-last tensors whose every tile moves by TMA, the padding included: ``src`` and
@@ -918,7 +919,8 @@ def window_tma_kernel(
     BLOCK_N]``; its ``C_src`` is the forward's output channels). Programs are persistent
     when the launcher's grid is smaller than the tile count: each walks tiles ``pid, pid +
     programs, ...``, grouped by ``GROUP_M`` rectangles so that consecutive tiles share weight
-    columns in L2."""
+    columns in L2. ``FOUR_D`` (a one-deep problem): ``src`` and ``dst`` are ``[N, H, W, C]``
+    descriptors (boxes ``[1, TH, TW, ...]``), and nothing counts depth."""
     BLOCK_M: tl.constexpr = TH * TW
     tw_tiles = tl.cdiv(W, TW)
     th_tiles = tl.cdiv(H, TH)
@@ -935,8 +937,12 @@ def window_tma_kernel(
         t = pid_m // tw_tiles
         h0 = (t % th_tiles) * TH
         t = t // th_tiles
-        d0 = t % D
-        n = t // D
+        if FOUR_D:
+            d0 = 0
+            n = t
+        else:
+            d0 = t % D
+            n = t // D
         acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
         # the step's channel block and tap, counted from step to step (no division)
         cb = 0
@@ -949,9 +955,13 @@ def window_tma_kernel(
             sw = kw * dil_w - pad_w
             if TRANSPOSED:
                 sd, sh, sw = -sd, -sh, -sw
-            box = src.load([n, d0 + sd, h0 + sh, w0 + sw, cb * BLOCK_K])
+            if FOUR_D:
+                box = src.load([n, h0 + sh, w0 + sw, cb * BLOCK_K])
+                tap = kh * KW + kw
+            else:
+                box = src.load([n, d0 + sd, h0 + sh, w0 + sw, cb * BLOCK_K])
+                tap = (kd * KH + kh) * KW + kw
             x = box.reshape([BLOCK_M, BLOCK_K]).to(DOT_DTYPE)
-            tap = (kd * KH + kh) * KW + kw
             if TRANSPOSED:
                 a = w.load([tap, cb * BLOCK_K, n0]).reshape([BLOCK_K, BLOCK_N]).to(DOT_DTYPE).T
             else:
@@ -964,14 +974,18 @@ def window_tma_kernel(
             wrap = kw == KW
             kw = tl.where(wrap, 0, kw)
             kh += wrap.to(tl.int32)
-            wrap = kh == KH
-            kh = tl.where(wrap, 0, kh)
-            kd += wrap.to(tl.int32)
+            if not FOUR_D:
+                wrap = kh == KH
+                kh = tl.where(wrap, 0, kh)
+                kd += wrap.to(tl.int32)
         out = acc.T
         if HAS_BIAS:
             d = n0 + tl.arange(0, BLOCK_N)
             out += tl.load(bias_ptr + d, mask=d < C_dst, other=0).to(tl.float32)[None, :]
-        dst.store([n, d0, h0, w0, n0], out.to(dst.dtype).reshape([1, 1, TH, TW, BLOCK_N]))
+        if FOUR_D:
+            dst.store([n, h0, w0, n0], out.to(dst.dtype).reshape([1, TH, TW, BLOCK_N]))
+        else:
+            dst.store([n, d0, h0, w0, n0], out.to(dst.dtype).reshape([1, 1, TH, TW, BLOCK_N]))
 
 
 @triton.jit

@@ -944,6 +944,12 @@ def window_tma_config(dtype, batch: int, src_channels: int, dst_channels: int,
     return config if waste <= WINDOW_TMA_MAX_WASTE else None
 
 
+#: Whether one-deep problems (1-D and 2-D) run ``window_tma_kernel`` on 4-D descriptors
+#: (``FOUR_D``, the rank of session 36's probe kernel, whose 128-position tiles ran 20 %
+#: faster than the library's 5-D ones: benchmarks/NOTES.md) rather than 5-D ones.
+WINDOW_TMA_FOUR_D = True
+
+
 def _five_d(t: torch.Tensor) -> tuple[list, list]:
     """``(shape, strides)`` of a dense channels-last ``t`` viewed as ``[N, D, H, W, C]``."""
     shape = [t.shape[0], *_spatial3(t.shape[2:], 1), t.shape[1]]
@@ -979,13 +985,20 @@ def _launch_window_tma(src, weight, bias, dst, geometry: Geometry, transposed: b
     dst_shape, dst_strides = _five_d(dst)
     n, depth, height, width = dst_shape[:4]
     tiles = n * depth * cdiv(height, th) * cdiv(width, tw) * cdiv(c_dst, block_n)
+    # a one-deep problem on 4-D descriptors (no depth axis: [N, H, W, C])
+    four_d = WINDOW_TMA_FOUR_D and depth == src_shape[1] == 1
+    if four_d:
+        src_shape, src_strides, dst_shape, dst_strides = (
+            [v[0], *v[2:]] for v in (src_shape, src_strides, dst_shape, dst_strides)
+        )
+    lead = [1] if four_d else [1, 1]
     launch(
         window_tma_kernel,
         (_persistent_programs(tiles, src.device),),
-        TensorDescriptor(src, src_shape, src_strides, [1, 1, th, tw, block_k]),
+        TensorDescriptor(src, src_shape, src_strides, [*lead, th, tw, block_k]),
         w,
         bias if bias is not None else src,
-        TensorDescriptor(dst, dst_shape, dst_strides, [1, 1, th, tw, block_n]),
+        TensorDescriptor(dst, dst_shape, dst_strides, [*lead, th, tw, block_n]),
         n,
         depth,
         height,
@@ -1004,6 +1017,7 @@ def _launch_window_tma(src, weight, bias, dst, geometry: Geometry, transposed: b
         BLOCK_N=block_n,
         BLOCK_K=block_k,
         GROUP_M=8,
+        FOUR_D=four_d,
         num_warps=num_warps,
         num_stages=num_stages,
     )
@@ -1035,9 +1049,11 @@ class WgradTmaConfig(NamedTuple):
 #: Narrowest output rows ``wgrad_tma_kernel`` takes: its steps are one row box, so narrower
 #: rows waste most of a box (ResNet-50's 14 x 14 and 7 x 7 layers keep the pointer-load kernel).
 WGRAD_TMA_MIN_WIDTH = 28
-#: Most splits of its rows, and the steps a split costs beyond its own (the pipeline's fill
-#: and the tile's store): the split rule's model (:func:`wgrad_tma_splits`).
-WGRAD_TMA_MAX_SPLITS = 16
+#: The split rule's model (:func:`wgrad_tma_splits`): most splits of the rows, programs an SM
+#: runs at once (two of every configuration fit its shared memory and registers), and the
+#: steps a split costs beyond its own row boxes (the pipeline's fill and the tile's store).
+WGRAD_TMA_MAX_SPLITS = 32
+WGRAD_TMA_PROGRAMS_PER_SM = 2
 WGRAD_TMA_FILL_STEPS = 8
 
 
@@ -1082,18 +1098,22 @@ def wgrad_tma_config(dtype, batch: int, in_channels: int, out_channels: int,
 
 def wgrad_tma_splits(rows: int, tiles: int, weight_numel: int, device) -> int:
     """How many fixed parts ``wgrad_tma_kernel`` splits ``rows`` row boxes into for ``tiles``
-    output tiles: the count of at most ``WGRAD_TMA_MAX_SPLITS`` that minimises waves of
-    programs x (row boxes a split + ``WGRAD_TMA_FILL_STEPS``), partials bounded by
-    ``WGRAD_PARTIAL_LIMIT`` (two splits under the interpreter, so their sum is tested).
-    The probe's rule, enough splits for two waves, left UNet's 512 channels at 32 x 32 at one
-    split over 1.09 waves (slower than cuDNN); the model fills the last wave instead."""
+    output tiles: the count of at most ``WGRAD_TMA_MAX_SPLITS`` that minimises rounds x (row
+    boxes a split + ``WGRAD_TMA_FILL_STEPS``), a round being ``WGRAD_TMA_PROGRAMS_PER_SM``
+    programs on every multiprocessor; partials bounded by ``WGRAD_PARTIAL_LIMIT`` (two splits
+    under the interpreter, so their sum is tested).
+
+    Measured (session 36, benchmarks/probe_tma_wgrad.py, H200): the probe's best splits
+    filled two programs an SM (ResNet-50's 64@56 at batch 128: 29 splits of 9 tiles 77.4 µs,
+    14 splits 129.0; 128@28 67.1 against 111.1); session 37's first rule, one program an SM
+    and at most 16 splits, ran the layers at 0.55-1.19x cuDNN against the probe's 1.0-1.42x."""
     limit = max(1, min(rows, WGRAD_TMA_MAX_SPLITS, WGRAD_PARTIAL_LIMIT // weight_numel))
     if INTERPRETER:
         return min(2, limit)
-    sms = multiprocessor_count(device)
+    slots = WGRAD_TMA_PROGRAMS_PER_SM * multiprocessor_count(device)
 
     def cost(splits: int) -> int:
-        return cdiv(tiles * splits, sms) * (cdiv(rows, splits) + WGRAD_TMA_FILL_STEPS)
+        return cdiv(tiles * splits, slots) * (cdiv(rows, splits) + WGRAD_TMA_FILL_STEPS)
 
     return min(range(1, limit + 1), key=cost)
 
