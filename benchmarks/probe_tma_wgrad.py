@@ -149,6 +149,13 @@ LAYERS = {
     "unet 3x3 512->256@64 b8": (8, 512, 256, 64, 3, 1),
     "unet 3x3 512@32 b8": (8, 512, 512, 32, 3, 1),
     "dil2 3x3 256@64 b16": (16, 256, 256, 64, 3, 2),
+    # 1x1 layers (session 37, --library only: the positions as one flat row)
+    "r50 1x1 64->256@56 b128": (128, 64, 256, 56, 1, 1),
+    "r50 1x1 128->512@28 b128": (128, 128, 512, 28, 1, 1),
+    "r50 1x1 256->1024@14 b128": (128, 256, 1024, 14, 1, 1),
+    "r50 1x1 1024->256@14 b128": (128, 1024, 256, 14, 1, 1),
+    "r50 1x1 512->2048@7 b128": (128, 512, 2048, 7, 1, 1),
+    "r50 1x1 2048->512@7 b128": (128, 2048, 512, 7, 1, 1),
 }
 
 
@@ -194,10 +201,20 @@ def gpu(path: str | None, library_only: bool = False) -> None:
             got = ig.conv_grad_weight(dy, x, w.shape, geometry, 1, weight_strides=w.stride())
             err = ((got.double() - want).norm() / want.norm()).item()
             tiles = ig.wgrad_tma_config(x.dtype, n, c_in, c_out, geometry, 1, x.device)
+            rule = ig.wgrad_tma_config
+            ig.wgrad_tma_config = lambda *args: None  # the pointer kernel, same call
+            try:
+                pointer = graph_us(partial(ig.conv_grad_weight, dy, x, w.shape, geometry, 1,
+                                           weight_strides=w.stride()))  # fmt: skip
+            finally:
+                ig.wgrad_tma_config = rule
             results.append({"layer": name, "cudnn_us": cudnn, "ours_us": ours, "rel_err": err,
-                            "tiles": str(tiles)})  # fmt: skip
+                            "pointer_us": pointer, "tiles": str(tiles)})  # fmt: skip
             print(f"{name} dW: cuDNN {cudnn:.1f}, library {ours:.1f} ({cudnn / ours:.2f}x), "
-                  f"rel err {err:.1e}, TMA tiles {tiles}", flush=True)  # fmt: skip
+                  f"pointer kernel {pointer:.1f} ({cudnn / pointer:.2f}x), rel err {err:.1e}, "
+                  f"TMA tiles {tiles}", flush=True)  # fmt: skip
+            continue
+        if k == 1:  # (1x1 layers: --library only)
             continue
         timed = []
         for cfg, splits in configs(c_in, c_out, s, k * k, sms):

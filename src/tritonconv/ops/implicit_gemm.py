@@ -1049,21 +1049,24 @@ class WgradTmaConfig(NamedTuple):
 #: Narrowest output rows ``wgrad_tma_kernel`` takes: its steps are one row box, so narrower
 #: rows waste most of a box (ResNet-50's 14 x 14 and 7 x 7 layers keep the pointer-load kernel).
 WGRAD_TMA_MIN_WIDTH = 28
-#: The split rule's model (:func:`wgrad_tma_splits`): most splits of the rows, programs an SM
-#: runs at once (two of every configuration fit its shared memory and registers), and the
-#: steps a split costs beyond its own row boxes (the pipeline's fill and the tile's store).
+#: The split rule's model (:func:`wgrad_tma_splits`): most splits of the rows (unless one
+#: round of programs takes more), programs an SM runs at once (two of every configuration fit
+#: its shared memory and registers), the steps a split costs beyond its own row boxes (the
+#: pipeline's fill and the tile's store), and the time of a 128 x 128 x 64 step.
 WGRAD_TMA_MAX_SPLITS = 32
 WGRAD_TMA_PROGRAMS_PER_SM = 2
 WGRAD_TMA_FILL_STEPS = 8
+WGRAD_TMA_STEP_US = 0.7
 
 
 def wgrad_tma_config(dtype, batch: int, in_channels: int, out_channels: int,
                      geometry: Geometry, groups: int, device) -> WgradTmaConfig | None:  # fmt: skip
     """The tiles of ``wgrad_tma_kernel`` for a convolution's weight gradient, or None where it
-    does not take it: 16-bit, one group, stride 1 on every axis, more than one tap (a 1x1
-    layer's weight gradient is one GEMM already), at least 32 channels a side, multiples of 8
-    (TMA's 16-byte strides), output rows at least ``WGRAD_TMA_MIN_WIDTH`` wide, sizes within
-    the kernel's int32 arithmetic, on a GPU with TMA.
+    does not take it: 16-bit, one group, stride 1 on every axis, at least 32 channels a side,
+    multiples of 8 (TMA's 16-byte strides), sizes within the kernel's int32 arithmetic, on a
+    GPU with TMA; windows of more than one tap with output rows at least
+    ``WGRAD_TMA_MIN_WIDTH`` wide, and unpadded 1x1 layers (``wgrad_tma_pointwise``: the
+    positions as one flat row).
 
     Fitted to benchmarks/probe_tma_wgrad.py (H200, bf16, ResNet-50's and UNet's 3x3 layers
     and a dilation-2 one; session 36): rows of 64 positions (32 where the output is at most
@@ -1072,11 +1075,12 @@ def wgrad_tma_config(dtype, batch: int, in_channels: int, out_channels: int,
     on seven of its ten layers, against 0.56-1.19x for the pointer-load kernel."""
     depth, height, width = _spatial3(geometry.output, 1)
     positions = batch * max(math.prod(geometry.input), depth * height * width)
+    pointwise = wgrad_tma_pointwise(geometry)
     if (
         dtype not in (torch.float16, torch.bfloat16)
         or groups != 1
         or any(s != 1 for s in geometry.stride)
-        or geometry.kernel_numel == 1
+        or (geometry.kernel_numel == 1 and not pointwise)
         or min(in_channels, out_channels) < 32
         or in_channels % 8
         or out_channels % 8
@@ -1086,9 +1090,9 @@ def wgrad_tma_config(dtype, batch: int, in_channels: int, out_channels: int,
         return None
     if INTERPRETER:  # small tiles, several of them, and no width limit (the tests' planes)
         return WgradTmaConfig(clamped_power_of_2(width, 8, 16), 32, 32, 4, 1)
-    if width < WGRAD_TMA_MIN_WIDTH:
+    if width < WGRAD_TMA_MIN_WIDTH and not pointwise:
         return None
-    tw = clamped_power_of_2(width, 32, 64)
+    tw = 64 if pointwise else clamped_power_of_2(width, 32, 64)
     block_m = 128 if out_channels >= 128 else clamped_power_of_2(out_channels, 32, 64)
     block_n = 128 if in_channels >= 128 else clamped_power_of_2(in_channels, 32, 64)
     if block_m == block_n == 128:
@@ -1096,24 +1100,47 @@ def wgrad_tma_config(dtype, batch: int, in_channels: int, out_channels: int,
     return WgradTmaConfig(tw, block_m, block_n, 4, 4)
 
 
-def wgrad_tma_splits(rows: int, tiles: int, weight_numel: int, device) -> int:
+def wgrad_tma_pointwise(geometry: Geometry) -> bool:
+    """Whether a convolution is a 1x1 layer at stride 1 unpadded: its weight gradient is one
+    GEMM ``dy^T . x`` over the positions, which ``wgrad_tma_kernel`` reads as one flat row
+    (a ``[1, 1, 1, positions, C]`` view of the dense channels-last tensors), not image rows."""
+    return (
+        geometry.kernel_numel == 1
+        and not any(geometry.pad_before)
+        and not any(geometry.pad_after)
+        and all(s == 1 for s in geometry.stride)
+    )
+
+
+def wgrad_tma_splits(rows: int, tiles: int, weight_numel: int, config: WgradTmaConfig,
+                     device) -> int:  # fmt: skip
     """How many fixed parts ``wgrad_tma_kernel`` splits ``rows`` row boxes into for ``tiles``
-    output tiles: the count of at most ``WGRAD_TMA_MAX_SPLITS`` that minimises rounds x (row
-    boxes a split + ``WGRAD_TMA_FILL_STEPS``), a round being ``WGRAD_TMA_PROGRAMS_PER_SM``
-    programs on every multiprocessor; partials bounded by ``WGRAD_PARTIAL_LIMIT`` (two splits
-    under the interpreter, so their sum is tested).
+    output tiles: the count that minimises the modelled time, rounds x (row boxes a split +
+    ``WGRAD_TMA_FILL_STEPS``) x a step's time (``WGRAD_TMA_STEP_US`` for a 64-position
+    128 x 128 step, in proportion for other tiles), a round being ``WGRAD_TMA_PROGRAMS_PER_SM``
+    programs on every multiprocessor, plus reading the fp32 partials back
+    (``WGRAD_PARTIAL_US`` an element); at most ``WGRAD_TMA_MAX_SPLITS`` or one round, the
+    partials bounded by ``WGRAD_PARTIAL_LIMIT`` (two splits under the interpreter, so their
+    sum is tested).
 
     Measured (session 36, benchmarks/probe_tma_wgrad.py, H200): the probe's best splits
     filled two programs an SM (ResNet-50's 64@56 at batch 128: 29 splits of 9 tiles 77.4 µs,
     14 splits 129.0; 128@28 67.1 against 111.1); session 37's first rule, one program an SM
-    and at most 16 splits, ran the layers at 0.55-1.19x cuDNN against the probe's 1.0-1.42x."""
-    limit = max(1, min(rows, WGRAD_TMA_MAX_SPLITS, WGRAD_PARTIAL_LIMIT // weight_numel))
+    and at most 16 splits, ran the layers at 0.55-1.19x cuDNN against the probe's 1.0-1.42x.
+    The step times are session 37's (0.7 µs for 128 x 128 x 64 steps two an SM)."""
+    slots = WGRAD_TMA_PROGRAMS_PER_SM * (
+        INTERPRETER_TMA_PROGRAMS if INTERPRETER else multiprocessor_count(device)
+    )
+    limit = max(WGRAD_TMA_MAX_SPLITS, slots // tiles)
+    limit = max(1, min(rows, limit, WGRAD_PARTIAL_LIMIT // weight_numel))
     if INTERPRETER:
         return min(2, limit)
-    slots = WGRAD_TMA_PROGRAMS_PER_SM * multiprocessor_count(device)
+    step_us = WGRAD_TMA_STEP_US * config.tw * config.block_m * config.block_n / (64 * 128 * 128)
 
-    def cost(splits: int) -> int:
-        return cdiv(tiles * splits, slots) * (cdiv(rows, splits) + WGRAD_TMA_FILL_STEPS)
+    def cost(splits: int) -> float:
+        rounds = cdiv(tiles * splits, slots)
+        partials = splits * weight_numel * WGRAD_PARTIAL_US if splits > 1 else 0.0
+        return rounds * (cdiv(rows, splits) + WGRAD_TMA_FILL_STEPS) * step_us + partials
 
     return min(range(1, limit + 1), key=cost)
 
@@ -1138,11 +1165,15 @@ def _launch_wgrad_tma(grad_out, x, weight_shape: tuple, layout: tuple, geometry:
     taps = math.prod(kernel)
     dy_shape, dy_strides = _five_d(grad_out)
     x_shape, x_strides = _five_d(x)
+    if wgrad_tma_pointwise(geometry):  # the positions as one row: [1, 1, 1, positions, C]
+        dy_shape = [1, 1, 1, grad_out.numel() // c_out, c_out]
+        x_shape = [1, 1, 1, x.numel() // c_in, c_in]
+        dy_strides, x_strides = (list(dense_strides(v, range(5))) for v in (dy_shape, x_shape))
     n, depth, height, width = dy_shape[:4]
     rows = n * depth * height * cdiv(width, tw)
     tiles = cdiv(c_out, block_m) * cdiv(c_in, block_n) * taps
     weight_numel = math.prod(weight_shape)
-    splits = wgrad_tma_splits(rows, tiles, weight_numel, x.device)
+    splits = wgrad_tma_splits(rows, tiles, weight_numel, config, x.device)
     channels_last = dense_strides(weight_shape, (0, *range(2, len(weight_shape)), 1))
     result = allocate(weight_shape, x.dtype, x.device, layout)
     grad_weight = result
