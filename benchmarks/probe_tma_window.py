@@ -385,7 +385,7 @@ def gpu(path: str | None) -> None:
         dy = torch.randn(n, c_out, s, s, device="cuda", dtype=torch.bfloat16).to(memory_format=cl)
         geometry = make_geometry((s, s), (k, k), (1, 1), (pad, pad), (pad, pad), (dil, dil))
         flops = 2 * n * s * s * c_in * c_out * k * k
-        row = {"layer": name}
+        row = {"layer": name, "dtype": str(dtype)}
         for pass_name, src, transposed in [("fwd", x, False), ("dX", dy, True)]:
             if transposed:
                 cudnn = graph_us(partial(torch.ops.aten.convolution_backward,
@@ -430,10 +430,11 @@ def gpu(path: str | None) -> None:
                        "triton": triton.__version__, "rows": out_rows}, f, indent=1)  # fmt: skip
 
 
-def library(path: str | None) -> None:
+def library(path: str | None, dtype: torch.dtype = torch.bfloat16) -> None:
     """The library's implicit GEMM on the probe's layers, with the window TMA kernel
     (``window_tma_config``'s rule) and without it (the pointer-load kernel), beside cuDNN:
-    kernel µs by CUDA-graph replay, forward and input gradient, bf16 channels-last."""
+    kernel µs by CUDA-graph replay, forward and input gradient, channels-last, bf16 or
+    (``--dtype float32``) fp32 with TF32 allowed on both sides (PyTorch's default)."""
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from probe_small_wave import graph_us
 
@@ -441,15 +442,16 @@ def library(path: str | None) -> None:
     from tritonconv.ops import implicit_gemm as ig
 
     torch.backends.cudnn.benchmark = True
+    torch.backends.cudnn.allow_tf32 = True
     rule = ig.window_tma_config
     rows = []
     for name, (n, c_in, c_out, s, k, dil) in LAYERS.items():
         pad = dil * (k - 1) // 2
         cl = torch.channels_last
-        x = torch.randn(n, c_in, s, s, device="cuda", dtype=torch.bfloat16).to(memory_format=cl)
-        w = (torch.randn(c_out, c_in, k, k, device="cuda", dtype=torch.bfloat16)
+        x = torch.randn(n, c_in, s, s, device="cuda", dtype=dtype).to(memory_format=cl)
+        w = (torch.randn(c_out, c_in, k, k, device="cuda", dtype=dtype)
              / math.sqrt(c_in * k * k)).to(memory_format=cl)  # fmt: skip
-        dy = torch.randn(n, c_out, s, s, device="cuda", dtype=torch.bfloat16).to(memory_format=cl)
+        dy = torch.randn(n, c_out, s, s, device="cuda", dtype=dtype).to(memory_format=cl)
         geometry = make_geometry((s, s), (k, k), (1, 1), (pad, pad), (pad, pad), (dil, dil))
         calls = {
             "fwd": (partial(torch.nn.functional.conv2d, x, w, padding=pad, dilation=dil),
@@ -458,10 +460,10 @@ def library(path: str | None) -> None:
                            [pad, pad], [dil, dil], False, [0, 0], 1, (True, False, False)),
                    partial(ig.conv_grad_input, dy, w, x, geometry, 1)),
         }  # fmt: skip
-        row = {"layer": name}
+        row = {"layer": name, "dtype": str(dtype)}
         for pass_name, (cudnn_call, ours_call) in calls.items():
             transposed = pass_name == "dX"
-            taken = rule(torch.bfloat16, n, c_out if transposed else c_in,
+            taken = rule(dtype, n, c_out if transposed else c_in,
                          c_in if transposed else c_out, geometry, 1, transposed, "cuda")  # fmt: skip
             cudnn = graph_us(cudnn_call)
             ours = graph_us(ours_call)
@@ -543,7 +545,9 @@ if __name__ == "__main__":
     elif "--ab" in args:
         ab(args[args.index("--json") + 1] if "--json" in args else None)
     elif "--library" in args:
-        library(args[args.index("--json") + 1] if "--json" in args else None)
+        dtype = getattr(torch, args[args.index("--dtype") + 1]) if "--dtype" in args else None
+        library(args[args.index("--json") + 1] if "--json" in args else None,
+                dtype or torch.bfloat16)  # fmt: skip
     elif "--sass-box" in args:
         sass_box()
     elif "--sass" in args:

@@ -248,7 +248,7 @@ def _tma_workload() -> None:
     input-gradient form with bias), their weight gradients (``wgrad_tma_kernel``: 128 x 128
     and 64 x 64 channel tiles, rows of 32 and 64 positions, 1-D), 1x1 layers and a
     kernel-equals-stride transposed convolution (``pointwise_tma_kernel``, plain and
-    scattered)."""
+    scattered); fp32 with TF32 allowed (the window kernel and the 1x1 GEMM)."""
     import torch
 
     import tritonconv as tc
@@ -275,6 +275,21 @@ def _tma_workload() -> None:
             b = torch.randn(w.shape[1] if conv is tc.conv_transpose2d else w.shape[0], dtype=dtype)
             y = conv(x.requires_grad_(), w.requires_grad_(), b, algo="implicit_gemm", **kw)
             y.backward(torch.zeros_like(y))
+    # fp32 with TF32 allowed (PyTorch's default): the window kernel's 64- and 128-channel
+    # tiles, forward and input gradient (from the [C_in, taps, C_out] weight copy), and the
+    # 1x1 GEMM
+    old = torch.backends.cudnn.allow_tf32
+    torch.backends.cudnn.allow_tf32 = True
+    try:
+        for shape, weight, kw in [((2, 64, 16, 16), (64, 64, 3, 3), {"padding": 1}),
+                                  ((2, 128, 16, 16), (128, 128, 3, 3), {"padding": 1}),
+                                  ((2, 64, 16, 16), (128, 64, 1, 1), {})]:  # fmt: skip
+            x = torch.randn(shape).contiguous(memory_format=torch.channels_last)
+            w = torch.randn(weight).contiguous(memory_format=torch.channels_last)
+            y = tc.conv2d(x.requires_grad_(), w, algo="implicit_gemm", **kw)
+            y.backward(torch.zeros_like(y))
+    finally:
+        torch.backends.cudnn.allow_tf32 = old
 
 
 def _meta(entry: dict) -> dict:

@@ -197,7 +197,10 @@ def test_plans_are_not_replayed_on_unaligned_tensors(device, kernels):
         for name, g, r in zip(("output", "dx", "dW", "db"), got, want):
             assert_close(g, r, reduction=72, name=name)
         if tensor.data_ptr() % 16:  # (the aligned calls replay: nothing launched by name)
-            assert "pointwise_tma_kernel" not in kernels and "conv_igemm_kernel" in kernels
+            # the forward reads x: the pointer kernel (the input gradient may take TMA: it
+            # reads dy, aligned; the backward's plan runs unplanned where the weight
+            # gradient's TMA descriptor of x is unaligned)
+            assert kernels[0] == "conv_igemm_kernel", kernels
 
 
 def test_input_gradient_of_unaligned_output_gradient(device):

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 import tritonconv
 from tritonconv.geometry import make_geometry
 from tritonconv.ops import implicit_gemm
-from tritonconv.testing import assert_close, poison_, random_tensor, rows_layout
+from tritonconv.testing import assert_close, poison_, random_tensor, rows_layout, tolerance
 
 CONV = {1: (tritonconv.conv1d, F.conv1d), 2: (tritonconv.conv2d, F.conv2d),
         3: (tritonconv.conv3d, F.conv3d)}  # fmt: skip
@@ -72,6 +72,30 @@ def test_windows_match_float64(case, dtype, device, kernels):
         assert_close(g, r, reduction=max(reduction, x.numel() // C), name=name)
     if x.dim() > 3:  # (1-D outputs are contiguous, as PyTorch's)
         assert got[0].stride() == rows_layout(got[0]).stride(), "output left channels-last"
+
+
+@pytest.mark.parametrize("case", [CASES[0], CASES[3], CASES[4]], ids=str)
+def test_tf32_forward_and_input_gradient(case, device, kernels, monkeypatch):
+    """fp32 with TF32 allowed (PyTorch's default for convolutions): forward and input gradient
+    take the kernel with TF32 products (the input gradient reading a ``[C_in, taps, C_out]``
+    weight copy: TF32 tiles must be K-major), within TF32's rounding of float64; recorded,
+    then replayed."""
+    N, C, spatial, K, kernel, padding, dilation, bias = case
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", True)
+    poison_(torch.empty(1 << 16, device=device))
+    x = rows_layout(random_tensor((N, C, *spatial), torch.float32, device))
+    w = rows_layout(random_tensor((K, C, *kernel), torch.float32, device))
+    b = random_tensor((K,), torch.float32, device) if bias else None
+    ours, ref = CONV[len(spatial)]
+    for call in ("recorded", "replayed"):
+        got, want = _grads(ours, ref, x, w, b, {"padding": padding, "dilation": dilation})
+        if call == "recorded":
+            assert kernels.count("window_tma_kernel") == 2, kernels
+        reduction = max(max(C, K) * w[0, 0].numel(), x.numel() // C)
+        for name, g, r in zip(("output", "dx", "dW", "db"), got, want):
+            atol, rtol = tolerance(torch.float16, reduction)  # (TF32: 10 mantissa bits)
+            err = (g.double() - r).abs() - (atol + rtol * r.abs())
+            assert not g.isnan().any() and err.max() <= 0, f"{call} {name}"
 
 
 def test_transposed_convolution_reuses_it(device, kernels):

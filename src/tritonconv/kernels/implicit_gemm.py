@@ -896,6 +896,7 @@ def window_tma_kernel(
     BLOCK_K: tl.constexpr,
     GROUP_M: tl.constexpr,
     FOUR_D: tl.constexpr,
+    W_ROWS: tl.constexpr,
 ):
     """A stride-1 one-group convolution (or, ``TRANSPOSED``, its input gradient) over dense
     channels-last tensors whose every tile moves by TMA, the padding included: ``src`` and
@@ -920,7 +921,10 @@ def window_tma_kernel(
     when the launcher's grid is smaller than the tile count: each walks tiles ``pid, pid +
     programs, ...``, grouped by ``GROUP_M`` rectangles so that consecutive tiles share weight
     columns in L2. ``FOUR_D`` (a one-deep problem): ``src`` and ``dst`` are ``[N, H, W, C]``
-    descriptors (boxes ``[1, TH, TW, ...]``), and nothing counts depth."""
+    descriptors (boxes ``[1, TH, TW, ...]``), and nothing counts depth. ``W_ROWS``: ``w`` is
+    ``[C_dst, taps * C_src]`` rows in the input gradient too (a copy of the weight laid out
+    ``[C_in, taps, C_out]``: fp32's TF32 products take only K-major tiles, and the
+    ``[taps, C_src, C_dst]`` view's tile runs along its destination channels)."""
     BLOCK_M: tl.constexpr = TH * TW
     tw_tiles = tl.cdiv(W, TW)
     th_tiles = tl.cdiv(H, TH)
@@ -962,7 +966,7 @@ def window_tma_kernel(
                 box = src.load([n, d0 + sd, h0 + sh, w0 + sw, cb * BLOCK_K])
                 tap = (kd * KH + kh) * KW + kw
             x = box.reshape([BLOCK_M, BLOCK_K]).to(DOT_DTYPE)
-            if TRANSPOSED:
+            if TRANSPOSED and not W_ROWS:
                 a = w.load([tap, cb * BLOCK_K, n0]).reshape([BLOCK_K, BLOCK_N]).to(DOT_DTYPE).T
             else:
                 a = w.load([n0, tap * C_src + cb * BLOCK_K]).to(DOT_DTYPE)

@@ -891,7 +891,8 @@ def window_tma_config(dtype, batch: int, src_channels: int, dst_channels: int,
                       device) -> WindowTmaConfig | None:  # fmt: skip
     """The tiles of ``window_tma_kernel`` for a convolution (``transposed``: its input
     gradient, source and destination channels swapped), or None where it does not take it:
-    16-bit, one group, stride 1 on every axis, more than one tap (a 1x1 layer is
+    16-bit (or fp32 with TF32 allowed, ``WINDOW_TMA_TF32``: 32-channel steps, 128-position
+    rectangles), one group, stride 1 on every axis, more than one tap (a 1x1 layer is
     ``pointwise_tma_kernel``'s), source channels a multiple of 32 (a weight box never
     straddles two taps), destination channels a multiple of 8 (TMA's 16-byte strides), the
     batch times the destination plane times the wider channel count under 2**31 (TMA itself
@@ -913,8 +914,9 @@ def window_tma_config(dtype, batch: int, src_channels: int, dst_channels: int,
     spatial = geometry.input if transposed else geometry.output
     depth, height, width = _spatial3(spatial, 1)
     plane = depth * height * width
+    tf32 = WINDOW_TMA_TF32 and dtype == torch.float32 and dot_precision(dtype) == "tf32"
     if (
-        dtype not in (torch.float16, torch.bfloat16)
+        (dtype not in (torch.float16, torch.bfloat16) and not tf32)
         or groups != 1
         or any(s != 1 for s in geometry.stride)
         or geometry.kernel_numel == 1
@@ -930,6 +932,14 @@ def window_tma_config(dtype, batch: int, src_channels: int, dst_channels: int,
         # waste limit: the tests' small odd planes cover the overhanging rectangles
         th, tw, _ = _rectangle(32, height, width)
         return WindowTmaConfig(th, tw, 32, 32, 4, 1)
+    if tf32:  # 4-byte elements: 32-channel steps (128-byte rows), 128-position rectangles
+        # (a 256 x 128 fp32 output tile alone would take 128 KB to store)
+        th, tw, waste = _rectangle(128, height, width)
+        if dst_channels % 128:
+            config = WindowTmaConfig(th, tw, 64, 32, 4, 4)
+        else:
+            config = WindowTmaConfig(th, tw, 128, 32, 8, 3)
+        return config if waste <= WINDOW_TMA_MAX_WASTE else None
     block_k = 64 if src_channels % 64 == 0 else 32
     if dst_channels % 128:  # (64 or fewer channels, or an odd number of 64s: 192, 320)
         th, tw, waste = _rectangle(128, height, width)
@@ -943,6 +953,10 @@ def window_tma_config(dtype, batch: int, src_channels: int, dst_channels: int,
             config = WindowTmaConfig(th, tw, 128, block_k, 8, 4)
     return config if waste <= WINDOW_TMA_MAX_WASTE else None
 
+
+#: Whether fp32 windows with TF32 allowed (PyTorch's default) take ``window_tma_kernel``,
+#: forward and input gradient (the latter reading a ``[C_in, taps, C_out]`` weight copy).
+WINDOW_TMA_TF32 = True
 
 #: Whether one-deep problems (1-D and 2-D) run ``window_tma_kernel`` on 4-D descriptors
 #: (``FOUR_D``, the rank of session 36's probe kernel, whose 128-position tiles ran 20 %
@@ -969,14 +983,19 @@ def _launch_window_tma(src, weight, bias, dst, geometry: Geometry, transposed: b
     kernel, _, pad, dil = _window3(geometry)
     taps = math.prod(kernel)
     # the weight with its input channels innermost, [C_out, taps, C_in] (a channels-last
-    # weight as it is; else a copy)
-    order = (0, *range(2, weight.dim()), 1)
+    # weight as it is; else a copy); for fp32's input gradient with its output channels
+    # innermost, [C_in, taps, C_out] rows read as a forward's (TF32 tiles must be K-major)
+    w_rows = not transposed or src.dtype == torch.float32
+    order = (1, *range(2, weight.dim()), 0) if transposed and w_rows else None
+    order = order or (0, *range(2, weight.dim()), 1)
     if not weight.permute(order).is_contiguous():
         weight = _relaid(weight, order)
     if weight.data_ptr() % 16:
         return False
     c_out, c_in = weight.shape[:2]
-    if transposed:
+    if transposed and w_rows:
+        w = TensorDescriptor(weight, [c_in, taps * c_out], [taps * c_out, 1], [block_n, block_k])
+    elif transposed:
         w = TensorDescriptor(weight, [taps, c_out, c_in], [c_in, taps * c_in, 1],
                              [1, block_k, block_n])  # fmt: skip
     else:
@@ -1018,6 +1037,7 @@ def _launch_window_tma(src, weight, bias, dst, geometry: Geometry, transposed: b
         BLOCK_K=block_k,
         GROUP_M=8,
         FOUR_D=four_d,
+        W_ROWS=w_rows,
         num_warps=num_warps,
         num_stages=num_stages,
     )
