@@ -438,6 +438,7 @@ def library(path: str | None, dtype: torch.dtype = torch.bfloat16) -> None:
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from probe_small_wave import graph_us
 
+    import tritonconv
     from tritonconv.geometry import make_geometry
     from tritonconv.ops import implicit_gemm as ig
 
@@ -467,17 +468,27 @@ def library(path: str | None, dtype: torch.dtype = torch.bfloat16) -> None:
                          c_in if transposed else c_out, geometry, 1, transposed, "cuda")  # fmt: skip
             cudnn = graph_us(cudnn_call)
             ours = graph_us(ours_call)
+            # (launch plans cleared both ways: a recorded plan replays whatever rule is set;
+            # before session 37 this column replayed the window kernel's plan)
+            tritonconv.clear_caches()
             ig.window_tma_config = lambda *args: None
             try:
                 pointer = graph_us(ours_call)
             finally:
                 ig.window_tma_config = rule
+                tritonconv.clear_caches()
             row[pass_name] = {"cudnn_us": cudnn, "ours_us": ours, "pointer_us": pointer,
                               "window": str(taken) if taken else None}  # fmt: skip
             print(f"{name} {pass_name}: cuDNN {cudnn:.1f}  ours {ours:.1f} ({cudnn / ours:.2f}x)"
                   f"  pointer kernel {pointer:.1f} ({cudnn / pointer:.2f}x)  "
                   f"[{taken or 'not taken'}]", flush=True)  # fmt: skip
         rows.append(row)
+    for pass_name in ("fwd", "dX"):
+        taken = [r[pass_name] for r in rows if r[pass_name]["window"]]
+        for column in ("ours_us", "pointer_us"):
+            speed = math.prod(r["cudnn_us"] / r[column] for r in taken) ** (1 / len(taken))
+            print(f"{pass_name} geomean over the {len(taken)} layers taken, {column}: "
+                  f"{speed:.2f}x cuDNN")  # fmt: skip
     if path:
         with open(path, "w") as f:
             json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__,

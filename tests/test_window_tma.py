@@ -237,6 +237,26 @@ def test_tile_rule_on_the_measured_layers(gpu_rule):
     assert _rule((8, 64, 56, 56), 192) == cfg(2, 64, 64, 64, 4, 4)  # three 64-column tiles
 
 
+def test_tf32_tile_rule(gpu_rule, monkeypatch):
+    """fp32 with TF32 allowed: 32-channel steps in 128-position rectangles; 128-channel tiles
+    only under two waves (session 37's measurement); TF32 off never."""
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", True)
+    cfg = implicit_gemm.WindowTmaConfig
+
+    def rule(shape, c_out):
+        n, c, *spatial = shape
+        g = make_geometry(tuple(spatial), (3, 3), (1, 1), (1, 1), (1, 1), (1, 1))
+        return implicit_gemm.window_tma_config(torch.float32, n, c, c_out, g, 1, False, "gpu")
+
+    assert rule((128, 64, 56, 56), 64) == cfg(2, 64, 64, 32, 4, 4)
+    assert rule((32, 256, 14, 14), 256) == cfg(8, 16, 128, 32, 8, 3)  # 128 tiles
+    assert rule((8, 1024, 16, 16), 1024) == cfg(8, 16, 128, 32, 8, 3)
+    assert rule((128, 256, 14, 14), 256) is None  # 512 tiles: the pointer kernel's
+    assert rule((128, 128, 28, 28), 128) is None
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
+    assert rule((128, 64, 56, 56), 64) is None
+
+
 def test_compiled_dynamic_shapes_add_no_guards_from_the_rule(device):
     """Under ``torch.compile(dynamic=True)`` the TMA rules are not asked (the path steps aside
     for a tracer): their size tests on symbolic sizes added guards that failed on new

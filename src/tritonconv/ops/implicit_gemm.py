@@ -892,7 +892,7 @@ def window_tma_config(dtype, batch: int, src_channels: int, dst_channels: int,
     """The tiles of ``window_tma_kernel`` for a convolution (``transposed``: its input
     gradient, source and destination channels swapped), or None where it does not take it:
     16-bit (or fp32 with TF32 allowed, ``WINDOW_TMA_TF32``: 32-channel steps, 128-position
-    rectangles), one group, stride 1 on every axis, more than one tap (a 1x1 layer is
+    rectangles, 128-channel tiles under ``WINDOW_TMA_TF32_MAX_WAVES``), one group, stride 1 on every axis, more than one tap (a 1x1 layer is
     ``pointwise_tma_kernel``'s), source channels a multiple of 32 (a weight box never
     straddles two taps), destination channels a multiple of 8 (TMA's 16-byte strides), the
     batch times the destination plane times the wider channel count under 2**31 (TMA itself
@@ -939,6 +939,9 @@ def window_tma_config(dtype, batch: int, src_channels: int, dst_channels: int,
             config = WindowTmaConfig(th, tw, 64, 32, 4, 4)
         else:
             config = WindowTmaConfig(th, tw, 128, 32, 8, 3)
+            tiles = batch * depth * cdiv(height, th) * cdiv(width, tw) * cdiv(dst_channels, 128)
+            if tiles >= WINDOW_TMA_TF32_MAX_WAVES * multiprocessor_count(device):
+                return None
         return config if waste <= WINDOW_TMA_MAX_WASTE else None
     block_k = 64 if src_channels % 64 == 0 else 32
     if dst_channels % 128:  # (64 or fewer channels, or an odd number of 64s: 192, 320)
@@ -957,6 +960,13 @@ def window_tma_config(dtype, batch: int, src_channels: int, dst_channels: int,
 #: Whether fp32 windows with TF32 allowed (PyTorch's default) take ``window_tma_kernel``,
 #: forward and input gradient (the latter reading a ``[C_in, taps, C_out]`` weight copy).
 WINDOW_TMA_TF32 = True
+#: Most waves of 128-channel fp32 tiles it takes. Measured (session 37, H200,
+#: benchmarks/probe_tma_window.py --library --dtype float32, 11 layers, forward and input
+#: gradient against the pointer-load kernel): 64-channel tiles won everywhere (ResNet-50's
+#: 64@56 at batch 128 forward 178.0 -> 165.2 µs), 128-channel tiles under two waves too
+#: (UNet's 1024@16 forward 203.2 -> 143.2, ResNet-50's 256@14 at batch 32 39.0 -> 29.2), and
+#: lost at 512 tiles and more (ResNet-50's 256@14 at batch 128 109.0 -> 127.4; cuDNN 76.6).
+WINDOW_TMA_TF32_MAX_WAVES = 2
 
 #: Whether one-deep problems (1-D and 2-D) run ``window_tma_kernel`` on 4-D descriptors
 #: (``FOUR_D``, the rank of session 36's probe kernel, whose 128-position tiles ran 20 %
