@@ -248,7 +248,8 @@ def _tma_workload() -> None:
     input-gradient form with bias), their weight gradients (``wgrad_tma_kernel``: 128 x 128
     and 64 x 64 channel tiles, rows of 32 and 64 positions, 1-D), 1x1 layers and a
     kernel-equals-stride transposed convolution (``pointwise_tma_kernel``, plain and
-    scattered); fp32 with TF32 allowed (the window kernel and the 1x1 GEMM)."""
+    scattered); a strided 1x1 layer (both kernels over x's strided view); fp32 with TF32
+    allowed (the window kernel and the 1x1 GEMM)."""
     import torch
 
     import tritonconv as tc
@@ -265,6 +266,7 @@ def _tma_workload() -> None:
             (tc.conv2d, (2, 64, 16, 16), (256, 64, 1, 1), {}),
             (tc.conv_transpose2d, (2, 64, 8, 8), (64, 64, 2, 2), {"stride": 2}),
             (tc.conv2d, (2, 64, 32, 32), (64, 64, 3, 3), {"padding": 1}),  # 64x64 dW tiles
+            (tc.conv2d, (1, 64, 64, 64), (128, 64, 1, 1), {"stride": 2}),  # x[..., ::2, ::2]
         ]:  # fmt: skip
             x = torch.randn(shape, dtype=dtype)
             x = (x.transpose(1, 2).contiguous().transpose(1, 2) if x.dim() == 3

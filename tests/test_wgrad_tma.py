@@ -165,6 +165,8 @@ def test_tile_rule_on_the_measured_layers(gpu_rule):
     assert _rule(8, 64, 64, 1024, rank=1) == cfg(64, 64, 64, 4, 4)
     assert _rule(128, 256, 256, 14) is None  # rows narrower than a box's
     assert _rule(128, 128, 128, 56, stride=2) is None
+    assert _rule(128, 256, 512, 56, kernel=1, stride=2) == cfg(32, 128, 128, 8, 3)  # x[::2]
+    assert _rule(128, 512, 1024, 28, kernel=1, stride=2) is None  # 14-wide rows
     assert _rule(128, 256, 1024, 14, kernel=1) == cfg(64, 128, 128, 8, 3)  # 1x1: flat rows
     assert _rule(128, 64, 64, 56, kernel=1) == cfg(64, 64, 64, 4, 4)
     g = make_geometry((14, 14), (1, 1), (1, 1), (1, 1), (1, 1), (1, 1))  # a padded 1x1

@@ -98,6 +98,27 @@ def test_tf32_forward_and_input_gradient(case, device, kernels, monkeypatch):
             assert not g.isnan().any() and err.max() <= 0, f"{call} {name}"
 
 
+@pytest.mark.parametrize(
+    "case",
+    [((2, 32, 9, 11), 64, 2), ((1, 64, 3, 7, 8), 32, (1, 2, 3)), ((2, 32, 13), 64, 3)],
+    ids=str,
+)
+def test_strided_pointwise_reads_a_strided_view(case, device, kernels):
+    """An unpadded strided 1x1 layer (ResNet's downsampling shortcut) runs its forward on the
+    window kernel from a descriptor of ``x[..., ::s, ::s]`` and its weight gradient on the
+    row-box kernel from the same view; the input gradient (a scatter) keeps the pointer
+    kernel. Odd sizes: the view's last position is the input's last but one."""
+    shape, K, stride = case
+    x = rows_layout(random_tensor(shape, torch.bfloat16, device))
+    w = rows_layout(random_tensor((K, shape[1], *[1] * (len(shape) - 2)), torch.bfloat16, device))
+    b = random_tensor((K,), torch.bfloat16, device)
+    ours, ref = CONV[len(shape) - 2]
+    got, want = _grads(ours, ref, x, w, b, {"stride": stride})
+    assert kernels.count("window_tma_kernel") == 1 and "wgrad_tma_kernel" in kernels, kernels
+    for name, g, r in zip(("output", "dx", "dW", "db"), got, want):
+        assert_close(g, r, reduction=max(shape[1], K, x.numel() // shape[1]), name=name)
+
+
 def test_transposed_convolution_reuses_it(device, kernels):
     """A stride-1 transposed convolution is the input gradient of a convolution: it runs the
     window kernel with its bias in the epilogue, forward and (as a forward convolution) its

@@ -892,7 +892,9 @@ def window_tma_config(dtype, batch: int, src_channels: int, dst_channels: int,
     """The tiles of ``window_tma_kernel`` for a convolution (``transposed``: its input
     gradient, source and destination channels swapped), or None where it does not take it:
     16-bit (or fp32 with TF32 allowed, ``WINDOW_TMA_TF32``: 32-channel steps, 128-position
-    rectangles, 128-channel tiles under ``WINDOW_TMA_TF32_MAX_WAVES``), one group, stride 1 on every axis, more than one tap (a 1x1 layer is
+    rectangles, 128-channel tiles under ``WINDOW_TMA_TF32_MAX_WAVES``), one group,
+    (a forward's unpadded strided 1x1 layer too, ``strided_pointwise``: one tap over x's
+    strided view) stride 1 on every axis, more than one tap (a 1x1 layer is
     ``pointwise_tma_kernel``'s), source channels a multiple of 32 (a weight box never
     straddles two taps), destination channels a multiple of 8 (TMA's 16-byte strides), the
     batch times the destination plane times the wider channel count under 2**31 (TMA itself
@@ -913,18 +915,18 @@ def window_tma_config(dtype, batch: int, src_channels: int, dst_channels: int,
     (excluded)."""
     spatial = geometry.input if transposed else geometry.output
     depth, height, width = _spatial3(spatial, 1)
-    plane = depth * height * width
     tf32 = WINDOW_TMA_TF32 and dtype == torch.float32 and dot_precision(dtype) == "tf32"
+    positions = batch * max(math.prod(geometry.input), math.prod(geometry.output))
     if (
         (dtype not in (torch.float16, torch.bfloat16) and not tf32)
         or groups != 1
-        or any(s != 1 for s in geometry.stride)
-        or geometry.kernel_numel == 1
+        or (any(s != 1 for s in geometry.stride) and not strided_pointwise(geometry, transposed))
+        or (geometry.kernel_numel == 1 and not strided_pointwise(geometry, transposed))
         or src_channels < 32
         or src_channels % 32
         or dst_channels % 8
         or (dst_channels > 64 and dst_channels % 64)
-        or batch * plane * max(src_channels, dst_channels) >= 2**31
+        or positions * max(src_channels, dst_channels) >= 2**31
         or not _has_tma(device)
     ):
         return None
@@ -957,6 +959,21 @@ def window_tma_config(dtype, batch: int, src_channels: int, dst_channels: int,
     return config if waste <= WINDOW_TMA_MAX_WASTE else None
 
 
+def strided_pointwise(geometry: Geometry, transposed: bool = False) -> bool:
+    """Whether a convolution is an unpadded 1x1 layer with a stride above 1 (ResNet's
+    downsampling shortcuts), whose forward ``window_tma_kernel`` computes from a descriptor
+    of the strided view ``x[..., ::s, ::s]`` (its strides times the stride: TMA takes any
+    16-byte multiple), one tap; and ``wgrad_tma_kernel`` its weight gradient. Not its input
+    gradient (a scatter)."""
+    return (
+        not transposed
+        and geometry.kernel_numel == 1
+        and any(s != 1 for s in geometry.stride)
+        and not any(geometry.pad_before)
+        and not any(geometry.pad_after)
+    )
+
+
 #: Whether fp32 windows with TF32 allowed (PyTorch's default) take ``window_tma_kernel``,
 #: forward and input gradient (the latter reading a ``[C_in, taps, C_out]`` weight copy).
 WINDOW_TMA_TF32 = True
@@ -978,6 +995,15 @@ def _five_d(t: torch.Tensor) -> tuple[list, list]:
     """``(shape, strides)`` of a dense channels-last ``t`` viewed as ``[N, D, H, W, C]``."""
     shape = [t.shape[0], *_spatial3(t.shape[2:], 1), t.shape[1]]
     return shape, list(dense_strides(shape, range(5)))
+
+
+def _strided_view(shape: list, strides: list, out_shape: list, geometry: Geometry):
+    """``(shape, strides)`` of the ``[N, D, H, W, C]`` view of a dense channels-last tensor
+    that an unpadded strided 1x1 layer reads: ``x[:, ::sd, ::sh, ::sw]``, as large as the
+    output (``out_shape``)."""
+    stride = _spatial3(geometry.stride, 1)
+    view = [*shape[:1], *out_shape[1:4], shape[4]]
+    return view, [strides[0], *(t * s for t, s in zip(strides[1:4], stride, strict=True)), 1]
 
 
 def _launch_window_tma(src, weight, bias, dst, geometry: Geometry, transposed: bool,
@@ -1013,6 +1039,8 @@ def _launch_window_tma(src, weight, bias, dst, geometry: Geometry, transposed: b
     src_shape, src_strides = _five_d(src)
     dst_shape, dst_strides = _five_d(dst)
     n, depth, height, width = dst_shape[:4]
+    if strided_pointwise(geometry, transposed):  # the view x[..., ::s, ::s]: dst's positions
+        src_shape, src_strides = _strided_view(src_shape, src_strides, dst_shape, geometry)
     tiles = n * depth * cdiv(height, th) * cdiv(width, tw) * cdiv(c_dst, block_n)
     # a one-deep problem on 4-D descriptors (no depth axis: [N, H, W, C])
     four_d = WINDOW_TMA_FOUR_D and depth == src_shape[1] == 1
@@ -1092,7 +1120,8 @@ WGRAD_TMA_STEP_US = 0.7
 def wgrad_tma_config(dtype, batch: int, in_channels: int, out_channels: int,
                      geometry: Geometry, groups: int, device) -> WgradTmaConfig | None:  # fmt: skip
     """The tiles of ``wgrad_tma_kernel`` for a convolution's weight gradient, or None where it
-    does not take it: 16-bit, one group, stride 1 on every axis, at least 32 channels a side,
+    does not take it: 16-bit, one group, stride 1 on every axis (but unpadded strided 1x1
+    layers, ``strided_pointwise``: x's strided view), at least 32 channels a side,
     multiples of 8 (TMA's 16-byte strides), sizes within the kernel's int32 arithmetic, on a
     GPU with TMA; windows of more than one tap with output rows at least
     ``WGRAD_TMA_MIN_WIDTH`` wide, and unpadded 1x1 layers (``wgrad_tma_pointwise``: the
@@ -1106,11 +1135,12 @@ def wgrad_tma_config(dtype, batch: int, in_channels: int, out_channels: int,
     depth, height, width = _spatial3(geometry.output, 1)
     positions = batch * max(math.prod(geometry.input), depth * height * width)
     pointwise = wgrad_tma_pointwise(geometry)
+    strided = strided_pointwise(geometry)  # (x's strided view: rows as wide as dy's)
     if (
         dtype not in (torch.float16, torch.bfloat16)
         or groups != 1
-        or any(s != 1 for s in geometry.stride)
-        or (geometry.kernel_numel == 1 and not pointwise)
+        or (any(s != 1 for s in geometry.stride) and not strided)
+        or (geometry.kernel_numel == 1 and not (pointwise or strided))
         or min(in_channels, out_channels) < 32
         or in_channels % 8
         or out_channels % 8
@@ -1195,6 +1225,8 @@ def _launch_wgrad_tma(grad_out, x, weight_shape: tuple, layout: tuple, geometry:
     taps = math.prod(kernel)
     dy_shape, dy_strides = _five_d(grad_out)
     x_shape, x_strides = _five_d(x)
+    if strided_pointwise(geometry):  # x's view x[..., ::s, ::s], as large as dy
+        x_shape, x_strides = _strided_view(x_shape, x_strides, dy_shape, geometry)
     if wgrad_tma_pointwise(geometry):  # the positions as one row: [1, 1, 1, positions, C]
         dy_shape = [1, 1, 1, grad_out.numel() // c_out, c_out]
         x_shape = [1, 1, 1, x.numel() // c_in, c_in]
