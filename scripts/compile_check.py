@@ -121,8 +121,9 @@ def _gpu_launchers(index64: bool = False, tma: bool = False) -> list:
     changes += [(crop, "TILE", 4096)]
     if index64:  # (im2col imports the limit by name)
         changes += [(common, "INDEX32_LIMIT", 16), (im2col, "INDEX32_LIMIT", 16)]
-    if tma:
-        changes += [(implicit_gemm, "_has_tma", lambda device: True)]
+    if tma:  # (and the strided 1x1 layers' TMA forms, off by default: compiled anyway)
+        changes += [(implicit_gemm, "_has_tma", lambda device: True),
+                    (implicit_gemm, "STRIDED_POINTWISE_TMA", True)]  # fmt: skip
     changes += [(m, "multiprocessor_count", lambda device: SMS) for m in
                 (common, causal, conv_gemm, depthwise, direct, implicit_gemm, im2col)
                 if hasattr(m, "multiprocessor_count")]  # fmt: skip
