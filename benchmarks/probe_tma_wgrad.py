@@ -18,7 +18,8 @@ split order (deterministic), as the library's weight gradient does.
     PYTHONPATH=src python benchmarks/probe_tma_wgrad.py [--json F]                 # GPU
     PYTHONPATH=src python benchmarks/probe_tma_wgrad.py --library [--json F]  # the library alone
 
-Session 37 put this kernel in the library (``wgrad_tma_kernel``); ``--library`` times the
+Session 37 put this kernel in the library (``wgrad_tma_kernel``, which the sweep now
+launches with each configuration and split count); ``--library`` times the
 library's weight gradient against cuDNN's on the same layers (no configuration sweep) and
 checks it against float64.
 """
@@ -33,65 +34,17 @@ from functools import partial
 
 import torch
 import triton
-import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-
-@triton.jit
-def wgrad_rows_tma_probe_kernel(
-    x, dy, out, N, D, H, W, C_in, C_out, KH, KW, taps, pad_d, pad_h, pad_w, dil_d, dil_h,
-    dil_w, per_split, TW: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-):  # fmt: skip
-    """Program ``(tile, split)``: output tile (co, ci, tap) of split ``split``'s rows
-    ``[split * per_split, ...)``; ``D, H, W``: dy's sizes; ``out``: the fp32 partials as
-    ``[splits * C_out, taps, C_in]``."""
-    ci_tiles = tl.cdiv(C_in, BLOCK_N)
-    co_tiles = tl.cdiv(C_out, BLOCK_M)
-    tile = tl.program_id(0)
-    ci0 = (tile % ci_tiles) * BLOCK_N
-    t = tile // ci_tiles
-    co0 = (t % co_tiles) * BLOCK_M
-    tap = t // co_tiles
-    kw = tap % KW
-    kh = (tap // KW) % KH
-    kd = tap // (KW * KH)
-    sd = kd * dil_d - pad_d
-    sh = kh * dil_h - pad_h
-    sw = kw * dil_w - pad_w
-    w_tiles = tl.cdiv(W, TW)
-    rows = N * D * H * w_tiles
-    split = tl.program_id(1)
-    first = split * per_split
-    last = tl.minimum(rows, first + per_split)
-    # the first row box's coordinates, divided once; then counted
-    wt = first % w_tiles
-    r = first // w_tiles
-    h = r % H
-    r = r // H
-    d = r % D
-    n = r // D
-    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-    for _ in range(first, last):
-        a = dy.load([n, d, h, wt * TW, co0]).reshape([TW, BLOCK_M])
-        b = x.load([n, d + sd, h + sh, wt * TW + sw, ci0]).reshape([TW, BLOCK_N])
-        acc = tl.dot(a.T, b, acc)
-        wt += 1
-        wrap = wt == w_tiles
-        wt = tl.where(wrap, 0, wt)
-        h += wrap.to(tl.int32)
-        wrap = h == H
-        h = tl.where(wrap, 0, h)
-        d += wrap.to(tl.int32)
-        wrap = d == D
-        d = tl.where(wrap, 0, d)
-        n += wrap.to(tl.int32)
-    out.store([split * C_out + co0, tap, ci0], acc.reshape([BLOCK_M, 1, BLOCK_N]))
+from tritonconv.kernels.implicit_gemm import wgrad_tma_kernel
+from tritonconv.ops.direct import dot_dtype
 
 
 def wgrad(x, dy, kernel, pad, dil, cfg, splits):
     """dW (fp32, ``[C_out, C_in, *kernel]`` values in a channels-last layout) of a stride-1
-    convolution of channels-last ``x`` (N, C, H, W) giving ``dy``; ``cfg``: (TW, BLOCK_M,
-    BLOCK_N, warps, stages)."""
+    convolution of channels-last ``x`` (N, C, H, W) giving ``dy``, by the library's
+    ``wgrad_tma_kernel`` (session 36's probe kernel, merged in session 37) with the given
+    configuration and split count; ``cfg``: (TW, BLOCK_M, BLOCK_N, warps, stages)."""
     tw, bm, bn, warps, stages = cfg
     n, c_in = x.shape[:2]
     c_out = dy.shape[1]
@@ -101,15 +54,16 @@ def wgrad(x, dy, kernel, pad, dil, cfg, splits):
     dy5 = dy.permute(0, 2, 3, 1).unsqueeze(1)
     xd = TensorDescriptor(x5, list(x5.shape), list(x5.stride()), [1, 1, 1, tw, bn])
     dyd = TensorDescriptor(dy5, list(dy5.shape), list(dy5.stride()), [1, 1, 1, tw, bm])
-    partial_sums = torch.empty(splits * c_out, taps, c_in, device=x.device, dtype=torch.float32)
+    partial_sums = torch.empty(splits, c_out, taps, c_in, device=x.device, dtype=torch.float32)
     od = TensorDescriptor(partial_sums, list(partial_sums.shape), list(partial_sums.stride()),
-                          [bm, 1, bn])  # fmt: skip
+                          [1, bm, 1, bn])  # fmt: skip
     rows = n * oh * triton.cdiv(ow, tw)
     per_split = triton.cdiv(rows, splits)
     grid = (triton.cdiv(c_out, bm) * triton.cdiv(c_in, bn) * taps, splits)
-    wgrad_rows_tma_probe_kernel[grid](
-        xd, dyd, od, n, 1, oh, ow, c_in, c_out, kernel[0], kernel[1], taps, 0, pad, pad, 1, dil,
-        dil, per_split, TW=tw, BLOCK_M=bm, BLOCK_N=bn, num_warps=warps, num_stages=stages,
+    wgrad_tma_kernel[grid](
+        xd, dyd, od, n, 1, oh, ow, c_in, c_out, kernel[0], kernel[1], 0, pad, pad, 1, dil, dil,
+        per_split, DOT_DTYPE=dot_dtype(x.dtype), TW=tw, BLOCK_M=bm, BLOCK_N=bn,
+        num_warps=warps, num_stages=stages,
     )  # fmt: skip
     dw = partial_sums.view(splits, c_out, *kernel, c_in).sum(0)  # (in split order)
     return dw.permute(0, 3, 1, 2)
