@@ -49,6 +49,7 @@ CASES = [
     (1, 64, (6, 13), 40, (3, 3), 2, 2, False),  # dilated; dx: 40 source channels, not taken
     (2, 32, (12,), 64, (5,), 1, 1, True),  # 1-D, padding smaller than the window's reach
     (1, 32, (3, 5, 6), 32, (3, 3, 3), 1, 1, True),  # 3-D, depth taps
+    (1, 32, (1, 6, 8), 32, (3, 3, 3), 1, 1, False),  # one deep: depth taps read the padding
     (2, 64, (10, 9), 32, (2, 3), "same", 1, False),  # even kernel: padding after > before
     (1, 32, (7, 8), 32, (3, 1), (0, 2), (1, 3), True),  # unpadded height, a 1-wide tap
 ]
@@ -74,7 +75,7 @@ def test_windows_match_float64(case, dtype, device, kernels):
         assert got[0].stride() == rows_layout(got[0]).stride(), "output left channels-last"
 
 
-@pytest.mark.parametrize("case", [CASES[0], CASES[3], CASES[4]], ids=str)
+@pytest.mark.parametrize("case", [CASES[0], CASES[3], CASES[4], CASES[5]], ids=str)
 def test_tf32_forward_and_input_gradient(case, device, kernels, monkeypatch):
     """fp32 with TF32 allowed (PyTorch's default for convolutions): forward and input gradient
     take the kernel with TF32 products (the input gradient reading a ``[C_in, taps, C_out]``

@@ -1052,7 +1052,9 @@ def _launch_window_tma(src, weight, bias, dst, geometry: Geometry, transposed: b
         src_shape, src_strides = _strided_view(src_shape, src_strides, dst_shape, geometry)
     tiles = n * depth * cdiv(height, th) * cdiv(width, tw) * cdiv(c_dst, block_n)
     # a one-deep problem on 4-D descriptors (no depth axis: [N, H, W, C])
-    four_d = WINDOW_TMA_FOUR_D and depth == src_shape[1] == 1
+    # (only without depth taps or depth padding: with them a one-deep plane still reads
+    # the padding, which a 4-D box has no axis for)
+    four_d = WINDOW_TMA_FOUR_D and depth == src_shape[1] == 1 and kernel[0] == 1 and not pad[0]
     if four_d:
         src_shape, src_strides, dst_shape, dst_strides = (
             [v[0], *v[2:]] for v in (src_shape, src_strides, dst_shape, dst_strides)
@@ -1762,8 +1764,11 @@ def _launch_grad_weight(
         FLAT_DY=_positions_flat(grad_out),
         EVEN_C=out_per_group % block_m == 0 and in_per_group % block_n == 0,
         THREE_D=_three_d(x, out_sizes[0], kernel[0], pad[0]),
-        # a 1x1(x1) window at stride 1 without padding over flat dy and x: x's positions are dy's
+        # a 1x1(x1) window at stride 1 without padding over flat dy and x of the same sizes:
+        # x's positions are dy's (not where x is larger: a transposed convolution's
+        # output_padding, a negative padding after, whose extra positions no tap reads)
         POINTWISE=(*kernel, *stride, *pad) == (1,) * 6 + (0,) * 3
+        and grad_out.shape[2:] == x.shape[2:]
         and _positions_flat(grad_out)
         and _positions_flat(x),
         TAP_GROUP=tap_group,
