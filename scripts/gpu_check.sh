@@ -10,6 +10,10 @@
 #   SKIP_TESTS=1 scripts/gpu_check.sh    # benchmarks only
 #   SKIP_BENCH=1 scripts/gpu_check.sh    # tests and demo only
 #   PYTEST_ARGS="-k crop" scripts/gpu_check.sh
+#   SUITES=models BENCH_ARGS="--models unet --batch 8" SKIP_TESTS=1 scripts/gpu_check.sh
+#                                        # extra arguments for `tritonconv bench`
+#   PACK=1 scripts/gpu_check.sh          # everything written packed into one gpu-check.tgz
+#                                        # (the device tool returns at most 8 files)
 #   PROBES="tma dw causal window" scripts/gpu_check.sh  # also these probes: TMA implicit
 #                                        # GEMM (issue 11), NHWC depthwise (13), the causal
 #                                        # backward's two versions (12), the depthwise window
@@ -65,7 +69,7 @@ dtype_args=""
 for d in $DTYPES; do dtype_args="$dtype_args --dtype $d"; done
 bench_status=0
 if [ -z "${SKIP_BENCH:-}" ]; then
-    python3 -m tritonconv.cli bench $suite_args $dtype_args --out "$OUT_DIR" > "$OUT_DIR/bench.log" 2>&1
+    python3 -m tritonconv.cli bench $suite_args $dtype_args ${BENCH_ARGS:-} --out "$OUT_DIR" > "$OUT_DIR/bench.log" 2>&1
     bench_status=$?
 fi
 
@@ -104,4 +108,9 @@ fi
 [ -f "$OUT_DIR/probe_dw.log" ] && grep -vE "^check .* ok$" "$OUT_DIR/probe_dw.log" | tail -n 14
 [ -f "$OUT_DIR/probe_causal.log" ] && tail -n 14 "$OUT_DIR/probe_causal.log"
 [ -f "$OUT_DIR/probe_window.log" ] && grep -vE "^\{" "$OUT_DIR/probe_window.log" | tail -n 16
+if [ -n "${PACK:-}" ]; then
+    pack=$(mktemp --suffix .tgz)
+    tar czf "$pack" -C "$OUT_DIR" . && find "$OUT_DIR" -mindepth 1 -delete \
+        && mv "$pack" "$OUT_DIR/gpu-check.tgz" && echo "packed into $OUT_DIR/gpu-check.tgz"
+fi
 exit $status
