@@ -16,6 +16,8 @@ weight read as ``[taps, C_out, C_in]``.
     PYTHONPATH=src python benchmarks/probe_tma_window.py --check      # interpreter, CPU
     PYTHONPATH=src python benchmarks/probe_tma_window.py --sass       # offline sm_90 loop
     PYTHONPATH=src python benchmarks/probe_tma_window.py [--json F]   # GPU: times vs cuDNN
+    PYTHONPATH=src python benchmarks/probe_tma_window.py --strided [--json F]  # ResNet's
+                                            # strided 1x1 shortcuts, TMA forms on and off
     PYTHONPATH=src python benchmarks/probe_tma_window.py --library [--json F]  # the rule's
 """
 
@@ -495,6 +497,73 @@ def library(path: str | None, dtype: torch.dtype = torch.bfloat16) -> None:
                        "triton": triton.__version__, "rows": rows}, f, indent=1)  # fmt: skip
 
 
+# ResNet-50's downsampling shortcuts at batch 128: (batch, C_in, C_out, H=W, stride)
+SHORTCUTS = {
+    "r50 1x1 s2 256->512@56 b128": (128, 256, 512, 56, 2),
+    "r50 1x1 s2 512->1024@28 b128": (128, 512, 1024, 28, 2),
+    "r50 1x1 s2 1024->2048@14 b128": (128, 1024, 2048, 14, 2),
+}
+
+
+def strided(path: str | None) -> None:
+    """Unpadded strided 1x1 layers (``implicit_gemm.strided_pointwise``, behind
+    ``STRIDED_POINTWISE_TMA``): forward and weight gradient from x's strided view, against
+    the same calls with the knob off (the pointer-load kernels) and cuDNN, bf16
+    channels-last, kernel µs; each result checked against float64 first."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from probe_small_wave import graph_us
+
+    import tritonconv
+    from tritonconv.geometry import make_geometry
+    from tritonconv.ops import implicit_gemm as ig
+
+    torch.backends.cudnn.benchmark = True
+    rows = []
+    for name, (n, c_in, c_out, s, st) in SHORTCUTS.items():
+        cl = torch.channels_last
+        x = torch.randn(n, c_in, s, s, device="cuda", dtype=torch.bfloat16).to(memory_format=cl)
+        w = (torch.randn(c_out, c_in, 1, 1, device="cuda", dtype=torch.bfloat16)
+             / math.sqrt(c_in)).to(memory_format=cl)  # fmt: skip
+        o = (s - 1) // st + 1
+        dy = torch.randn(n, c_out, o, o, device="cuda", dtype=torch.bfloat16).to(memory_format=cl)
+        geometry = make_geometry((s, s), (1, 1), (st, st), (0, 0), (0, 0), (1, 1))
+        calls = {
+            "fwd": (partial(torch.nn.functional.conv2d, x, w, stride=st),
+                    partial(ig.conv_forward, x, w, None, geometry, 1)),
+            "dW": (partial(torch.ops.aten.convolution_backward, dy, x, w, None, [st, st],
+                           [0, 0], [1, 1], False, [0, 0], 1, (False, True, False)),
+                   partial(ig.conv_grad_weight, dy, x, w.shape, geometry, 1,
+                           weight_strides=w.stride())),
+        }  # fmt: skip
+        want = {"fwd": torch.nn.functional.conv2d(x.double(), w.double(), stride=st),
+                "dW": torch.nn.grad.conv2d_weight(x.double(), w.shape, dy.double(),
+                                                  stride=st)}  # fmt: skip
+        row = {"layer": name}
+        for pass_name, (cudnn_call, ours_call) in calls.items():
+            timed = {}
+            for knob in (True, False):
+                ig.STRIDED_POINTWISE_TMA = knob
+                tritonconv.clear_caches()
+                got = ours_call()
+                err = ((got.double() - want[pass_name]).norm() / want[pass_name].norm()).item()
+                timed[knob] = (graph_us(ours_call), err)
+            ig.STRIDED_POINTWISE_TMA = False
+            tritonconv.clear_caches()
+            cudnn = graph_us(cudnn_call)
+            row[pass_name] = {"cudnn_us": cudnn, "tma_us": timed[True][0],
+                              "pointer_us": timed[False][0], "tma_rel_err": timed[True][1],
+                              "pointer_rel_err": timed[False][1]}  # fmt: skip
+            print(f"{name} {pass_name}: cuDNN {cudnn:.1f}  TMA {timed[True][0]:.1f} "
+                  f"({cudnn / timed[True][0]:.2f}x, rel err {timed[True][1]:.1e})  pointer "
+                  f"{timed[False][0]:.1f} ({cudnn / timed[False][0]:.2f}x, rel err "
+                  f"{timed[False][1]:.1e})", flush=True)  # fmt: skip
+        rows.append(row)
+    if path:
+        with open(path, "w") as f:
+            json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+                       "triton": triton.__version__, "rows": rows}, f, indent=1)  # fmt: skip
+
+
 def ab(path: str | None) -> None:
     """Why the library's window kernel can be slower than the probe's box kernel on the same
     tiles (session 36: UNet's 1024-channel 3x3 at 16x16 forward 63.7 against 52.4 µs): the
@@ -555,6 +624,8 @@ if __name__ == "__main__":
         check()
     elif "--ab" in args:
         ab(args[args.index("--json") + 1] if "--json" in args else None)
+    elif "--strided" in args:
+        strided(args[args.index("--json") + 1] if "--json" in args else None)
     elif "--library" in args:
         dtype = getattr(torch, args[args.index("--dtype") + 1]) if "--dtype" in args else None
         library(args[args.index("--json") + 1] if "--json" in args else None,
