@@ -71,3 +71,14 @@ def kernels(monkeypatch):
 
     monkeypatch.setattr(implicit_gemm, "launch", spy)
     return names
+
+
+@pytest.fixture
+def tma_gpu(monkeypatch):
+    """``ops.implicit_gemm``'s rules as on a 132-multiprocessor GPU with TMA: the
+    interpreter's small tiles and the device check set aside (the rule tests)."""
+    from tritonconv.ops import implicit_gemm
+
+    monkeypatch.setattr(implicit_gemm, "INTERPRETER", False)
+    monkeypatch.setattr(implicit_gemm, "_has_tma", lambda device: True)
+    monkeypatch.setattr(implicit_gemm, "multiprocessor_count", lambda device: 132)

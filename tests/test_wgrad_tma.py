@@ -139,11 +139,9 @@ def test_explain_names_it(device):
 
 
 @pytest.fixture
-def gpu_rule(monkeypatch):
+def gpu_rule(tma_gpu, monkeypatch):
+    """The GPU's rule, its own limit restored (the autouse fixture above lifts it)."""
     monkeypatch.setattr(implicit_gemm, "WGRAD_TMA_MIN_WIDTH", MIN_WIDTH)
-    monkeypatch.setattr(implicit_gemm, "INTERPRETER", False)
-    monkeypatch.setattr(implicit_gemm, "_has_tma", lambda device: True)
-    monkeypatch.setattr(implicit_gemm, "multiprocessor_count", lambda device: 132)
 
 
 def _rule(n, c_in, c_out, size, kernel=3, stride=1, rank=2):

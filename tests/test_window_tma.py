@@ -235,11 +235,9 @@ def _rule(shape, c_out, kernel=3, pad=1, dilation=1, transposed=False):
 
 
 @pytest.fixture
-def gpu_rule(monkeypatch):
+def gpu_rule(tma_gpu, monkeypatch):
+    """The GPU's rule, its own limit restored (the autouse fixture above lifts it)."""
     monkeypatch.setattr(implicit_gemm, "WINDOW_TMA_MAX_WASTE", MAX_WASTE)
-    monkeypatch.setattr(implicit_gemm, "INTERPRETER", False)
-    monkeypatch.setattr(implicit_gemm, "_has_tma", lambda device: True)
-    monkeypatch.setattr(implicit_gemm, "multiprocessor_count", lambda device: 132)
 
 
 def test_tile_rule_on_the_measured_layers(gpu_rule):

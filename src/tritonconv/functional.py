@@ -912,13 +912,13 @@ def _weight_gradient_tiles(input, args) -> str:
     )
     if tma is not None:
         return (
-            f"{tma} as TMA row boxes, the padding the hardware's zero fill (a stride-1 window: "
-            "where dy and the input are dense channels-last and 16-byte aligned, or copied so)"
+            f"{tma} as TMA row boxes, the padding the hardware's zero fill (dy and the input "
+            "read channels-last: NCHW ones from a copy, channels-last ones where dense and "
+            "16-byte aligned)"
         )
     plan = implicit_gemm.wgrad_plan(
-        input.dtype, args.batch * math.prod(g.output), args.in_per_group * args.groups,
-        args.out_per_group * args.groups, g, args.groups,
-    )  # fmt: skip
+        input.dtype, args.batch * math.prod(g.output), *channels, g, args.groups
+    )
     notes = [f"{plan.precision} products"]
     if plan.pack > 1:
         notes.append(f"{plan.pack} groups a program")

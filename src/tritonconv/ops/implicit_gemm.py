@@ -917,11 +917,12 @@ def window_tma_config(dtype, batch: int, src_channels: int, dst_channels: int,
     depth, height, width = _spatial3(spatial, 1)
     tf32 = WINDOW_TMA_TF32 and dtype == torch.float32 and dot_precision(dtype) == "tf32"
     positions = batch * max(math.prod(geometry.input), math.prod(geometry.output))
+    strided = strided_pointwise(geometry, transposed)
     if (
         (dtype not in (torch.float16, torch.bfloat16) and not tf32)
         or groups != 1
-        or (any(s != 1 for s in geometry.stride) and not strided_pointwise(geometry, transposed))
-        or (geometry.kernel_numel == 1 and not strided_pointwise(geometry, transposed))
+        or (any(s != 1 for s in geometry.stride) and not strided)
+        or (geometry.kernel_numel == 1 and not strided)
         or src_channels < 32
         or src_channels % 32
         or dst_channels % 8
@@ -1031,8 +1032,10 @@ def _launch_window_tma(src, weight, bias, dst, geometry: Geometry, transposed: b
     # weight as it is; else a copy); for fp32's input gradient with its output channels
     # innermost, [C_in, taps, C_out] rows read as a forward's (TF32 tiles must be K-major)
     w_rows = not transposed or src.dtype == torch.float32
-    order = (1, *range(2, weight.dim()), 0) if transposed and w_rows else None
-    order = order or (0, *range(2, weight.dim()), 1)
+    if transposed and w_rows:
+        order = (1, *range(2, weight.dim()), 0)
+    else:
+        order = (0, *range(2, weight.dim()), 1)
     if not weight.permute(order).is_contiguous():
         weight = _relaid(weight, order)
     if weight.data_ptr() % 16:
@@ -1222,16 +1225,27 @@ def _wgrad_tma_ready(t: torch.Tensor) -> bool:
     return t.stride(1) != 1 or _tma_rows(t)
 
 
+def _wgrad_tma_work(batch: int, in_channels: int, out_channels: int, geometry: Geometry,
+                    config: WgradTmaConfig) -> tuple[int, int]:  # fmt: skip
+    """``(row boxes, output tiles)`` of a ``wgrad_tma_kernel`` launch: the split count and
+    the launcher's grid both come from them."""
+    if wgrad_tma_pointwise(geometry):  # the positions as one row
+        boxes = cdiv(batch * geometry.output_numel, config.tw)
+    else:
+        depth, height, width = _spatial3(geometry.output, 1)
+        boxes = batch * depth * height * cdiv(width, config.tw)
+    tiles = cdiv(out_channels, config.block_m) * cdiv(in_channels, config.block_n)
+    return boxes, tiles * geometry.kernel_numel
+
+
 @launch_plan
-def _launch_wgrad_tma(grad_out, x, weight_shape: tuple, layout: tuple, geometry: Geometry,
-                      config: WgradTmaConfig) -> torch.Tensor:  # fmt: skip
-    """dW (in the dense ``layout``) of a stride-1 convolution by ``wgrad_tma_kernel``, dy and x
-    read channels-last (copied so where they are not). The kernel writes a channels-last dW:
-    straight in with one split, else fp32 partials summed in split order; copied into any
-    other layout."""
+def _launch_wgrad_tma(grad_out, x, parts, geometry: Geometry, config: WgradTmaConfig):
+    """``parts`` = dW as ``[splits, C_out, C_in, *kernel]``, channels-last in each split (dW
+    itself with one split, else the fp32 partials), by ``wgrad_tma_kernel``, dy and x read
+    channels-last (copied so where they are not)."""
     grad_out, x = _innermost(grad_out, 1), _innermost(x, 1)
     tw, block_m, block_n, num_warps, num_stages = config
-    c_out, c_in = weight_shape[:2]
+    splits, c_out, c_in = parts.shape[:3]
     kernel, _, pad, dil = _window3(geometry)
     taps = math.prod(kernel)
     dy_shape, dy_strides = _five_d(grad_out)
@@ -1242,23 +1256,10 @@ def _launch_wgrad_tma(grad_out, x, weight_shape: tuple, layout: tuple, geometry:
         dy_shape = [1, 1, 1, grad_out.numel() // c_out, c_out]
         x_shape = [1, 1, 1, x.numel() // c_in, c_in]
         dy_strides, x_strides = (list(dense_strides(v, range(5))) for v in (dy_shape, x_shape))
-    n, depth, height, width = dy_shape[:4]
-    rows = n * depth * height * cdiv(width, tw)
-    tiles = cdiv(c_out, block_m) * cdiv(c_in, block_n) * taps
-    weight_numel = math.prod(weight_shape)
-    splits = wgrad_tma_splits(rows, tiles, weight_numel, config, x.device)
-    channels_last = dense_strides(weight_shape, (0, *range(2, len(weight_shape)), 1))
-    result = allocate(weight_shape, x.dtype, x.device, layout)
-    grad_weight = result
-    if layout != channels_last:
-        grad_weight = allocate(weight_shape, x.dtype, x.device, channels_last)
-    target = grad_weight
-    if splits > 1:
-        target = allocate((splits, *weight_shape), torch.float32, x.device,
-                          (weight_numel, *channels_last))  # fmt: skip
-    # dW (or each split's partial) as [splits, C_out, taps, C_in]
+    boxes, tiles = _wgrad_tma_work(grad_out.shape[0], c_in, c_out, geometry, config)
+    # each split as [C_out, taps, C_in] (its channels-last layout)
     out_shape = [splits, c_out, taps, c_in]
-    out = TensorDescriptor(target, out_shape, list(dense_strides(out_shape, range(4))),
+    out = TensorDescriptor(parts, out_shape, [parts.stride(0), taps * c_in, c_in, 1],
                            [1, block_m, 1, block_n])  # fmt: skip
     launch(
         wgrad_tma_kernel,
@@ -1266,16 +1267,13 @@ def _launch_wgrad_tma(grad_out, x, weight_shape: tuple, layout: tuple, geometry:
         TensorDescriptor(x, x_shape, x_strides, [1, 1, 1, tw, block_n]),
         TensorDescriptor(grad_out, dy_shape, dy_strides, [1, 1, 1, tw, block_m]),
         out,
-        n,
-        depth,
-        height,
-        width,
+        *dy_shape[:4],
         c_in,
         c_out,
         *kernel[1:],
         *pad,
         *dil,
-        cdiv(rows, splits),
+        cdiv(boxes, splits),
         DOT_DTYPE=dot_dtype(x.dtype),
         TW=tw,
         BLOCK_M=block_m,
@@ -1283,11 +1281,6 @@ def _launch_wgrad_tma(grad_out, x, weight_shape: tuple, layout: tuple, geometry:
         num_warps=num_warps,
         num_stages=num_stages,
     )
-    if splits > 1:
-        sum_partials(target, grad_weight)
-    if result is not grad_weight:
-        call(torch.Tensor.copy_, result, grad_weight)
-    return result
 
 
 @launch_plan
@@ -2062,11 +2055,6 @@ def conv_grad_weight(
     layout = _weight_layout(weight_shape, weight_strides)  # the layout dW is returned in
     if rows == 0:
         return allocate(weight_shape, x.dtype, x.device, layout, zero=True)
-    tma = None
-    if config is None and not tracing(grad_out, x):  # (see _launch_conv: not for a tracer)
-        tma = wgrad_tma_config(x.dtype, N, C, C_out, geometry, groups, x.device)
-    if tma is not None and _wgrad_tma_ready(grad_out) and _wgrad_tma_ready(x):
-        return _launch_wgrad_tma(grad_out, x, tuple(weight_shape), layout, geometry, tma)
     # The kernel stores each program's [C_out, C_in] tile per tap once. Laid out as a contiguous
     # weight (nn.Conv2d's default), (C_out, C_in, taps), those stores are one element per
     # 32-byte sector; measured (session 21, H100, bf16, the same tiles), ResNet-50's 3x3
@@ -2074,6 +2062,17 @@ def conv_grad_weight(
     # against 30.4 / 38.8 / 28.3 into a channels-last dW. So the kernel writes input channels
     # innermost, and one copy of the weight's size gives another layout.
     channels_last = dense_strides(weight_shape, (0, *range(2, len(weight_shape)), 1))
+    weight_numel = math.prod(weight_shape)
+    tma = None
+    if config is None and not tracing(grad_out, x):  # (see _launch_conv: not for a tracer)
+        tma = wgrad_tma_config(x.dtype, N, C, C_out, geometry, groups, x.device)
+    if tma is not None and _wgrad_tma_ready(grad_out) and _wgrad_tma_ready(x):
+        boxes, tiles = _wgrad_tma_work(N, C, C_out, geometry, tma)
+        splits = wgrad_tma_splits(boxes, tiles, weight_numel, tma, x.device)
+        return _into_weight_layout(
+            weight_shape, x, layout, channels_last, splits,
+            lambda parts: _launch_wgrad_tma(grad_out, x, parts, geometry, tma),
+        )  # fmt: skip
     kernel_layout = channels_last if layout[1] != 1 and weight_shape[1] > 1 else layout
     plan = wgrad_plan(x.dtype, rows, C, C_out, geometry, groups, config)
     fold_width, pack, config = plan.fold_width, plan.pack, plan.config
@@ -2086,7 +2085,6 @@ def conv_grad_weight(
     in_per_group, out_per_group = pack * C // groups, pack * C_out // groups  # a program's
     kw = geometry.kernel[-1]
     tiles = cdiv(out_per_group, config.block_m) * cdiv(in_per_group, config.block_n)
-    weight_numel = math.prod(weight_shape)
     # worked out once: the split count and the launcher's grid both depend on it
     tap_group = wgrad_tap_group(kw, in_per_group, config, x.dtype)
     tap_programs = geometry.kernel_numel // kw * cdiv(kw, tap_group)
@@ -2098,15 +2096,30 @@ def conv_grad_weight(
         step_work = max(1.0, work)
     per_sm = wgrad_programs_per_sm(x.dtype, config, rows, in_per_group, out_per_group)
     splits = _splits(rows, programs, weight_numel, config.block_k, x.device, step_work, per_sm)
+    return _into_weight_layout(
+        weight_shape, x, layout, kernel_layout, splits,
+        lambda parts: _launch_grad_weight(
+            grad_out, x, parts, geometry, groups, config, tap_group, pack
+        ),
+        fold_width,
+    )  # fmt: skip
+
+
+def _into_weight_layout(weight_shape, x, layout: tuple, kernel_layout: tuple, splits: int,
+                        launch_into, fold_width: int = 0) -> torch.Tensor:  # fmt: skip
+    """dW (x's dtype and device) in the dense ``layout``: ``launch_into(parts)`` writes it as
+    ``[splits, *weight_shape]`` in ``kernel_layout`` (with ``fold_width``, through the folded
+    view of each), straight into dW with one split (cast on store), else into partials
+    (:func:`partial_dtype`) summed in split order; copied into ``layout`` where the two
+    differ."""
+    weight_numel = math.prod(weight_shape)
     result = allocate(weight_shape, x.dtype, x.device, layout)
     grad_weight = result
     if kernel_layout != layout:
         grad_weight = allocate(weight_shape, x.dtype, x.device, kernel_layout)
     target = _folded(grad_weight, fold_width, 1) if fold_width else grad_weight  # the kernel's dW
     if splits == 1:  # the one split is the sum: written straight into dW, cast on store
-        _launch_grad_weight(
-            grad_out, x, target.unsqueeze(0), geometry, groups, config, tap_group, pack
-        )
+        launch_into(target.unsqueeze(0))
     else:
         partial = allocate(
             (splits, *weight_shape),
@@ -2117,7 +2130,7 @@ def conv_grad_weight(
         parts = partial
         if fold_width:  # each split's partial laid out as dW: the same view of each
             parts = partial.as_strided((splits, *target.shape), (weight_numel, *target.stride()))
-        _launch_grad_weight(grad_out, x, parts, geometry, groups, config, tap_group, pack)
+        launch_into(parts)
         sum_partials(partial, grad_weight)
     if result is not grad_weight:
         call(torch.Tensor.copy_, result, grad_weight)
