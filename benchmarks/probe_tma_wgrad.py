@@ -17,6 +17,7 @@ split order (deterministic), as the library's weight gradient does.
     TRITON_INTERPRET=1 PYTHONPATH=src python benchmarks/probe_tma_wgrad.py --check  # CPU
     PYTHONPATH=src python benchmarks/probe_tma_wgrad.py [--json F]                 # GPU
     PYTHONPATH=src python benchmarks/probe_tma_wgrad.py --library [--json F]  # the library alone
+    PYTHONPATH=src python benchmarks/probe_tma_wgrad.py --sass       # offline sm_90 loops
 
 Session 37 put this kernel in the library (``wgrad_tma_kernel``, which the sweep now
 launches with each configuration and split count); ``--library`` times the
@@ -34,6 +35,7 @@ from functools import partial
 
 import torch
 import triton
+import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from tritonconv.kernels.implicit_gemm import wgrad_tma_kernel
@@ -44,8 +46,8 @@ def wgrad(x, dy, kernel, pad, dil, cfg, splits):
     """dW (fp32, ``[C_out, C_in, *kernel]`` values in a channels-last layout) of a stride-1
     convolution of channels-last ``x`` (N, C, H, W) giving ``dy``, by the library's
     ``wgrad_tma_kernel`` (session 36's probe kernel, merged in session 37) with the given
-    configuration and split count; ``cfg``: (TW, BLOCK_M, BLOCK_N, warps, stages)."""
-    tw, bm, bn, warps, stages = cfg
+    configuration and split count; ``cfg``: (TW, BLOCK_M, BLOCK_N, warps, stages[, rows])."""
+    tw, bm, bn, warps, stages, rows = (*cfg, 1)[:6]
     n, c_in = x.shape[:2]
     c_out = dy.shape[1]
     oh, ow = dy.shape[2:]
@@ -57,12 +59,12 @@ def wgrad(x, dy, kernel, pad, dil, cfg, splits):
     partial_sums = torch.empty(splits, c_out, taps, c_in, device=x.device, dtype=torch.float32)
     od = TensorDescriptor(partial_sums, list(partial_sums.shape), list(partial_sums.stride()),
                           [1, bm, 1, bn])  # fmt: skip
-    rows = n * oh * triton.cdiv(ow, tw)
-    per_split = triton.cdiv(rows, splits)
+    steps = n * triton.cdiv(oh, rows) * triton.cdiv(ow, tw)
+    per_split = triton.cdiv(steps, splits)
     grid = (triton.cdiv(c_out, bm) * triton.cdiv(c_in, bn) * taps, splits)
     wgrad_tma_kernel[grid](
         xd, dyd, od, n, 1, oh, ow, c_in, c_out, kernel[0], kernel[1], 0, pad, pad, 1, dil, dil,
-        per_split, DOT_DTYPE=dot_dtype(x.dtype), TW=tw, BLOCK_M=bm, BLOCK_N=bn,
+        per_split, DOT_DTYPE=dot_dtype(x.dtype), TW=tw, ROWS=rows, BLOCK_M=bm, BLOCK_N=bn,
         num_warps=warps, num_stages=stages,
     )  # fmt: skip
     dw = partial_sums.view(splits, c_out, *kernel, c_in).sum(0)  # (in split order)
@@ -84,11 +86,51 @@ def check() -> None:
         x = torch.randn(n, c_in, h, w, dtype=torch.float16).to(memory_format=cl)
         oh, ow = h + 2 * pad - dil * (k - 1), w + 2 * pad - dil * (k - 1)
         dy = torch.randn(n, c_out, oh, ow, dtype=torch.float16).to(memory_format=cl)
-        got = wgrad(x, dy, (k, k), pad, dil, (8, 16, 16, 4, 1), splits)
+        got = wgrad(x, dy, (k, k), pad, dil, (8, 16, 16, 4, 1, 1 + splits % 2), splits)
         want = reference(x, dy, (k, k), pad, dil)
         err = ((got.double() - want).norm() / want.norm()).item()
         print(f"n{n} {c_in}->{c_out} {h}x{w} k{k} pad{pad} dil{dil} splits {splits}: rel {err:.1e}")
         assert err < 1e-3
+
+
+def sass_loops() -> None:
+    """``wgrad_tma_kernel``'s loop compiled for sm_90 here (Triton's own toolchain, no GPU),
+    one to four row boxes a step: whether both operands stay in shared memory (no LDS, STS or
+    LDSM in the loop) and how many instructions a step takes."""
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+    from triton.runtime.jit import mangle_type
+
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from ptx_loop import loops, opcode_counts, resources, sass
+
+    for tw, rows, bm, bn, warps, stages in [(64, 1, 128, 128, 8, 3), (32, 1, 128, 128, 8, 3),
+                                            (32, 2, 128, 128, 8, 3), (16, 4, 128, 128, 8, 3),
+                                            (16, 2, 64, 64, 4, 4)]:  # fmt: skip
+        t = torch.empty(2, 1, 16, 16, 128, dtype=torch.bfloat16)
+        shape, strides = list(t.shape), list(t.stride())
+        xd = TensorDescriptor(t, shape, strides, [1, 1, 1, tw, bn])
+        dyd = TensorDescriptor(t, shape, strides, [1, 1, 1, tw, bm])
+        o = torch.empty(2, 128, 9, 128, dtype=torch.float32)
+        od = TensorDescriptor(o, list(o.shape), list(o.stride()), [1, bm, 1, bn])
+        signature = {"x": mangle_type(xd), "dy": mangle_type(dyd), "out": mangle_type(od)}
+        for name in ["N", "D", "H", "W", "C_in", "C_out", "KH", "KW", "pad_d", "pad_h", "pad_w",
+                     "dil_d", "dil_h", "dil_w", "per_split"]:  # fmt: skip
+            signature[name] = "i32"
+        constexprs = {"DOT_DTYPE": tl.bfloat16, "TW": tw, "ROWS": rows, "BLOCK_M": bm,
+                      "BLOCK_N": bn}  # fmt: skip
+        for name in constexprs:
+            signature[name] = "constexpr"
+        compiled = triton.compile(ASTSource(wgrad_tma_kernel, signature, constexprs, {}),
+                                  target=GPUTarget("cuda", 90, 128),
+                                  options={"num_warps": warps, "num_stages": stages})  # fmt: skip
+        for body in loops(sass(compiled.asm["cubin"])):
+            counts = opcode_counts(body)
+            if counts["HGMMA"]:
+                keys = ("HGMMA", "UTMALDG", "LDS", "STS", "LDSM", "BAR", "SYNCS", "WARPGROUP")
+                print(f"TW {tw} x {rows} rows, {bm}x{bn} w{warps} s{stages} "
+                      f"{resources(compiled.asm['cubin'])}: loop {len(body)} SASS "
+                      + str({k: counts[k] for k in keys}))  # fmt: skip
 
 
 # name: (batch, C_in, C_out, H=W, kernel, dilation)
@@ -96,6 +138,9 @@ LAYERS = {
     "r50 3x3 64@56 b128": (128, 64, 64, 56, 3, 1),
     "r50 3x3 128@28 b128": (128, 128, 128, 28, 3, 1),
     "r50 3x3 128@28 b32": (32, 128, 128, 28, 3, 1),
+    "r50 3x3 256@14 b128": (128, 256, 256, 14, 3, 1),
+    "r50 3x3 256@14 b32": (32, 256, 256, 14, 3, 1),
+    "r50 3x3 512@7 b128": (128, 512, 512, 7, 3, 1),
     "unet 3x3 64@256 b8": (8, 64, 64, 256, 3, 1),
     "unet 3x3 128->64@256 b8": (8, 128, 64, 256, 3, 1),
     "unet 3x3 128->64@128 b8": (8, 128, 64, 128, 3, 1),
@@ -114,17 +159,21 @@ LAYERS = {
 
 
 def configs(c_in: int, c_out: int, width: int, tiles: int, sms: int) -> list:
-    """(TW, BLOCK_M, BLOCK_N, warps, stages), splits: row widths that waste little of a row,
-    128- or 64-wide channel tiles, splits filling one or two waves."""
+    """(TW, BLOCK_M, BLOCK_N, warps, stages, rows), splits: row widths that waste little of a
+    row, one row a step or as many as make 64 positions (rows of 32 or fewer), 128- or
+    64-wide channel tiles, splits filling one or two waves."""
     out = []
-    for tw in sorted({min(128, triton.next_power_of_2(width)), 64}):
-        for bm, bn, warps in [(128, 128, 8), (64, 128, 4), (128, 64, 4), (64, 64, 4)]:
-            if bm > max(64, c_out) or bn > max(64, c_in) or c_in % bn:
-                continue
-            n_tiles = triton.cdiv(c_out, bm) * triton.cdiv(c_in, bn) * tiles
-            for waves in (1, 2):
-                splits = max(1, waves * sms // n_tiles)
-                out.append(((tw, bm, bn, warps, 4 if warps == 4 else 3), splits))
+    widths = {max(16, min(128, triton.next_power_of_2(width)))} | ({64} if width > 32 else set())
+    for tw in sorted(widths):
+        for rows in sorted({1, max(1, 64 // tw)}):
+            for bm, bn, warps in [(128, 128, 8), (64, 128, 4), (128, 64, 4), (64, 64, 4)]:
+                if bm > max(64, c_out) or bn > max(64, c_in) or c_in % bn:
+                    continue
+                n_tiles = triton.cdiv(c_out, bm) * triton.cdiv(c_in, bn) * tiles
+                for waves in (1, 2):
+                    splits = max(1, waves * sms // n_tiles)
+                    stages = 4 if warps == 4 else 3
+                    out.append(((tw, bm, bn, warps, stages, rows), splits))
     return out
 
 
@@ -132,6 +181,7 @@ def gpu(path: str | None, library_only: bool = False) -> None:
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from probe_small_wave import graph_us
 
+    import tritonconv
     from tritonconv.geometry import make_geometry
     from tritonconv.ops import implicit_gemm as ig
 
@@ -155,18 +205,33 @@ def gpu(path: str | None, library_only: bool = False) -> None:
             got = ig.conv_grad_weight(dy, x, w.shape, geometry, 1, weight_strides=w.stride())
             err = ((got.double() - want).norm() / want.norm()).item()
             tiles = ig.wgrad_tma_config(x.dtype, n, c_in, c_out, geometry, 1, x.device)
+            call = partial(ig.conv_grad_weight, dy, x, w.shape, geometry, 1,
+                           weight_strides=w.stride())  # fmt: skip
+            one_row = None
+            if tiles is not None and tiles.rows > 1:  # the same tiles, one row box a step
+                ig.WGRAD_TMA_STEP_POSITIONS, positions = 1, ig.WGRAD_TMA_STEP_POSITIONS
+                tritonconv.clear_caches()
+                try:
+                    got1 = call()
+                    assert ((got1.double() - want).norm() / want.norm()).item() < 1e-2
+                    one_row = graph_us(call)
+                finally:
+                    ig.WGRAD_TMA_STEP_POSITIONS = positions
             rule = ig.wgrad_tma_config
             ig.wgrad_tma_config = lambda *args: None  # the pointer kernel, same call
+            tritonconv.clear_caches()
             try:
-                pointer = graph_us(partial(ig.conv_grad_weight, dy, x, w.shape, geometry, 1,
-                                           weight_strides=w.stride()))  # fmt: skip
+                pointer = graph_us(call)
             finally:
                 ig.wgrad_tma_config = rule
+                tritonconv.clear_caches()
             results.append({"layer": name, "cudnn_us": cudnn, "ours_us": ours, "rel_err": err,
-                            "pointer_us": pointer, "tiles": str(tiles)})  # fmt: skip
+                            "pointer_us": pointer, "one_row_us": one_row,
+                            "tiles": str(tiles)})  # fmt: skip
+            shown = f", one row a step {one_row:.1f}" if one_row else ""
             print(f"{name} dW: cuDNN {cudnn:.1f}, library {ours:.1f} ({cudnn / ours:.2f}x), "
-                  f"pointer kernel {pointer:.1f} ({cudnn / pointer:.2f}x), rel err {err:.1e}, "
-                  f"TMA tiles {tiles}", flush=True)  # fmt: skip
+                  f"pointer kernel {pointer:.1f} ({cudnn / pointer:.2f}x){shown}, rel err "
+                  f"{err:.1e}, TMA tiles {tiles}", flush=True)  # fmt: skip
             continue
         if k == 1:  # (1x1 layers: --library only)
             continue
@@ -201,5 +266,7 @@ if __name__ == "__main__":
     args = sys.argv[1:]
     if "--check" in args:
         check()
+    elif "--sass" in args:
+        sass_loops()
     else:
         gpu(args[args.index("--json") + 1] if "--json" in args else None, "--library" in args)

@@ -506,7 +506,7 @@ SHORTCUTS = {
 
 
 def strided(path: str | None) -> None:
-    """Unpadded strided 1x1 layers (``implicit_gemm.strided_pointwise``, behind
+    """Unpadded strided 1x1 layers (``implicit_gemm.strided_pointwise``, knob
     ``STRIDED_POINTWISE_TMA``): forward and weight gradient from x's strided view, against
     the same calls with the knob off (the pointer-load kernels) and cuDNN, bf16
     channels-last, kernel µs; each result checked against float64 first."""
@@ -540,14 +540,14 @@ def strided(path: str | None) -> None:
                                                   stride=st)}  # fmt: skip
         row = {"layer": name}
         for pass_name, (cudnn_call, ours_call) in calls.items():
-            timed = {}
+            timed, default = {}, ig.STRIDED_POINTWISE_TMA
             for knob in (True, False):
                 ig.STRIDED_POINTWISE_TMA = knob
                 tritonconv.clear_caches()
                 got = ours_call()
                 err = ((got.double() - want[pass_name]).norm() / want[pass_name].norm()).item()
                 timed[knob] = (graph_us(ours_call), err)
-            ig.STRIDED_POINTWISE_TMA = False
+            ig.STRIDED_POINTWISE_TMA = default
             tritonconv.clear_caches()
             cudnn = graph_us(cudnn_call)
             row[pass_name] = {"cudnn_us": cudnn, "tma_us": timed[True][0],

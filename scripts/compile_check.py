@@ -121,9 +121,8 @@ def _gpu_launchers(index64: bool = False, tma: bool = False) -> list:
     changes += [(crop, "TILE", 4096)]
     if index64:  # (im2col imports the limit by name)
         changes += [(common, "INDEX32_LIMIT", 16), (im2col, "INDEX32_LIMIT", 16)]
-    if tma:  # (and the strided 1x1 layers' TMA forms, off by default: compiled anyway)
-        changes += [(implicit_gemm, "_has_tma", lambda device: True),
-                    (implicit_gemm, "STRIDED_POINTWISE_TMA", True)]  # fmt: skip
+    if tma:
+        changes += [(implicit_gemm, "_has_tma", lambda device: True)]
     changes += [(m, "multiprocessor_count", lambda device: SMS) for m in
                 (common, causal, conv_gemm, depthwise, direct, implicit_gemm, im2col)
                 if hasattr(m, "multiprocessor_count")]  # fmt: skip
@@ -247,7 +246,8 @@ def _tma_workload() -> None:
     windows in 1-3 dimensions with and without bias (``window_tma_kernel``: its 64- and
     128-channel tiles, 128- and 256-position rectangles, a stride-1 transposed convolution's
     input-gradient form with bias), their weight gradients (``wgrad_tma_kernel``: 128 x 128
-    and 64 x 64 channel tiles, rows of 32 and 64 positions, 1-D), 1x1 layers and a
+    and 64 x 64 channel tiles, rows of 16, 32 and 64 positions, two and four rows a step,
+    1-D), 1x1 layers and a
     kernel-equals-stride transposed convolution (``pointwise_tma_kernel``, plain and
     scattered); a strided 1x1 layer (both kernels over x's strided view); fp32 with TF32
     allowed (the window kernel and the 1x1 GEMM)."""
@@ -267,6 +267,7 @@ def _tma_workload() -> None:
             (tc.conv2d, (2, 64, 16, 16), (256, 64, 1, 1), {}),
             (tc.conv_transpose2d, (2, 64, 8, 8), (64, 64, 2, 2), {"stride": 2}),
             (tc.conv2d, (2, 64, 32, 32), (64, 64, 3, 3), {"padding": 1}),  # 64x64 dW tiles
+            (tc.conv2d, (2, 128, 14, 14), (128, 128, 3, 3), {"padding": 1}),  # 14-wide rows
             (tc.conv2d, (1, 64, 64, 64), (128, 64, 1, 1), {"stride": 2}),  # x[..., ::2, ::2]
         ]:  # fmt: skip
             x = torch.randn(shape, dtype=dtype)

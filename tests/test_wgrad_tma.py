@@ -155,15 +155,18 @@ def test_tile_rule_on_the_measured_layers(gpu_rule):
     cfg = implicit_gemm.WgradTmaConfig
     assert _rule(8, 128, 64, 256) == cfg(64, 64, 128, 4, 4)
     assert _rule(8, 512, 256, 64) == cfg(64, 128, 128, 8, 3)
-    assert _rule(8, 512, 512, 32) == cfg(32, 128, 128, 8, 3)
+    assert _rule(8, 512, 512, 32) == cfg(32, 128, 128, 8, 3, 2)  # two rows a step
     assert _rule(128, 64, 64, 56) == cfg(64, 64, 64, 4, 4)
-    assert _rule(128, 128, 128, 28) == cfg(32, 128, 128, 8, 3)
+    assert _rule(128, 128, 128, 28) == cfg(32, 128, 128, 8, 3, 2)
     assert _rule(16, 40, 48, 64) == cfg(64, 64, 64, 4, 4)
     assert _rule(8, 32, 96, 64) == cfg(64, 64, 32, 4, 4)
     assert _rule(8, 64, 64, 1024, rank=1) == cfg(64, 64, 64, 4, 4)
-    assert _rule(128, 256, 256, 14) is None  # rows narrower than a box's
+    # 14 wide in 16-position boxes: two rows a step (four would overhang 14 rows by two)
+    assert _rule(128, 256, 256, 14) == cfg(16, 128, 128, 8, 3, 2)
+    assert _rule(32, 64, 64, 16) == cfg(16, 64, 64, 4, 4, 4)
+    assert _rule(128, 512, 512, 7) is None  # 7 wide: a 16-position box would be half empty
+    assert _rule(8, 64, 64, 20) is None  # 20 wide in 32
     assert _rule(128, 128, 128, 56, stride=2) is None
-    assert _rule(128, 256, 512, 56, kernel=1, stride=2) is None  # (STRIDED_POINTWISE_TMA off)
     assert _rule(128, 256, 1024, 14, kernel=1) == cfg(64, 128, 128, 8, 3)  # 1x1: flat rows
     assert _rule(128, 64, 64, 56, kernel=1) == cfg(64, 64, 64, 4, 4)
     g = make_geometry((14, 14), (1, 1), (1, 1), (1, 1), (1, 1), (1, 1))  # a padded 1x1
@@ -172,13 +175,13 @@ def test_tile_rule_on_the_measured_layers(gpu_rule):
     assert _rule(8, 36, 64, 56) is None  # 72-byte rows: not TMA's 16-byte strides
 
 
-def test_strided_pointwise_rule(gpu_rule, monkeypatch):
-    """With ``STRIDED_POINTWISE_TMA`` an unpadded strided 1x1 layer reads x's strided view,
-    rows as wide as dy's: ResNet-50's 256 -> 512 shortcut (28 wide) takes it, 14 wide not."""
-    monkeypatch.setattr(implicit_gemm, "STRIDED_POINTWISE_TMA", True)
+def test_strided_pointwise_rule(gpu_rule):
+    """An unpadded strided 1x1 layer reads x's strided view, rows as wide as dy's: ResNet-50's
+    shortcuts to 28 and 14 wide take it, to 7 wide not."""
     cfg = implicit_gemm.WgradTmaConfig
-    assert _rule(128, 256, 512, 56, kernel=1, stride=2) == cfg(32, 128, 128, 8, 3)
-    assert _rule(128, 512, 1024, 28, kernel=1, stride=2) is None
+    assert _rule(128, 256, 512, 56, kernel=1, stride=2) == cfg(32, 128, 128, 8, 3, 2)
+    assert _rule(128, 512, 1024, 28, kernel=1, stride=2) == cfg(16, 128, 128, 8, 3, 2)
+    assert _rule(128, 1024, 2048, 14, kernel=1, stride=2) is None
 
 
 def test_split_rule_fills_two_programs_an_sm(gpu_rule):

@@ -111,7 +111,6 @@ def test_strided_pointwise_reads_a_strided_view(case, device, kernels, monkeypat
     kernel. Odd sizes: the view's last position is the input's last but one."""
     shape, K, stride = case
     monkeypatch.setattr(implicit_gemm, "WGRAD_TMA_MIN_WIDTH", 0)  # (the GPU's: these planes)
-    monkeypatch.setattr(implicit_gemm, "STRIDED_POINTWISE_TMA", True)  # (off by default)
     x = rows_layout(random_tensor(shape, torch.bfloat16, device))
     w = rows_layout(random_tensor((K, shape[1], *[1] * (len(shape) - 2)), torch.bfloat16, device))
     b = random_tensor((K,), torch.bfloat16, device)

@@ -1014,6 +1014,7 @@ def wgrad_tma_kernel(
     per_split,
     DOT_DTYPE: tl.constexpr,
     TW: tl.constexpr,
+    ROWS: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
 ):
@@ -1027,9 +1028,11 @@ def wgrad_tma_kernel(
     and where the row's box overhangs dy's width, dy's own zero fill cancels x's values). A
     box one row high views as ``[TW, channels]`` without moving, so both operands of
     ``dy^T . x`` feed the tensor cores from shared memory (two-row boxes sent wgmma's A
-    operand through registers: benchmarks/NOTES.md, session 36).
+    operand through registers: benchmarks/NOTES.md, session 36). A step takes ``ROWS`` such
+    boxes, rows ``h .. h + ROWS - 1`` (narrow rows: ResNet-50's 14 wide in 16-position boxes,
+    four of them a step), one dot each; rows past dy's last are its zero fill.
 
-    Program ``(tile, split)`` reduces row boxes ``[split * per_split, ...)`` and stores its
+    Program ``(tile, split)`` reduces steps ``[split * per_split, ...)`` and stores its
     fp32 tile through ``out``, a descriptor of ``[splits, C_out, taps, C_in]`` (boxes ``[1,
     BLOCK_M, 1, BLOCK_N]``: a tile overhanging ``C_out`` clips within its split): the
     launcher's partials, summed in split order (deterministic), or dW itself with one split.
@@ -1048,27 +1051,29 @@ def wgrad_tma_kernel(
     sh = kh * dil_h - pad_h
     sw = kw * dil_w - pad_w
     w_tiles = tl.cdiv(W, TW)
-    rows = N * D * H * w_tiles
+    h_steps = tl.cdiv(H, ROWS)
+    steps = N * D * h_steps * w_tiles
     split = tl.program_id(1)
     first = split * per_split
-    last = tl.minimum(rows, first + per_split)
+    last = tl.minimum(steps, first + per_split)
     wt = first % w_tiles
     r = first // w_tiles
-    h = r % H
-    r = r // H
+    h = (r % h_steps) * ROWS
+    r = r // h_steps
     d = r % D
     n = r // D
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     for _ in range(first, last):
         w0 = wt * TW
-        a = dy.load([n, d, h, w0, co0]).reshape([TW, BLOCK_M]).to(DOT_DTYPE)
-        b = x.load([n, d + sd, h + sh, w0 + sw, ci0]).reshape([TW, BLOCK_N]).to(DOT_DTYPE)
-        acc = tl.dot(a.T, b, acc)
+        for i in tl.static_range(ROWS):  # (a row past dy's last: its zero fill)
+            a = dy.load([n, d, h + i, w0, co0]).reshape([TW, BLOCK_M]).to(DOT_DTYPE)
+            b = x.load([n, d + sd, h + i + sh, w0 + sw, ci0]).reshape([TW, BLOCK_N])
+            acc = tl.dot(a.T, b.to(DOT_DTYPE), acc)
         wt += 1
         wrap = wt == w_tiles
         wt = tl.where(wrap, 0, wt)
-        h += wrap.to(tl.int32)
-        wrap = h == H
+        h += wrap.to(tl.int32) * ROWS
+        wrap = h >= H
         h = tl.where(wrap, 0, h)
         d += wrap.to(tl.int32)
         wrap = d == D

@@ -961,11 +961,10 @@ def window_tma_config(dtype, batch: int, src_channels: int, dst_channels: int,
 
 
 #: Whether unpadded strided 1x1 layers take the TMA kernels (:func:`strided_pointwise`).
-#: Off: measured faster on an H200 (session 37: ResNet-50's downsampling shortcuts at batch
-#: 128, forward kernel 0.57x -> 0.78x and 0.68x -> 0.84x cuDNN) and right under the
-#: interpreter, but its GPU tests did not run to their value checks before the session's
-#: device time ended; the next GPU run of tests/test_window_tma.py -k strided decides.
-STRIDED_POINTWISE_TMA = False
+#: Measured on an H200 (benchmarks/probe_tma_window.py --strided, session 38, ResNet-50's
+#: downsampling shortcuts at batch 128, kernel time against cuDNN): forward 0.57x -> 0.80x,
+#: 0.71x -> 0.84x, 0.83x -> 0.83x; its GPU tests passed (session 38).
+STRIDED_POINTWISE_TMA = True
 
 
 def strided_pointwise(geometry: Geometry, transposed: bool = False) -> bool:
@@ -973,7 +972,7 @@ def strided_pointwise(geometry: Geometry, transposed: bool = False) -> bool:
     downsampling shortcuts), whose forward ``window_tma_kernel`` computes from a descriptor
     of the strided view ``x[..., ::s, ::s]`` (its strides times the stride: TMA takes any
     16-byte multiple), one tap; and ``wgrad_tma_kernel`` its weight gradient. Not its input
-    gradient (a scatter). (Only with ``STRIDED_POINTWISE_TMA``.)"""
+    gradient (a scatter). (Unless ``STRIDED_POINTWISE_TMA`` is off.)"""
     return (
         STRIDED_POINTWISE_TMA
         and not transposed
@@ -1105,22 +1104,32 @@ needs_aligned(wgrad_tma_kernel, "x", "dy", "out")
 
 class WgradTmaConfig(NamedTuple):
     """Tiles of ``wgrad_tma_kernel``: ``block_m`` output by ``block_n`` input channels of one
-    tap, reduced over row boxes of ``tw`` positions."""
+    tap, reduced over steps of ``rows`` row boxes of ``tw`` positions."""
 
     tw: int
     block_m: int
     block_n: int
     num_warps: int
     num_stages: int
+    rows: int = 1
 
     def __str__(self) -> str:
-        tw, m, n, w, s = self
-        return f"{m}x{n} channels x rows of {tw} positions w{w} s{s}"
+        tw, m, n, w, s, rows = self
+        step = f"{rows} rows of {tw} positions" if rows > 1 else f"rows of {tw} positions"
+        return f"{m}x{n} channels x {step} w{w} s{s}"
 
 
-#: Narrowest output rows ``wgrad_tma_kernel`` takes: its steps are one row box, so narrower
-#: rows waste most of a box (ResNet-50's 14 x 14 and 7 x 7 layers keep the pointer-load kernel).
+#: Output rows at least this wide take ``wgrad_tma_kernel`` (in boxes of 32 or 64 positions);
+#: narrower ones only where their boxes (16 positions and up) overhang them by at most
+#: ``WGRAD_TMA_MAX_OVERHANG`` (ResNet-50's 14-wide rows in 16-position boxes; its 7 x 7
+#: layers keep the pointer-load kernel).
 WGRAD_TMA_MIN_WIDTH = 28
+WGRAD_TMA_MAX_OVERHANG = 1.15
+#: Positions a step of ``wgrad_tma_kernel`` reduces over: narrow rows take several row boxes
+#: a step (two of 32, four of 16), the rows' count halved while it overhangs the output's
+#: height by more than ``WGRAD_TMA_MAX_ROW_OVERHANG``.
+WGRAD_TMA_STEP_POSITIONS = 64
+WGRAD_TMA_MAX_ROW_OVERHANG = 1.07
 #: The split rule's model (:func:`wgrad_tma_splits`): most splits of the rows (unless one
 #: round of programs takes more), programs an SM runs at once (two of every configuration fit
 #: its shared memory and registers), the steps a split costs beyond its own row boxes (the
@@ -1138,8 +1147,9 @@ def wgrad_tma_config(dtype, batch: int, in_channels: int, out_channels: int,
     layers, ``strided_pointwise``: x's strided view), at least 32 channels a side,
     multiples of 8 (TMA's 16-byte strides), sizes within the kernel's int32 arithmetic, on a
     GPU with TMA; windows of more than one tap with output rows at least
-    ``WGRAD_TMA_MIN_WIDTH`` wide, and unpadded 1x1 layers (``wgrad_tma_pointwise``: the
-    positions as one flat row).
+    ``WGRAD_TMA_MIN_WIDTH`` wide or their boxes overhanging them little (14 wide in 16), and
+    unpadded 1x1 layers (``wgrad_tma_pointwise``: the positions as one flat row). Rows
+    narrower than ``WGRAD_TMA_STEP_POSITIONS`` take several boxes a step.
 
     Fitted to benchmarks/probe_tma_wgrad.py (H200, bf16, ResNet-50's and UNet's 3x3 layers
     and a dilation-2 one; session 36): rows of 64 positions (32 where the output is at most
@@ -1162,16 +1172,23 @@ def wgrad_tma_config(dtype, batch: int, in_channels: int, out_channels: int,
         or not _has_tma(device)
     ):
         return None
-    if INTERPRETER:  # small tiles, several of them, and no width limit (the tests' planes)
-        return WgradTmaConfig(clamped_power_of_2(width, 8, 16), 32, 32, 4, 1)
-    if width < WGRAD_TMA_MIN_WIDTH and not pointwise:
-        return None
-    tw = 64 if pointwise else clamped_power_of_2(width, 32, 64)
+    if INTERPRETER:  # small tiles, several of them, two rows a step (the tests' planes)
+        tw = clamped_power_of_2(width, 8, 16)
+        return WgradTmaConfig(tw, 32, 32, 4, 1, 1 if pointwise else 2)
+    if pointwise:
+        tw = 64
+    else:
+        tw = clamped_power_of_2(width, 16, 64)
+        if width < WGRAD_TMA_MIN_WIDTH and tw > WGRAD_TMA_MAX_OVERHANG * width:
+            return None
+    rows = 1 if pointwise else max(1, WGRAD_TMA_STEP_POSITIONS // tw)
+    while rows > 1 and cdiv(height, rows) * rows > WGRAD_TMA_MAX_ROW_OVERHANG * height:
+        rows //= 2
     block_m = 128 if out_channels >= 128 else clamped_power_of_2(out_channels, 32, 64)
     block_n = 128 if in_channels >= 128 else clamped_power_of_2(in_channels, 32, 64)
     if block_m == block_n == 128:
-        return WgradTmaConfig(tw, 128, 128, 8, 3)
-    return WgradTmaConfig(tw, block_m, block_n, 4, 4)
+        return WgradTmaConfig(tw, 128, 128, 8, 3, rows)
+    return WgradTmaConfig(tw, block_m, block_n, 4, 4, rows)
 
 
 def wgrad_tma_pointwise(geometry: Geometry) -> bool:
@@ -1186,12 +1203,12 @@ def wgrad_tma_pointwise(geometry: Geometry) -> bool:
     )
 
 
-def wgrad_tma_splits(rows: int, tiles: int, weight_numel: int, config: WgradTmaConfig,
+def wgrad_tma_splits(steps: int, tiles: int, weight_numel: int, config: WgradTmaConfig,
                      device) -> int:  # fmt: skip
-    """How many fixed parts ``wgrad_tma_kernel`` splits ``rows`` row boxes into for ``tiles``
-    output tiles: the count that minimises the modelled time, rounds x (row boxes a split +
+    """How many fixed parts ``wgrad_tma_kernel`` splits its ``steps`` into for ``tiles``
+    output tiles: the count that minimises the modelled time, rounds x (steps a split +
     ``WGRAD_TMA_FILL_STEPS``) x a step's time (``WGRAD_TMA_STEP_US`` for a 64-position
-    128 x 128 step, in proportion for other tiles), a round being ``WGRAD_TMA_PROGRAMS_PER_SM``
+    128 x 128 step, in proportion for other tiles and steps), a round being ``WGRAD_TMA_PROGRAMS_PER_SM``
     programs on every multiprocessor, plus reading the fp32 partials back
     (``WGRAD_PARTIAL_US`` an element); at most ``WGRAD_TMA_MAX_SPLITS`` or one round, the
     partials bounded by ``WGRAD_PARTIAL_LIMIT`` (two splits under the interpreter, so their
@@ -1206,15 +1223,16 @@ def wgrad_tma_splits(rows: int, tiles: int, weight_numel: int, config: WgradTmaC
         INTERPRETER_TMA_PROGRAMS if INTERPRETER else multiprocessor_count(device)
     )
     limit = max(WGRAD_TMA_MAX_SPLITS, slots // tiles)
-    limit = max(1, min(rows, limit, WGRAD_PARTIAL_LIMIT // weight_numel))
+    limit = max(1, min(steps, limit, WGRAD_PARTIAL_LIMIT // weight_numel))
     if INTERPRETER:
         return min(2, limit)
-    step_us = WGRAD_TMA_STEP_US * config.tw * config.block_m * config.block_n / (64 * 128 * 128)
+    step_positions = config.tw * config.rows
+    step_us = WGRAD_TMA_STEP_US * step_positions * config.block_m * config.block_n / (64 * 128**2)
 
     def cost(splits: int) -> float:
         rounds = cdiv(tiles * splits, slots)
         partials = splits * weight_numel * WGRAD_PARTIAL_US if splits > 1 else 0.0
-        return rounds * (cdiv(rows, splits) + WGRAD_TMA_FILL_STEPS) * step_us + partials
+        return rounds * (cdiv(steps, splits) + WGRAD_TMA_FILL_STEPS) * step_us + partials
 
     return min(range(1, limit + 1), key=cost)
 
@@ -1227,13 +1245,13 @@ def _wgrad_tma_ready(t: torch.Tensor) -> bool:
 
 def _wgrad_tma_work(batch: int, in_channels: int, out_channels: int, geometry: Geometry,
                     config: WgradTmaConfig) -> tuple[int, int]:  # fmt: skip
-    """``(row boxes, output tiles)`` of a ``wgrad_tma_kernel`` launch: the split count and
-    the launcher's grid both come from them."""
+    """``(steps, output tiles)`` of a ``wgrad_tma_kernel`` launch (a step: ``config.rows``
+    row boxes): the split count and the launcher's grid both come from them."""
     if wgrad_tma_pointwise(geometry):  # the positions as one row
         boxes = cdiv(batch * geometry.output_numel, config.tw)
     else:
         depth, height, width = _spatial3(geometry.output, 1)
-        boxes = batch * depth * height * cdiv(width, config.tw)
+        boxes = batch * depth * cdiv(height, config.rows) * cdiv(width, config.tw)
     tiles = cdiv(out_channels, config.block_m) * cdiv(in_channels, config.block_n)
     return boxes, tiles * geometry.kernel_numel
 
@@ -1244,7 +1262,7 @@ def _launch_wgrad_tma(grad_out, x, parts, geometry: Geometry, config: WgradTmaCo
     itself with one split, else the fp32 partials), by ``wgrad_tma_kernel``, dy and x read
     channels-last (copied so where they are not)."""
     grad_out, x = _innermost(grad_out, 1), _innermost(x, 1)
-    tw, block_m, block_n, num_warps, num_stages = config
+    tw, block_m, block_n, num_warps, num_stages, rows = config
     splits, c_out, c_in = parts.shape[:3]
     kernel, _, pad, dil = _window3(geometry)
     taps = math.prod(kernel)
@@ -1276,6 +1294,7 @@ def _launch_wgrad_tma(grad_out, x, parts, geometry: Geometry, config: WgradTmaCo
         cdiv(boxes, splits),
         DOT_DTYPE=dot_dtype(x.dtype),
         TW=tw,
+        ROWS=rows,
         BLOCK_M=block_m,
         BLOCK_N=block_n,
         num_warps=num_warps,
