@@ -3,6 +3,7 @@ varies between calls is frozen into a plan, errors are never cached, the caches 
 safe with several threads. On the GPU the replay calls the compiled kernel directly (the lean
 path); under the interpreter it interprets the recorded launches."""
 
+import ctypes
 import threading
 
 import pytest
@@ -1074,3 +1075,39 @@ def test_int64_decision_follows_a_lowered_limit(monkeypatch):
     assert not common.needs_int64(t)
     monkeypatch.setattr(common, "INDEX32_LIMIT", 16)
     assert common.needs_int64(t)
+
+
+@pytest.mark.skipif(tc.INTERPRETER, reason="compiled kernels only")
+def test_a_tma_launch_in_a_thread_without_a_context(device):
+    """A thread that has made no CUDA call has no current context (autograd's device thread at
+    a backward's first launch), and Triton encodes a kernel's TMA descriptors before its
+    launcher binds one: the launch binds the primary context first (session 38: "Failed to
+    create tensor map descriptor: invalid device context"). First launches and replays, on
+    16-bit channels-last layers the TMA kernels take (where the GPU has TMA)."""
+    x = torch.randn(3, 64, 13, 17, device=device, dtype=torch.bfloat16)
+    x = x.contiguous(memory_format=torch.channels_last)
+    weights = [torch.randn(k, 64, s, s, device=device, dtype=torch.bfloat16) / 24 for k, s in
+               ((96, 1), (64, 3))]  # fmt: skip
+    weights = [w.contiguous(memory_format=torch.channels_last) for w in weights]
+    tc.clear_caches()
+    seen = {}
+
+    def run():
+        try:
+            context = ctypes.c_void_p()
+            launch._libcuda().cuCtxGetCurrent(ctypes.byref(context))
+            seen["context before"] = context.value
+            for w in weights:
+                for _ in range(2):  # the first launch, then a replay
+                    y = tc.conv2d(x, w, padding=w.shape[-1] // 2, algo="implicit_gemm")
+                    want = F.conv2d(x.double(), w.double(), padding=w.shape[-1] // 2)
+                    assert_close(y, want, reduction=64 * w[0, 0].numel(), name="output")
+        except BaseException as error:  # (re-raised in the test's thread)
+            seen["error"] = error
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join()
+    if "error" in seen:
+        raise seen["error"]
+    assert seen["context before"] is None, "the thread had a context: the case is not tested"

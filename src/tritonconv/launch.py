@@ -41,6 +41,7 @@ and a tensor it returns joins the ones later steps may use.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import dataclasses
 import functools
 import inspect
@@ -214,6 +215,8 @@ def launch(kernel, grid: tuple, *args, **meta) -> None:
     key = (kernel, device, _signature(args, meta))
     entry = _cache.get(key)
     if entry is None or _hooks_installed():
+        if any(_is_descriptor(a) for a in args):
+            bind_cuda_context(device)  # (Triton's encoding of the descriptors comes first)
         entry = _entry(kernel[grid](*args, **meta), kernel, args, meta)
         if entry is not None:
             _cache.put(key, entry)
@@ -488,6 +491,8 @@ class _TensorMaps:
         key = (address, tuple(d.shape), tuple(d.strides), d.padding)
         expanded = self.maps.get(key)
         if expanded is None:
+            if d.base.is_cuda:
+                bind_cuda_context(d.base.device.index)
             m = self.meta
             shape, strides = list(d.shape), list(d.strides)
             encoded = self.encode(
@@ -505,6 +510,41 @@ class _TensorMaps:
                 self.maps.clear()
             self.maps[key] = expanded
         return expanded
+
+
+_thread_context = threading.local()
+
+
+def bind_cuda_context(device: int) -> None:
+    """Make ``device``'s primary CUDA context current in this thread if none is.
+
+    Triton encodes a launch's TMA descriptors (``cuTensorMapEncodeTiled``, a driver call)
+    before its C launcher makes a context current. A thread that has made no CUDA runtime
+    call yet has none: autograd's device thread, when a backward's first launch is a TMA
+    kernel, failed there with "invalid device context" (session 38, on the GPU). Triton's
+    launcher binds the primary context the same way. Once per thread and device."""
+    if getattr(_thread_context, "device", None) == device:
+        return
+    lib = _libcuda()
+    context = ctypes.c_void_p()
+    _cuda_check(lib.cuCtxGetCurrent(ctypes.byref(context)), "cuCtxGetCurrent")
+    if not context.value:
+        handle = ctypes.c_int()
+        _cuda_check(lib.cuDeviceGet(ctypes.byref(handle), device), "cuDeviceGet")
+        _cuda_check(lib.cuDevicePrimaryCtxRetain(ctypes.byref(context), handle),
+                    "cuDevicePrimaryCtxRetain")  # fmt: skip
+        _cuda_check(lib.cuCtxSetCurrent(context), "cuCtxSetCurrent")
+    _thread_context.device = device
+
+
+@functools.cache
+def _libcuda():
+    return ctypes.CDLL("libcuda.so.1")
+
+
+def _cuda_check(result: int, name: str) -> None:
+    if result != 0:
+        raise RuntimeError(f"tritonconv: {name} failed with CUDA driver error {result}")
 
 
 def _host_tma_dtype(device_type: int) -> int:
@@ -769,6 +809,8 @@ class _Launch:
         if entry is None or entry[2] is None:  # Triton's own launch path: it takes tensors
             for position, index in self.slots:
                 args[position] = table[index]
+            if self.descriptors:
+                bind_cuda_context(device)  # (Triton's encoding of the descriptors comes first)
             self._descriptors(args, table, TensorDescriptor)
             if entry is None:
                 entry = _entry(
