@@ -16,6 +16,7 @@ split order (deterministic), as the library's weight gradient does.
 
     TRITON_INTERPRET=1 PYTHONPATH=src python benchmarks/probe_tma_wgrad.py --check  # CPU
     PYTHONPATH=src python benchmarks/probe_tma_wgrad.py [--json F]                 # GPU
+    LAYERS=@14 PYTHONPATH=src python benchmarks/probe_tma_wgrad.py  # layers whose name has it
     PYTHONPATH=src python benchmarks/probe_tma_wgrad.py --library [--json F]  # the library alone
     PYTHONPATH=src python benchmarks/probe_tma_wgrad.py --sass       # offline sm_90 loops
 
@@ -188,7 +189,10 @@ def gpu(path: str | None, library_only: bool = False) -> None:
     torch.backends.cudnn.benchmark = True
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     results = []
+    only = os.environ.get("LAYERS")  # (a substring of the layers' names: those alone)
     for name, (n, c_in, c_out, s, k, dil) in LAYERS.items():
+        if only and only not in name:
+            continue
         pad = dil * (k - 1) // 2
         cl = torch.channels_last
         x = torch.randn(n, c_in, s, s, device="cuda", dtype=torch.bfloat16).to(memory_format=cl)

@@ -161,11 +161,9 @@ def test_tile_rule_on_the_measured_layers(gpu_rule):
     assert _rule(16, 40, 48, 64) == cfg(64, 64, 64, 4, 4)
     assert _rule(8, 32, 96, 64) == cfg(64, 64, 32, 4, 4)
     assert _rule(8, 64, 64, 1024, rank=1) == cfg(64, 64, 64, 4, 4)
-    # 14 wide in 16-position boxes: two rows a step (four would overhang 14 rows by two)
-    assert _rule(128, 256, 256, 14) == cfg(16, 128, 128, 8, 3, 2)
-    assert _rule(32, 64, 64, 16) == cfg(16, 64, 64, 4, 4, 4)
-    assert _rule(128, 512, 512, 7) is None  # 7 wide: a 16-position box would be half empty
-    assert _rule(8, 64, 64, 20) is None  # 20 wide in 32
+    # windows narrower than 28 keep the pointer kernel (measured faster on ResNet-50's 14)
+    assert _rule(128, 256, 256, 14) is None
+    assert _rule(128, 512, 512, 7) is None
     assert _rule(128, 128, 128, 56, stride=2) is None
     assert _rule(128, 256, 1024, 14, kernel=1) == cfg(64, 128, 128, 8, 3)  # 1x1: flat rows
     assert _rule(128, 64, 64, 56, kernel=1) == cfg(64, 64, 64, 4, 4)
@@ -177,10 +175,12 @@ def test_tile_rule_on_the_measured_layers(gpu_rule):
 
 def test_strided_pointwise_rule(gpu_rule):
     """An unpadded strided 1x1 layer reads x's strided view, rows as wide as dy's: ResNet-50's
-    shortcuts to 28 and 14 wide take it, to 7 wide not."""
+    shortcuts to 28 and 14 wide take it (14 wide in 16-position boxes, two rows a step: four
+    would overhang 14 rows by two; 16 rows take four), to 7 wide not (half-empty boxes)."""
     cfg = implicit_gemm.WgradTmaConfig
     assert _rule(128, 256, 512, 56, kernel=1, stride=2) == cfg(32, 128, 128, 8, 3, 2)
     assert _rule(128, 512, 1024, 28, kernel=1, stride=2) == cfg(16, 128, 128, 8, 3, 2)
+    assert _rule(32, 64, 64, 32, kernel=1, stride=2) == cfg(16, 64, 64, 4, 4, 4)
     assert _rule(128, 1024, 2048, 14, kernel=1, stride=2) is None
 
 

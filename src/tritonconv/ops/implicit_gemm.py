@@ -1120,9 +1120,11 @@ class WgradTmaConfig(NamedTuple):
 
 
 #: Output rows at least this wide take ``wgrad_tma_kernel`` (in boxes of 32 or 64 positions);
-#: narrower ones only where their boxes (16 positions and up) overhang them by at most
-#: ``WGRAD_TMA_MAX_OVERHANG`` (ResNet-50's 14-wide rows in 16-position boxes; its 7 x 7
-#: layers keep the pointer-load kernel).
+#: narrower ones only in strided 1x1 layers, and where their boxes (16 positions and up)
+#: overhang them by at most ``WGRAD_TMA_MAX_OVERHANG``. Measured (session 38, H200, batch
+#: 128, kernel µs): ResNet-50's 28 -> 14 shortcut 106.0 -> 70.6 (16-position boxes, two rows a
+#: step), but its 3x3 256@14 77.2 against the pointer-load kernel's 66.6 (that kernel's loop
+#: does well on those 9-tap layers, not on the strided 1x1 ones); 7-wide rows keep it too.
 WGRAD_TMA_MIN_WIDTH = 28
 WGRAD_TMA_MAX_OVERHANG = 1.15
 #: Positions a step of ``wgrad_tma_kernel`` reduces over: narrow rows take several row boxes
@@ -1147,9 +1149,10 @@ def wgrad_tma_config(dtype, batch: int, in_channels: int, out_channels: int,
     layers, ``strided_pointwise``: x's strided view), at least 32 channels a side,
     multiples of 8 (TMA's 16-byte strides), sizes within the kernel's int32 arithmetic, on a
     GPU with TMA; windows of more than one tap with output rows at least
-    ``WGRAD_TMA_MIN_WIDTH`` wide or their boxes overhanging them little (14 wide in 16), and
-    unpadded 1x1 layers (``wgrad_tma_pointwise``: the positions as one flat row). Rows
-    narrower than ``WGRAD_TMA_STEP_POSITIONS`` take several boxes a step.
+    ``WGRAD_TMA_MIN_WIDTH`` wide, unpadded strided 1x1 layers with rows that wide or their
+    boxes overhanging them little (14 wide in 16), and unpadded 1x1 layers
+    (``wgrad_tma_pointwise``: the positions as one flat row). Rows narrower than
+    ``WGRAD_TMA_STEP_POSITIONS`` take several boxes a step.
 
     Fitted to benchmarks/probe_tma_wgrad.py (H200, bf16, ResNet-50's and UNet's 3x3 layers
     and a dilation-2 one; session 36): rows of 64 positions (32 where the output is at most
@@ -1179,7 +1182,8 @@ def wgrad_tma_config(dtype, batch: int, in_channels: int, out_channels: int,
         tw = 64
     else:
         tw = clamped_power_of_2(width, 16, 64)
-        if width < WGRAD_TMA_MIN_WIDTH and tw > WGRAD_TMA_MAX_OVERHANG * width:
+        narrow = width < WGRAD_TMA_MIN_WIDTH
+        if narrow and (tw > WGRAD_TMA_MAX_OVERHANG * width or geometry.kernel_numel > 1):
             return None
     rows = 1 if pointwise else max(1, WGRAD_TMA_STEP_POSITIONS // tw)
     while rows > 1 and cdiv(height, rows) * rows > WGRAD_TMA_MAX_ROW_OVERHANG * height:
