@@ -13,6 +13,7 @@ Also the input gradient (``dx[M, C] = dy[M, K] w[K, C]``: the same kernel, weigh
 ``[BK, BN]``), since a kernel that wins there serves both.
 
     PYTHONPATH=src python benchmarks/probe_tma_pointwise.py --json out.json   # GPU
+    PYTHONPATH=src python benchmarks/probe_tma_pointwise.py --batch 128 --layers r50_2048_512_7
     TRITON_INTERPRET=1 PYTHONPATH=src python benchmarks/probe_tma_pointwise.py  # CPU check
 """
 
@@ -273,8 +274,12 @@ def x_device(sets):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--layers", nargs="*", default=list(LAYERS))
+    ap.add_argument("--batch", type=int, default=None, help="every layer at this batch")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
+    if args.batch:
+        for name, (_, *rest) in list(LAYERS.items()):
+            LAYERS[name] = (args.batch, *rest)
     cuda = torch.cuda.is_available()
     device = "cuda" if cuda else "cpu"
     # The interpreter's descriptor loads garble bfloat16 (Triton 3.9); float16 checks the logic.

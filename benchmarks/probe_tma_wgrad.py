@@ -237,7 +237,21 @@ def gpu(path: str | None, library_only: bool = False) -> None:
                   f"pointer kernel {pointer:.1f} ({cudnn / pointer:.2f}x){shown}, rel err "
                   f"{err:.1e}, TMA tiles {tiles}", flush=True)  # fmt: skip
             continue
-        if k == 1:  # (1x1 layers: --library only)
+        if k == 1:  # 1x1 layers: the library's tiles at fixed split counts
+            rule, timed = ig.wgrad_tma_splits, []
+            try:
+                for splits in (1, 2, 3, 4, 6, 8, 12, 16, 24, 32):
+                    ig.wgrad_tma_splits = lambda *args, n=splits: n
+                    tritonconv.clear_caches()
+                    timed.append((graph_us(partial(ig.conv_grad_weight, dy, x, w.shape, geometry,
+                                                   1, weight_strides=w.stride())), splits))  # fmt: skip
+            finally:
+                ig.wgrad_tma_splits = rule
+                tritonconv.clear_caches()
+            results.append({"layer": name, "cudnn_us": cudnn, "ours_us": ours,
+                            "splits": {n: us for us, n in timed}})  # fmt: skip
+            print(f"{name} dW: cuDNN {cudnn:.1f}, library {ours:.1f}; by splits: "
+                  + ", ".join(f"{n}: {us:.1f}" for us, n in timed), flush=True)  # fmt: skip
             continue
         timed = []
         for cfg, splits in configs(c_in, c_out, s, k * k, sms):
