@@ -247,7 +247,7 @@ def _tma_workload() -> None:
     128-channel tiles, 128- and 256-position rectangles, a stride-1 transposed convolution's
     input-gradient form with bias), their weight gradients (``wgrad_tma_kernel``: 128 x 128
     and 64 x 64 channel tiles, rows of 16, 32 and 64 positions, two and four rows a step,
-    1-D), 1x1 layers and a
+    1-D), 1x1 layers (128 x 256 tiles too) and a
     kernel-equals-stride transposed convolution (``pointwise_tma_kernel``, plain and
     scattered); a strided 1x1 layer (both kernels over x's strided view); fp32 with TF32
     allowed (the window kernel and the 1x1 GEMM)."""
@@ -268,6 +268,7 @@ def _tma_workload() -> None:
             (tc.conv_transpose2d, (2, 64, 8, 8), (64, 64, 2, 2), {"stride": 2}),
             (tc.conv2d, (2, 64, 32, 32), (64, 64, 3, 3), {"padding": 1}),  # 64x64 dW tiles
             (tc.conv2d, (2, 128, 14, 14), (128, 128, 3, 3), {"padding": 1}),  # 14-wide rows
+            (tc.conv2d, (1, 256, 112, 112), (256, 256, 1, 1), {}),  # 128 x 256 1x1 tiles
             (tc.conv2d, (1, 64, 64, 64), (128, 64, 1, 1), {"stride": 2}),  # x[..., ::2, ::2]
         ]:  # fmt: skip
             x = torch.randn(shape, dtype=dtype)
@@ -352,7 +353,14 @@ def _compile_one(entry: dict, arch: int) -> str | None:
             return "no cubin produced"
     except Exception as e:  # the finding itself
         return f"{type(e).__name__}: {str(e).strip().splitlines()[-1][:400]}"
+    shared = getattr(compiled.metadata, "shared", 0)
+    if arch == 90 and shared > SM90_SHARED_LIMIT:  # (a launch would fail: out of resources)
+        return f"needs {shared} bytes of shared memory, more than sm_90's {SM90_SHARED_LIMIT}"
     return None
+
+
+# The most shared memory one program may take on sm_90 (227 KB).
+SM90_SHARED_LIMIT = 232448
 
 
 def _distinct(entries: list[dict]) -> list[dict]:

@@ -248,6 +248,27 @@ def test_tma_rule(monkeypatch):
         assert take(torch.bfloat16, 2048, 64, 256, g, 1, device) is None
 
 
+def test_wide_tile_rule(tma_gpu, monkeypatch):
+    """128 x 256 tiles for 16-bit layers with destination channels a multiple of 256, at
+    least 128 source channels and most of a wave of such tiles (ResNet-50's 1x1 layers at
+    batch 128, session 38's measurements); not for one-step reductions, 128 destination
+    channels, small batches or fp32."""
+    g = make_geometry((7, 7), (1, 1), (1, 1), (0, 0), (0, 0), (1, 1))
+
+    def take(rows, c_src, c_dst, dtype=torch.bfloat16):
+        return implicit_gemm.pointwise_tma_config(dtype, rows, c_src, c_dst, g, 1, "gpu")
+
+    wide = implicit_gemm.TmaConfig(128, 256, 64, 8, 3, True)
+    assert take(128 * 49, 2048, 512) == wide  # 98 tiles: 0.74 of a wave
+    assert take(128 * 49, 512, 2048) == wide
+    assert take(128 * 196, 1024, 256) == wide
+    assert take(128 * 3136, 64, 256) != wide  # 64 source channels: one step
+    assert take(128 * 784, 512, 128) != wide  # 128 destination channels
+    assert take(32 * 49, 2048, 512) != wide  # 26 tiles
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", True)
+    assert take(128 * 49, 2048, 512, torch.float32).block_n == 128
+
+
 # ---------------------------------------------------------------------------------------------
 # Transposed convolutions whose kernel equals their stride: one GEMM, scattered by tap
 # ---------------------------------------------------------------------------------------------

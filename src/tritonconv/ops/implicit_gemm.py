@@ -607,6 +607,8 @@ def pointwise_tma_config(dtype, rows, src_channels, dst_channels, geometry: Geom
         return None
     if INTERPRETER:  # small tiles: several of them, and persistent programs, on small tests
         config = TmaConfig(32, 64, 32, 4, 1, True)
+    elif not tf32 and _wide_pointwise(rows, src_channels, dst_channels, device):
+        config = TmaConfig(128, 256, 64, 8, 3, True)
     else:
         config = _pointwise_tma_tiles(rows, src_channels, dst_channels, device)
     if tf32:  # 4-byte elements: the same rows of 128 bytes
@@ -620,6 +622,30 @@ def pointwise_tma_config(dtype, rows, src_channels, dst_channels, geometry: Geom
 #: gradient (session 22, H100: ResNet-50's 1x1 at 56x56 forward 60.3 -> 51.3 µs, cuDNN 51.5;
 #: 96 -> 384 at 56x56 backward 205.2 -> 184.3).
 TMA_TF32 = True
+
+
+#: Least share of a wave of 128 x 256 tiles that :func:`_wide_pointwise` takes them at.
+WIDE_POINTWISE_MIN_WAVE = 0.7
+
+
+def _wide_pointwise(rows: int, src_channels: int, dst_channels: int, device) -> bool:
+    """Whether a 16-bit 1x1 layer (or its input gradient) takes 128-row by 256-channel tiles,
+    persistent: destination channels a multiple of 256, at least 128 source channels, and
+    tiles filling at least ``WIDE_POINTWISE_MIN_WAVE`` of a wave.
+
+    Measured (session 38, H200, benchmarks/probe_tma_pointwise.py --batch 128, ResNet-50's
+    1x1 layers at 28², 14² and 7², kernel µs, forward / input gradient): 128 x 256 tiles the
+    best or within 1 % of it on all of them (2048 -> 512 at 7² 23.6 / 22.9 against the
+    previous rule's 34.2 / 29.6, cuDNN's forward 19.6; 512 -> 2048 at 7² 22.8 / 23.7 against
+    29.4 / 33.8; 1024 -> 256 at 14² 30.7 / 30.7 against 31.8 / 30.9), the previous rule's
+    128 x 128 and 256 x 128 tiles making 1.5 waves there; 64 source channels (one step) keep
+    128 x 128 (ResNet-50's 64 -> 256 at 56²: 75.1 against 80.4)."""
+    return (
+        dst_channels % 256 == 0
+        and src_channels >= 128
+        and cdiv(rows, 128) * (dst_channels // 256)
+        >= WIDE_POINTWISE_MIN_WAVE * multiprocessor_count(device)
+    )
 
 
 def _pointwise_tma_tiles(rows: int, src_channels: int, dst_channels: int, device) -> TmaConfig:
