@@ -16,7 +16,7 @@ split order (deterministic), as the library's weight gradient does.
 
     TRITON_INTERPRET=1 PYTHONPATH=src python benchmarks/probe_tma_wgrad.py --check  # CPU
     PYTHONPATH=src python benchmarks/probe_tma_wgrad.py [--json F]                 # GPU
-    LAYERS=@14 PYTHONPATH=src python benchmarks/probe_tma_wgrad.py  # layers whose name has it
+    LAYERS=@14,@32 PYTHONPATH=src python benchmarks/probe_tma_wgrad.py  # names with these
     PYTHONPATH=src python benchmarks/probe_tma_wgrad.py --library [--json F]  # the library alone
     PYTHONPATH=src python benchmarks/probe_tma_wgrad.py --sass       # offline sm_90 loops
 
@@ -105,13 +105,15 @@ def sass_loops() -> None:
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from ptx_loop import loops, opcode_counts, resources, sass
 
-    for tw, rows, bm, bn, warps, stages in [(64, 1, 128, 128, 8, 3), (32, 1, 128, 128, 8, 3),
-                                            (32, 2, 128, 128, 8, 3), (16, 4, 128, 128, 8, 3),
-                                            (16, 2, 64, 64, 4, 4)]:  # fmt: skip
+    for tw, rows, bm, bn, warps, stages, flat in [
+        (64, 1, 128, 128, 8, 3, False), (32, 1, 128, 128, 8, 3, False),
+        (32, 2, 128, 128, 8, 3, False), (16, 4, 128, 128, 8, 3, False),
+        (16, 2, 64, 64, 4, 4, False), (32, 2, 128, 128, 8, 3, True),
+    ]:  # fmt: skip
         t = torch.empty(2, 1, 16, 16, 128, dtype=torch.bfloat16)
         shape, strides = list(t.shape), list(t.stride())
-        xd = TensorDescriptor(t, shape, strides, [1, 1, 1, tw, bn])
-        dyd = TensorDescriptor(t, shape, strides, [1, 1, 1, tw, bm])
+        xd = TensorDescriptor(t, shape, strides, [1, 1, rows if flat else 1, tw, bn])
+        dyd = TensorDescriptor(t, shape, strides, [1, 1, 1, tw * (rows if flat else 1), bm])
         o = torch.empty(2, 128, 9, 128, dtype=torch.float32)
         od = TensorDescriptor(o, list(o.shape), list(o.stride()), [1, bm, 1, bn])
         signature = {"x": mangle_type(xd), "dy": mangle_type(dyd), "out": mangle_type(od)}
@@ -119,7 +121,7 @@ def sass_loops() -> None:
                      "dil_d", "dil_h", "dil_w", "per_split"]:  # fmt: skip
             signature[name] = "i32"
         constexprs = {"DOT_DTYPE": tl.bfloat16, "TW": tw, "ROWS": rows, "BLOCK_M": bm,
-                      "BLOCK_N": bn}  # fmt: skip
+                      "BLOCK_N": bn, "FLAT_DY": flat}  # fmt: skip
         for name in constexprs:
             signature[name] = "constexpr"
         compiled = triton.compile(ASTSource(wgrad_tma_kernel, signature, constexprs, {}),
@@ -129,7 +131,7 @@ def sass_loops() -> None:
             counts = opcode_counts(body)
             if counts["HGMMA"]:
                 keys = ("HGMMA", "UTMALDG", "LDS", "STS", "LDSM", "BAR", "SYNCS", "WARPGROUP")
-                print(f"TW {tw} x {rows} rows, {bm}x{bn} w{warps} s{stages} "
+                print(f"TW {tw} x {rows} rows{' flat dy' if flat else ''}, {bm}x{bn} w{warps} s{stages} "
                       f"{resources(compiled.asm['cubin'])}: loop {len(body)} SASS "
                       + str({k: counts[k] for k in keys}))  # fmt: skip
 
@@ -148,6 +150,8 @@ LAYERS = {
     "unet 3x3 256->128@64 b8": (8, 256, 128, 64, 3, 1),
     "unet 3x3 512->256@64 b8": (8, 512, 256, 64, 3, 1),
     "unet 3x3 512@32 b8": (8, 512, 512, 32, 3, 1),
+    "unet 3x3 512->1024@16 b8": (8, 512, 1024, 16, 3, 1),
+    "unet 3x3 1024@16 b8": (8, 1024, 1024, 16, 3, 1),
     "dil2 3x3 256@64 b16": (16, 256, 256, 64, 3, 2),
     # 1x1 layers (session 37, --library only: the positions as one flat row)
     "r50 1x1 64->256@56 b128": (128, 64, 256, 56, 1, 1),
@@ -189,9 +193,9 @@ def gpu(path: str | None, library_only: bool = False) -> None:
     torch.backends.cudnn.benchmark = True
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     results = []
-    only = os.environ.get("LAYERS")  # (a substring of the layers' names: those alone)
+    only = os.environ.get("LAYERS")  # (substrings of the layers' names, comma-separated)
     for name, (n, c_in, c_out, s, k, dil) in LAYERS.items():
-        if only and only not in name:
+        if only and not any(part in name for part in only.split(",")):
             continue
         pad = dil * (k - 1) // 2
         cl = torch.channels_last
@@ -221,6 +225,16 @@ def gpu(path: str | None, library_only: bool = False) -> None:
                     one_row = graph_us(call)
                 finally:
                     ig.WGRAD_TMA_STEP_POSITIONS = positions
+            no_flat = None
+            if tiles is not None and tiles.flat_dy:  # dy's rows as separate boxes, or none
+                ig.WGRAD_TMA_FLAT_DY = False
+                tritonconv.clear_caches()
+                try:
+                    got1 = call()
+                    assert ((got1.double() - want).norm() / want.norm()).item() < 1e-2
+                    no_flat = graph_us(call)
+                finally:
+                    ig.WGRAD_TMA_FLAT_DY = True
             rule = ig.wgrad_tma_config
             ig.wgrad_tma_config = lambda *args: None  # the pointer kernel, same call
             tritonconv.clear_caches()
@@ -231,8 +245,10 @@ def gpu(path: str | None, library_only: bool = False) -> None:
                 tritonconv.clear_caches()
             results.append({"layer": name, "cudnn_us": cudnn, "ours_us": ours, "rel_err": err,
                             "pointer_us": pointer, "one_row_us": one_row,
+                            "flat_dy_off_us": no_flat,
                             "tiles": str(tiles)})  # fmt: skip
             shown = f", one row a step {one_row:.1f}" if one_row else ""
+            shown += f", flat dy off {no_flat:.1f}" if no_flat else ""
             print(f"{name} dW: cuDNN {cudnn:.1f}, library {ours:.1f} ({cudnn / ours:.2f}x), "
                   f"pointer kernel {pointer:.1f} ({cudnn / pointer:.2f}x){shown}, rel err "
                   f"{err:.1e}, TMA tiles {tiles}", flush=True)  # fmt: skip

@@ -77,6 +77,41 @@ def test_weight_gradient_from_row_boxes(case, splits, device, kernels, monkeypat
     assert got.stride() == w.stride(), "dW not in the weight's layout"
 
 
+@pytest.mark.parametrize(
+    "case",
+    [
+        (2, 32, (6, 16), 40, (3, 3), 1, 1),  # rows exactly a box wide, an even count of them
+        (1, 32, (2, 4, 8), 32, (3, 3, 3), 1, 1),  # 3-D: a flat box never crosses a depth slice
+        (2, 48, (4, 8), 32, (3, 3), 2, 2),  # dilated
+    ],
+    ids=str,
+)
+def test_rows_exactly_a_box_wide_read_dy_flat(case, device, monkeypatch):
+    """Where a step's rows are exactly a box wide and the height a multiple of them, dy is
+    read as one flat box of the step's positions and x as one box of its rows
+    (``FLAT_DY``); dW right against float64, with one split and two."""
+    N, C, spatial, K, kernel, padding, dilation = case
+    flags = []
+    original = implicit_gemm.launch
+
+    def spy(kernel_fn, grid, *args, **meta):
+        if kernel_fn is implicit_gemm.wgrad_tma_kernel:
+            flags.append(meta["FLAT_DY"])
+        return original(kernel_fn, grid, *args, **meta)
+
+    monkeypatch.setattr(implicit_gemm, "launch", spy)
+    for splits in (1, 2):
+        monkeypatch.setattr(implicit_gemm, "wgrad_tma_splits", lambda *args, n=splits: n)
+        tritonconv.clear_caches()
+        x = rows_layout(random_tensor((N, C, *spatial), torch.bfloat16, device))
+        w = rows_layout(random_tensor((K, C, *kernel), torch.bfloat16, device))
+        out = CONV[len(spatial)](x.double(), w.double(), padding=padding, dilation=dilation)
+        dy = rows_layout(random_tensor(out.shape, torch.bfloat16, device))
+        got, want = _weight_gradient(x, w, dy, padding=padding, dilation=dilation)
+        assert_close(got, want, reduction=out.numel() // K, name="dW")
+    assert flags == [True, True], flags
+
+
 @pytest.mark.parametrize("layout", ["contiguous weight", "nchw input"])
 def test_other_layouts_are_read_or_written_through_copies(layout, device, kernels):
     """A contiguous weight gets a contiguous dW (the kernel's channels-last one copied); NCHW
@@ -155,15 +190,17 @@ def test_tile_rule_on_the_measured_layers(gpu_rule):
     cfg = implicit_gemm.WgradTmaConfig
     assert _rule(8, 128, 64, 256) == cfg(64, 64, 128, 4, 4)
     assert _rule(8, 512, 256, 64) == cfg(64, 128, 128, 8, 3)
-    assert _rule(8, 512, 512, 32) == cfg(32, 128, 128, 8, 3, 2)  # two rows a step
     assert _rule(128, 64, 64, 56) == cfg(64, 64, 64, 4, 4)
-    assert _rule(128, 128, 128, 28) == cfg(32, 128, 128, 8, 3, 2)
     assert _rule(16, 40, 48, 64) == cfg(64, 64, 64, 4, 4)
     assert _rule(8, 32, 96, 64) == cfg(64, 64, 32, 4, 4)
     assert _rule(8, 64, 64, 1024, rank=1) == cfg(64, 64, 64, 4, 4)
     # windows narrower than 28 keep the pointer kernel (measured faster on ResNet-50's 14)
     assert _rule(128, 256, 256, 14) is None
     assert _rule(128, 512, 512, 7) is None
+    # but rows exactly a box wide read dy flat (UNet's 1024@16: four rows a step)
+    assert _rule(8, 1024, 1024, 16) == cfg(16, 128, 128, 8, 3, 4, True)
+    assert _rule(8, 512, 512, 32) == cfg(32, 128, 128, 8, 3, 2, True)
+    assert _rule(128, 128, 128, 28) == cfg(32, 128, 128, 8, 3, 2)  # 28 in 32: row boxes
     assert _rule(128, 128, 128, 56, stride=2) is None
     assert _rule(128, 256, 1024, 14, kernel=1) == cfg(64, 128, 128, 8, 3)  # 1x1: flat rows
     assert _rule(128, 64, 64, 56, kernel=1) == cfg(64, 64, 64, 4, 4)
@@ -180,7 +217,7 @@ def test_strided_pointwise_rule(gpu_rule):
     cfg = implicit_gemm.WgradTmaConfig
     assert _rule(128, 256, 512, 56, kernel=1, stride=2) == cfg(32, 128, 128, 8, 3, 2)
     assert _rule(128, 512, 1024, 28, kernel=1, stride=2) == cfg(16, 128, 128, 8, 3, 2)
-    assert _rule(32, 64, 64, 32, kernel=1, stride=2) == cfg(16, 64, 64, 4, 4, 4)
+    assert _rule(32, 64, 64, 32, kernel=1, stride=2) == cfg(16, 64, 64, 4, 4, 4, True)
     assert _rule(128, 1024, 2048, 14, kernel=1, stride=2) is None
 
 

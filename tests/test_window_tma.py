@@ -101,7 +101,12 @@ def test_tf32_forward_and_input_gradient(case, device, kernels, monkeypatch):
 
 @pytest.mark.parametrize(
     "case",
-    [((2, 32, 9, 11), 64, 2), ((1, 64, 3, 7, 8), 32, (1, 2, 3)), ((2, 32, 13), 64, 3)],
+    [
+        ((2, 32, 9, 11), 64, 2),
+        ((1, 64, 3, 7, 8), 32, (1, 2, 3)),
+        ((2, 32, 13), 64, 3),
+        ((2, 32, 8, 16), 64, 2),
+    ],  # (the last: 8-wide rows, the weight gradient's flat dy)
     ids=str,
 )
 def test_strided_pointwise_reads_a_strided_view(case, device, kernels, monkeypatch):

@@ -1017,6 +1017,7 @@ def wgrad_tma_kernel(
     ROWS: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
+    FLAT_DY: tl.constexpr = False,
 ):
     """The weight gradient of a stride-1 one-group convolution over dense channels-last
     tensors, every tile moved by TMA: ``dW[co, tap, ci] = sum over positions p of dy[p, co] *
@@ -1065,10 +1066,16 @@ def wgrad_tma_kernel(
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     for _ in range(first, last):
         w0 = wt * TW
-        for i in tl.static_range(ROWS):  # (a row past dy's last: its zero fill)
-            a = dy.load([n, d, h + i, w0, co0]).reshape([TW, BLOCK_M]).to(DOT_DTYPE)
-            b = x.load([n, d + sd, h + i + sh, w0 + sw, ci0]).reshape([TW, BLOCK_N])
+        if FLAT_DY:  # dy's ROWS rows as one flat box, x's as one box of ROWS rows
+            p = ((n * D + d) * H + h) * W + w0
+            a = dy.load([0, 0, 0, p, co0]).reshape([ROWS * TW, BLOCK_M]).to(DOT_DTYPE)
+            b = x.load([n, d + sd, h + sh, w0 + sw, ci0]).reshape([ROWS * TW, BLOCK_N])
             acc = tl.dot(a.T, b.to(DOT_DTYPE), acc)
+        else:
+            for i in tl.static_range(ROWS):  # (a row past dy's last: its zero fill)
+                a = dy.load([n, d, h + i, w0, co0]).reshape([TW, BLOCK_M]).to(DOT_DTYPE)
+                b = x.load([n, d + sd, h + i + sh, w0 + sw, ci0]).reshape([TW, BLOCK_N])
+                acc = tl.dot(a.T, b.to(DOT_DTYPE), acc)
         wt += 1
         wrap = wt == w_tiles
         wt = tl.where(wrap, 0, wt)

@@ -1138,11 +1138,12 @@ class WgradTmaConfig(NamedTuple):
     num_warps: int
     num_stages: int
     rows: int = 1
+    flat_dy: bool = False  # dy's rows of a step as one flat box (rows exactly ``tw`` wide)
 
     def __str__(self) -> str:
-        tw, m, n, w, s, rows = self
+        tw, m, n, w, s, rows, flat = self
         step = f"{rows} rows of {tw} positions" if rows > 1 else f"rows of {tw} positions"
-        return f"{m}x{n} channels x {step} w{w} s{s}"
+        return f"{m}x{n} channels x {step}{' (flat dy)' if flat else ''} w{w} s{s}"
 
 
 #: Output rows at least this wide take ``wgrad_tma_kernel`` (in boxes of 32 or 64 positions);
@@ -1158,6 +1159,14 @@ WGRAD_TMA_MAX_OVERHANG = 1.15
 #: height by more than ``WGRAD_TMA_MAX_ROW_OVERHANG``.
 WGRAD_TMA_STEP_POSITIONS = 64
 WGRAD_TMA_MAX_ROW_OVERHANG = 1.07
+#: Whether a step of several rows exactly a box wide, with no row past the output's height,
+#: reads dy as one flat box of the step's positions (consecutive in memory) and x as one box
+#: of its rows (``FLAT_DY``): one load and one dot a step instead of one a row. Compiled for
+#: sm_90 (probe_tma_wgrad.py --sass): 106 SASS for 4 HGMMA at 32 x 2, both operands from
+#: shared memory (x's box reshaped as the B operand stays there), against 154 for two
+#: one-row boxes; and it lets 16-wide windows (UNet's 1024@16) take the kernel, four rows a
+#: step.
+WGRAD_TMA_FLAT_DY = True
 #: The split rule's model (:func:`wgrad_tma_splits`): most splits of the rows (unless one
 #: round of programs takes more), programs an SM runs at once (two of every configuration fit
 #: its shared memory and registers), the steps a split costs beyond its own row boxes (the
@@ -1203,22 +1212,30 @@ def wgrad_tma_config(dtype, batch: int, in_channels: int, out_channels: int,
         return None
     if INTERPRETER:  # small tiles, several of them, two rows a step (the tests' planes)
         tw = clamped_power_of_2(width, 8, 16)
-        return WgradTmaConfig(tw, 32, 32, 4, 1, 1 if pointwise else 2)
+        rows = 1 if pointwise else 2
+        flat = WGRAD_TMA_FLAT_DY and rows > 1 and width == tw and height % rows == 0
+        return WgradTmaConfig(tw, 32, 32, 4, 1, rows, flat)
     if pointwise:
         tw = 64
     else:
         tw = clamped_power_of_2(width, 16, 64)
+        exact = WGRAD_TMA_FLAT_DY and width == tw and height % (64 // tw) == 0
         narrow = width < WGRAD_TMA_MIN_WIDTH
-        if narrow and (tw > WGRAD_TMA_MAX_OVERHANG * width or geometry.kernel_numel > 1):
+        if (
+            narrow
+            and not exact
+            and (tw > WGRAD_TMA_MAX_OVERHANG * width or geometry.kernel_numel > 1)
+        ):
             return None
     rows = 1 if pointwise else max(1, WGRAD_TMA_STEP_POSITIONS // tw)
     while rows > 1 and cdiv(height, rows) * rows > WGRAD_TMA_MAX_ROW_OVERHANG * height:
         rows //= 2
+    flat = WGRAD_TMA_FLAT_DY and rows > 1 and width == tw and height % rows == 0
     block_m = 128 if out_channels >= 128 else clamped_power_of_2(out_channels, 32, 64)
     block_n = 128 if in_channels >= 128 else clamped_power_of_2(in_channels, 32, 64)
     if block_m == block_n == 128:
-        return WgradTmaConfig(tw, 128, 128, 8, 3, rows)
-    return WgradTmaConfig(tw, block_m, block_n, 4, 4, rows)
+        return WgradTmaConfig(tw, 128, 128, 8, 3, rows, flat)
+    return WgradTmaConfig(tw, block_m, block_n, 4, 4, rows, flat)
 
 
 def wgrad_tma_pointwise(geometry: Geometry) -> bool:
@@ -1292,7 +1309,7 @@ def _launch_wgrad_tma(grad_out, x, parts, geometry: Geometry, config: WgradTmaCo
     itself with one split, else the fp32 partials), by ``wgrad_tma_kernel``, dy and x read
     channels-last (copied so where they are not)."""
     grad_out, x = _innermost(grad_out, 1), _innermost(x, 1)
-    tw, block_m, block_n, num_warps, num_stages, rows = config
+    tw, block_m, block_n, num_warps, num_stages, rows, flat_dy = config
     splits, c_out, c_in = parts.shape[:3]
     kernel, _, pad, dil = _window3(geometry)
     taps = math.prod(kernel)
@@ -1304,6 +1321,12 @@ def _launch_wgrad_tma(grad_out, x, parts, geometry: Geometry, config: WgradTmaCo
         dy_shape = [1, 1, 1, grad_out.numel() // c_out, c_out]
         x_shape = [1, 1, 1, x.numel() // c_in, c_in]
         dy_strides, x_strides = (list(dense_strides(v, range(5))) for v in (dy_shape, x_shape))
+    dy_box, x_box = [1, 1, 1, tw, block_m], [1, 1, 1, tw, block_n]
+    sizes = dy_shape[:4]  # (the kernel's N, D, H, W: dy's)
+    if config.flat_dy:  # a step's rows: one flat box of dy, one box of rows of x
+        dy_box, x_box = [1, 1, 1, rows * tw, block_m], [1, 1, rows, tw, block_n]
+        dy_shape = [1, 1, 1, grad_out.numel() // c_out, c_out]
+        dy_strides = list(dense_strides(dy_shape, range(5)))
     boxes, tiles = _wgrad_tma_work(grad_out.shape[0], c_in, c_out, geometry, config)
     # each split as [C_out, taps, C_in] (its channels-last layout)
     out_shape = [splits, c_out, taps, c_in]
@@ -1312,10 +1335,10 @@ def _launch_wgrad_tma(grad_out, x, parts, geometry: Geometry, config: WgradTmaCo
     launch(
         wgrad_tma_kernel,
         (tiles, splits),
-        TensorDescriptor(x, x_shape, x_strides, [1, 1, 1, tw, block_n]),
-        TensorDescriptor(grad_out, dy_shape, dy_strides, [1, 1, 1, tw, block_m]),
+        TensorDescriptor(x, x_shape, x_strides, x_box),
+        TensorDescriptor(grad_out, dy_shape, dy_strides, dy_box),
         out,
-        *dy_shape[:4],
+        *sizes,
         c_in,
         c_out,
         *kernel[1:],
@@ -1327,6 +1350,7 @@ def _launch_wgrad_tma(grad_out, x, parts, geometry: Geometry, config: WgradTmaCo
         ROWS=rows,
         BLOCK_M=block_m,
         BLOCK_N=block_n,
+        FLAT_DY=flat_dy,
         num_warps=num_warps,
         num_stages=num_stages,
     )
