@@ -1219,7 +1219,11 @@ def wgrad_tma_config(dtype, batch: int, in_channels: int, out_channels: int,
         tw = 64
     else:
         tw = clamped_power_of_2(width, 16, 64)
-        exact = WGRAD_TMA_FLAT_DY and width == tw and height % (64 // tw) == 0
+        exact = (
+            WGRAD_TMA_FLAT_DY
+            and width == tw
+            and height % max(1, WGRAD_TMA_STEP_POSITIONS // tw) == 0
+        )
         narrow = width < WGRAD_TMA_MIN_WIDTH
         if (
             narrow
