@@ -96,14 +96,12 @@ def check() -> None:
 
 def sass_loops() -> None:
     """``wgrad_tma_kernel``'s loop compiled for sm_90 here (Triton's own toolchain, no GPU),
-    one to four row boxes a step: whether both operands stay in shared memory (no LDS, STS or
-    LDSM in the loop) and how many instructions a step takes."""
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
+    one to four row boxes a step and the flat form: whether both operands stay in shared
+    memory (no LDS, STS or LDSM in the loop) and how many instructions a step takes."""
     from triton.runtime.jit import mangle_type
 
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from ptx_loop import loops, opcode_counts, resources, sass
+    from ptx_loop import mma_loop
 
     for tw, rows, bm, bn, warps, stages, flat in [
         (64, 1, 128, 128, 8, 3, False), (32, 1, 128, 128, 8, 3, False),
@@ -122,18 +120,10 @@ def sass_loops() -> None:
             signature[name] = "i32"
         constexprs = {"DOT_DTYPE": tl.bfloat16, "TW": tw, "ROWS": rows, "BLOCK_M": bm,
                       "BLOCK_N": bn, "FLAT_DY": flat}  # fmt: skip
-        for name in constexprs:
-            signature[name] = "constexpr"
-        compiled = triton.compile(ASTSource(wgrad_tma_kernel, signature, constexprs, {}),
-                                  target=GPUTarget("cuda", 90, 128),
-                                  options={"num_warps": warps, "num_stages": stages})  # fmt: skip
-        for body in loops(sass(compiled.asm["cubin"])):
-            counts = opcode_counts(body)
-            if counts["HGMMA"]:
-                keys = ("HGMMA", "UTMALDG", "LDS", "STS", "LDSM", "BAR", "SYNCS", "WARPGROUP")
-                print(f"TW {tw} x {rows} rows{' flat dy' if flat else ''}, {bm}x{bn} w{warps} s{stages} "
-                      f"{resources(compiled.asm['cubin'])}: loop {len(body)} SASS "
-                      + str({k: counts[k] for k in keys}))  # fmt: skip
+        keys = ("HGMMA", "UTMALDG", "LDS", "STS", "LDSM", "BAR", "SYNCS", "WARPGROUP")
+        print(f"TW {tw} x {rows} rows{' flat dy' if flat else ''}, {bm}x{bn} w{warps} "
+              f"s{stages} " + mma_loop(wgrad_tma_kernel, signature, constexprs, warps, stages,
+                                       keys))  # fmt: skip
 
 
 # name: (batch, C_in, C_out, H=W, kernel, dilation)
@@ -215,26 +205,24 @@ def gpu(path: str | None, library_only: bool = False) -> None:
             tiles = ig.wgrad_tma_config(x.dtype, n, c_in, c_out, geometry, 1, x.device)
             call = partial(ig.conv_grad_weight, dy, x, w.shape, geometry, 1,
                            weight_strides=w.stride())  # fmt: skip
-            one_row = None
-            if tiles is not None and tiles.rows > 1:  # the same tiles, one row box a step
-                ig.WGRAD_TMA_STEP_POSITIONS, positions = 1, ig.WGRAD_TMA_STEP_POSITIONS
+
+            def with_knob(name, value, call=call, want=want):
+                """The call's µs with ``ig.<name>`` at ``value`` (checked first)."""
+                default = getattr(ig, name)
+                setattr(ig, name, value)
                 tritonconv.clear_caches()
                 try:
                     got1 = call()
                     assert ((got1.double() - want).norm() / want.norm()).item() < 1e-2
-                    one_row = graph_us(call)
+                    return graph_us(call)
                 finally:
-                    ig.WGRAD_TMA_STEP_POSITIONS = positions
-            no_flat = None
-            if tiles is not None and tiles.flat_dy:  # dy's rows as separate boxes, or none
-                ig.WGRAD_TMA_FLAT_DY = False
-                tritonconv.clear_caches()
-                try:
-                    got1 = call()
-                    assert ((got1.double() - want).norm() / want.norm()).item() < 1e-2
-                    no_flat = graph_us(call)
-                finally:
-                    ig.WGRAD_TMA_FLAT_DY = True
+                    setattr(ig, name, default)
+
+            # the same tiles one row box a step; dy's rows as separate boxes (or none)
+            multi = tiles is not None and tiles.rows > 1
+            one_row = with_knob("WGRAD_TMA_STEP_POSITIONS", 1) if multi else None
+            flat = tiles is not None and tiles.flat_dy
+            no_flat = with_knob("WGRAD_TMA_FLAT_DY", False) if flat else None
             rule = ig.wgrad_tma_config
             ig.wgrad_tma_config = lambda *args: None  # the pointer kernel, same call
             tritonconv.clear_caches()

@@ -292,12 +292,10 @@ def sass_counts() -> None:
 def sass_box() -> None:
     """``box_tma_probe_kernel``'s loop for sm_90: whether the reshaped box stays in shared
     memory as a wgmma operand (no LDS/STS/LDSM in the loop) or goes through registers."""
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
     from triton.runtime.jit import mangle_type
 
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from ptx_loop import loops, opcode_counts, resources, sass
+    from ptx_loop import mma_loop
 
     for transposed, swap, (th, tw, bn, bk, warps, stages) in [
         (False, False, (2, 64, 128, 64, 8, 4)), (False, True, (2, 64, 128, 64, 8, 4)),
@@ -317,19 +315,11 @@ def sass_box() -> None:
         constexprs = {"TRANSPOSED": transposed, "HAS_BIAS": not transposed, "TH": th, "TW": tw,
                       "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8, "SWAP": swap,
                       "FLATTEN": False}  # fmt: skip
-        for name in constexprs:
-            signature[name] = "constexpr"
-        compiled = triton.compile(ASTSource(box_tma_probe_kernel, signature, constexprs, {}),
-                                  target=GPUTarget("cuda", 90, 128),
-                                  options={"num_warps": warps, "num_stages": stages})  # fmt: skip
-        for body in loops(sass(compiled.asm["cubin"])):
-            counts = opcode_counts(body)
-            if counts["HGMMA"]:
-                keys = ("HGMMA", "UTMALDG", "LDS", "STS", "LDSM", "BAR", "IMAD")
-                print(f"transposed={transposed} swap={swap} {th}x{tw}x{bn}x{bk} w{warps} "
-                      f"s{stages} {resources(compiled.asm['cubin'])}: loop {len(body)} SASS "
-                      + str({k: counts[k] for k in keys}))  # fmt: skip
-                break
+        keys = ("HGMMA", "UTMALDG", "LDS", "STS", "LDSM", "BAR", "IMAD")
+        print(
+            f"transposed={transposed} swap={swap} {th}x{tw}x{bn}x{bk} w{warps} s{stages} "
+            + mma_loop(box_tma_probe_kernel, signature, constexprs, warps, stages, keys)
+        )
 
 
 # name: (batch, C_in, C_out, H=W, kernel, dilation)

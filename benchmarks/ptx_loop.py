@@ -197,6 +197,28 @@ def loops(lines: list[str]) -> list[list[str]]:
     return bodies
 
 
+def mma_loop(fn, signature: dict, constexprs: dict, warps: int, stages: int,
+             keys=("HGMMA", "UTMALDG", "LDS", "STS", "LDSM", "BAR")) -> str:  # fmt: skip
+    """``fn`` compiled for sm_90 here (``signature`` names every parameter's type,
+    ``"constexpr"`` for those in ``constexprs``): its resources and its first loop holding
+    wgmma (HGMMA) instructions, its length and the count of each opcode of ``keys``."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    signature = {**signature, **dict.fromkeys(constexprs, "constexpr")}
+    compiled = triton.compile(ASTSource(fn, signature, constexprs, {}),
+                              target=GPUTarget("cuda", 90, 128),
+                              options={"num_warps": warps, "num_stages": stages})  # fmt: skip
+    cubin = compiled.asm["cubin"]
+    for body in loops(sass(cubin)):
+        counts = opcode_counts(body)
+        if counts["HGMMA"]:
+            return (f"{resources(cubin)}: loop {len(body)} SASS "
+                    + str({k: counts[k] for k in keys}))  # fmt: skip
+    return f"{resources(cubin)}: no loop with HGMMA"
+
+
 def opcode_counts(body: list[str]) -> collections.Counter:
     counts = collections.Counter()
     for line in body:

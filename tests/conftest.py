@@ -74,6 +74,25 @@ def kernels(monkeypatch):
 
 
 @pytest.fixture
+def launches(monkeypatch):
+    """``(kernel name, constexprs and options)`` of each launch of ``ops.implicit_gemm``
+    (plans cleared before and after: none replays, none recorded here outlives the test)."""
+    from tritonconv.ops import implicit_gemm
+
+    tritonconv.clear_caches()
+    seen = []
+    original = implicit_gemm.launch
+
+    def spy(kernel, grid, *args, **meta):
+        seen.append((kernel.fn.__name__ if hasattr(kernel, "fn") else kernel.__name__, meta))
+        return original(kernel, grid, *args, **meta)
+
+    monkeypatch.setattr(implicit_gemm, "launch", spy)
+    yield seen
+    tritonconv.clear_caches()
+
+
+@pytest.fixture
 def tma_gpu(monkeypatch):
     """``ops.implicit_gemm``'s rules as on a 132-multiprocessor GPU with TMA: the
     interpreter's small tiles and the device check set aside (the rule tests)."""

@@ -20,7 +20,6 @@ from torch._dynamo.testing import CompileCounterWithBackend
 import tritonconv
 from tritonconv import precision
 from tritonconv.bench import overridden
-from tritonconv.caches import clear_caches
 from tritonconv.kernels.mma import (
     bf16x6_step,
     lift,
@@ -1162,29 +1161,17 @@ def test_wide_group_pack_rule(monkeypatch):
 
 
 @pytest.mark.parametrize("transposed", [False, True], ids=["forward", "transposed"])
-def test_wide_pack_runs(transposed, device, monkeypatch):
+def test_wide_pack_runs(transposed, device, monkeypatch, launches):
     """Four 16-channel bf16 groups as one 64-channel program (the wide pack): forward, dX
     and the transposed convolution against float64."""
     monkeypatch.setattr(implicit_gemm, "INTERPRETER_MULTIPROCESSORS", 1)
     monkeypatch.setattr(implicit_gemm, "WIDE_PACK_MIN_WAVES", 0)
-    packs = []
-    launch = implicit_gemm.launch
-
-    def spy(kernel, grid, *args, **meta):
-        if kernel is implicit_gemm.conv_igemm_kernel:
-            packs.append(meta["PACK"])
-        return launch(kernel, grid, *args, **meta)
-
-    monkeypatch.setattr(implicit_gemm, "launch", spy)
-    clear_caches()  # (no launch plan recorded under the narrow rule for these signatures)
-    try:
-        x = random_tensor((2, 64, 5, 6), torch.bfloat16, device)
-        w = random_tensor((64, 16, 3, 3), torch.bfloat16, device)
-        _check(x.to(memory_format=torch.channels_last), w,
-               random_tensor((64,), torch.bfloat16, device), padding=1, groups=4,
-               transposed=transposed)  # fmt: skip
-    finally:
-        clear_caches()  # (nor one recorded under this rule kept for later tests)
+    x = random_tensor((2, 64, 5, 6), torch.bfloat16, device)
+    w = random_tensor((64, 16, 3, 3), torch.bfloat16, device)
+    _check(x.to(memory_format=torch.channels_last), w,
+           random_tensor((64,), torch.bfloat16, device), padding=1, groups=4,
+           transposed=transposed)  # fmt: skip
+    packs = [meta["PACK"] for name, meta in launches if name == "conv_igemm_kernel"]
     assert packs == [4, 4]  # forward and dX (or the transposed pair), both launched packed
 
 
