@@ -1111,3 +1111,21 @@ def test_a_tma_launch_in_a_thread_without_a_context(device):
     if "error" in seen:
         raise seen["error"]
     assert seen["context before"] is None, "the thread had a context: the case is not tested"
+
+
+def test_tritons_wrapper_gets_a_context_before_it_encodes_descriptors(monkeypatch):
+    """Where no direct launcher is bound (another Triton than 3.6), a cached launch goes
+    through Triton's wrapper, which encodes descriptor arguments before its C launcher binds
+    a context: the thread's context is bound first, as before a first launch; a launch
+    without descriptors binds nothing."""
+    if launch.TensorDescriptor is None:
+        pytest.skip("this Triton has no host-side TMA descriptors")
+    bound, runs = [], []
+    monkeypatch.setattr(launch, "bind_cuda_context", bound.append)
+    monkeypatch.setattr(launch, "current_device", lambda: 3)
+    entry = (_Compiled(lambda *args: runs.append(args)), (), None)
+    descriptor = launch.TensorDescriptor(torch.empty(64), [8, 8], [8, 1], [8, 8])
+    launch._run_compiled(entry, (1,), 0, [5, descriptor])
+    assert bound == [3] and len(runs) == 1
+    launch._run_compiled(entry, (1,), 0, [5])
+    assert bound == [3] and len(runs) == 2

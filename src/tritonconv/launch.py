@@ -362,6 +362,8 @@ def _run_compiled(entry, grid, stream: int, args) -> None:
     if direct is not None:
         direct(grid[0], grid[1], grid[2], stream, *args, *tail)
         return
+    if any(_is_descriptor(a) for a in args):  # (Triton's wrapper encodes them first)
+        bind_cuda_context(current_device())
     compiled.run(
         grid[0],
         grid[1],
@@ -522,7 +524,9 @@ def bind_cuda_context(device: int) -> None:
     before its C launcher makes a context current. A thread that has made no CUDA runtime
     call yet has none: autograd's device thread, when a backward's first launch is a TMA
     kernel, failed there with "invalid device context" (session 38, on the GPU). Triton's
-    launcher binds the primary context the same way. Once per thread and device."""
+    launcher binds the primary context the same way. Once per thread and device. Called
+    wherever a descriptor may be encoded: before Triton's own launch path (``kernel[grid]``,
+    its wrapper in :func:`_run_compiled`) and before a :class:`_TensorMaps` encoding."""
     if getattr(_thread_context, "device", None) == device:
         return
     lib = _libcuda()
@@ -809,10 +813,10 @@ class _Launch:
         if entry is None or entry[2] is None:  # Triton's own launch path: it takes tensors
             for position, index in self.slots:
                 args[position] = table[index]
-            if self.descriptors:
-                bind_cuda_context(device)  # (Triton's encoding of the descriptors comes first)
             self._descriptors(args, table, TensorDescriptor)
             if entry is None:
+                if self.descriptors:
+                    bind_cuda_context(device)  # (Triton's encoding of them comes first)
                 entry = _entry(
                     self.kernel[self.grid](*args, **self.meta), self.kernel, args, self.meta
                 )
