@@ -66,7 +66,7 @@ def wgrad(x, dy, kernel, pad, dil, cfg, splits):
     wgrad_tma_kernel[grid](
         xd, dyd, od, n, 1, oh, ow, c_in, c_out, kernel[0], kernel[1], 0, pad, pad, 1, dil, dil,
         per_split, DOT_DTYPE=dot_dtype(x.dtype), TW=tw, ROWS=rows, BLOCK_M=bm, BLOCK_N=bn,
-        num_warps=warps, num_stages=stages,
+        FLAT_DY=False, num_warps=warps, num_stages=stages,
     )  # fmt: skip
     dw = partial_sums.view(splits, c_out, *kernel, c_in).sum(0)  # (in split order)
     return dw.permute(0, 3, 1, 2)

@@ -1017,7 +1017,7 @@ def wgrad_tma_kernel(
     ROWS: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
-    FLAT_DY: tl.constexpr = False,
+    FLAT_DY: tl.constexpr,
 ):
     """The weight gradient of a stride-1 one-group convolution over dense channels-last
     tensors, every tile moved by TMA: ``dW[co, tap, ci] = sum over positions p of dy[p, co] *
@@ -1031,7 +1031,12 @@ def wgrad_tma_kernel(
     ``dy^T . x`` feed the tensor cores from shared memory (two-row boxes sent wgmma's A
     operand through registers: benchmarks/NOTES.md, session 36). A step takes ``ROWS`` such
     boxes, rows ``h .. h + ROWS - 1`` (narrow rows: ResNet-50's 14 wide in 16-position boxes,
-    four of them a step), one dot each; rows past dy's last are its zero fill.
+    four of them a step), one dot each; rows past dy's last are its zero fill. ``FLAT_DY``
+    (rows exactly ``TW`` wide, ``H`` a multiple of ``ROWS``): ``dy`` is a descriptor of its
+    positions as one row, ``[1, 1, 1, N*D*H*W, C_out]`` with boxes ``[1, 1, 1, ROWS*TW,
+    BLOCK_M]`` (a step's rows are consecutive), and ``x``'s boxes ``[1, 1, ROWS, TW,
+    BLOCK_N]`` (reshaped, wgmma's B operand still reads them from shared memory): one load
+    of each and one dot a step.
 
     Program ``(tile, split)`` reduces steps ``[split * per_split, ...)`` and stores its
     fp32 tile through ``out``, a descriptor of ``[splits, C_out, taps, C_in]`` (boxes ``[1,

@@ -1032,6 +1032,13 @@ def _five_d(t: torch.Tensor) -> tuple[list, list]:
     return shape, list(dense_strides(shape, range(5)))
 
 
+def _one_row(t: torch.Tensor) -> tuple[list, list]:
+    """``(shape, strides)`` of a dense channels-last ``t`` viewed as one row of its positions,
+    ``[1, 1, 1, positions, C]``."""
+    shape = [1, 1, 1, t.numel() // t.shape[1], t.shape[1]]
+    return shape, list(dense_strides(shape, range(5)))
+
+
 def _strided_view(shape: list, strides: list, out_shape: list, geometry: Geometry):
     """``(shape, strides)`` of the ``[N, D, H, W, C]`` view of a dense channels-last tensor
     that an unpadded strided 1x1 layer reads: ``x[:, ::sd, ::sh, ::sw]``, as large as the
@@ -1210,31 +1217,26 @@ def wgrad_tma_config(dtype, batch: int, in_channels: int, out_channels: int,
         or not _has_tma(device)
     ):
         return None
+
+    def rows_fit(tw: int, rows: int) -> bool:  # (FLAT_DY: rows a box wide, none past dy's)
+        return WGRAD_TMA_FLAT_DY and width == tw and height % rows == 0
+
     if INTERPRETER:  # small tiles, several of them, two rows a step (the tests' planes)
         tw = clamped_power_of_2(width, 8, 16)
         rows = 1 if pointwise else 2
-        flat = WGRAD_TMA_FLAT_DY and rows > 1 and width == tw and height % rows == 0
-        return WgradTmaConfig(tw, 32, 32, 4, 1, rows, flat)
-    if pointwise:
-        tw = 64
-    else:
-        tw = clamped_power_of_2(width, 16, 64)
-        exact = (
-            WGRAD_TMA_FLAT_DY
-            and width == tw
-            and height % max(1, WGRAD_TMA_STEP_POSITIONS // tw) == 0
-        )
-        narrow = width < WGRAD_TMA_MIN_WIDTH
-        if (
-            narrow
-            and not exact
-            and (tw > WGRAD_TMA_MAX_OVERHANG * width or geometry.kernel_numel > 1)
-        ):
-            return None
+        return WgradTmaConfig(tw, 32, 32, 4, 1, rows, rows > 1 and rows_fit(tw, rows))
+    tw = 64 if pointwise else clamped_power_of_2(width, 16, 64)
     rows = 1 if pointwise else max(1, WGRAD_TMA_STEP_POSITIONS // tw)
+    narrow = not pointwise and width < WGRAD_TMA_MIN_WIDTH
+    if (
+        narrow
+        and not rows_fit(tw, rows)
+        and (tw > WGRAD_TMA_MAX_OVERHANG * width or geometry.kernel_numel > 1)
+    ):
+        return None
     while rows > 1 and cdiv(height, rows) * rows > WGRAD_TMA_MAX_ROW_OVERHANG * height:
         rows //= 2
-    flat = WGRAD_TMA_FLAT_DY and rows > 1 and width == tw and height % rows == 0
+    flat = rows > 1 and rows_fit(tw, rows)
     block_m = 128 if out_channels >= 128 else clamped_power_of_2(out_channels, 32, 64)
     block_n = 128 if in_channels >= 128 else clamped_power_of_2(in_channels, 32, 64)
     if block_m == block_n == 128:
@@ -1259,8 +1261,8 @@ def wgrad_tma_splits(steps: int, tiles: int, weight_numel: int, config: WgradTma
     """How many fixed parts ``wgrad_tma_kernel`` splits its ``steps`` into for ``tiles``
     output tiles: the count that minimises the modelled time, rounds x (steps a split +
     ``WGRAD_TMA_FILL_STEPS``) x a step's time (``WGRAD_TMA_STEP_US`` for a 64-position
-    128 x 128 step, in proportion for other tiles and steps), a round being ``WGRAD_TMA_PROGRAMS_PER_SM``
-    programs on every multiprocessor, plus reading the fp32 partials back
+    128 x 128 step, in proportion for other tiles and steps), a round being
+    ``WGRAD_TMA_PROGRAMS_PER_SM`` programs on every multiprocessor, plus reading the fp32 partials back
     (``WGRAD_PARTIAL_US`` an element); at most ``WGRAD_TMA_MAX_SPLITS`` or one round, the
     partials bounded by ``WGRAD_PARTIAL_LIMIT`` (two splits under the interpreter, so their
     sum is tested).
@@ -1299,12 +1301,12 @@ def _wgrad_tma_work(batch: int, in_channels: int, out_channels: int, geometry: G
     """``(steps, output tiles)`` of a ``wgrad_tma_kernel`` launch (a step: ``config.rows``
     row boxes): the split count and the launcher's grid both come from them."""
     if wgrad_tma_pointwise(geometry):  # the positions as one row
-        boxes = cdiv(batch * geometry.output_numel, config.tw)
+        steps = cdiv(batch * geometry.output_numel, config.tw)
     else:
         depth, height, width = _spatial3(geometry.output, 1)
-        boxes = batch * depth * cdiv(height, config.rows) * cdiv(width, config.tw)
+        steps = batch * depth * cdiv(height, config.rows) * cdiv(width, config.tw)
     tiles = cdiv(out_channels, config.block_m) * cdiv(in_channels, config.block_n)
-    return boxes, tiles * geometry.kernel_numel
+    return steps, tiles * geometry.kernel_numel
 
 
 @launch_plan
@@ -1321,17 +1323,14 @@ def _launch_wgrad_tma(grad_out, x, parts, geometry: Geometry, config: WgradTmaCo
     x_shape, x_strides = _five_d(x)
     if strided_pointwise(geometry):  # x's view x[..., ::s, ::s], as large as dy
         x_shape, x_strides = _strided_view(x_shape, x_strides, dy_shape, geometry)
-    if wgrad_tma_pointwise(geometry):  # the positions as one row: [1, 1, 1, positions, C]
-        dy_shape = [1, 1, 1, grad_out.numel() // c_out, c_out]
-        x_shape = [1, 1, 1, x.numel() // c_in, c_in]
-        dy_strides, x_strides = (list(dense_strides(v, range(5))) for v in (dy_shape, x_shape))
-    dy_box, x_box = [1, 1, 1, tw, block_m], [1, 1, 1, tw, block_n]
+    if wgrad_tma_pointwise(geometry):  # the positions as one row
+        (dy_shape, dy_strides), (x_shape, x_strides) = _one_row(grad_out), _one_row(x)
     sizes = dy_shape[:4]  # (the kernel's N, D, H, W: dy's)
-    if config.flat_dy:  # a step's rows: one flat box of dy, one box of rows of x
+    dy_box, x_box = [1, 1, 1, tw, block_m], [1, 1, 1, tw, block_n]
+    if flat_dy:  # a step's rows: one flat box of dy, one box of rows of x
         dy_box, x_box = [1, 1, 1, rows * tw, block_m], [1, 1, rows, tw, block_n]
-        dy_shape = [1, 1, 1, grad_out.numel() // c_out, c_out]
-        dy_strides = list(dense_strides(dy_shape, range(5)))
-    boxes, tiles = _wgrad_tma_work(grad_out.shape[0], c_in, c_out, geometry, config)
+        dy_shape, dy_strides = _one_row(grad_out)
+    steps, tiles = _wgrad_tma_work(grad_out.shape[0], c_in, c_out, geometry, config)
     # each split as [C_out, taps, C_in] (its channels-last layout)
     out_shape = [splits, c_out, taps, c_in]
     out = TensorDescriptor(parts, out_shape, [parts.stride(0), taps * c_in, c_in, 1],
@@ -1348,7 +1347,7 @@ def _launch_wgrad_tma(grad_out, x, parts, geometry: Geometry, config: WgradTmaCo
         *kernel[1:],
         *pad,
         *dil,
-        cdiv(boxes, splits),
+        cdiv(steps, splits),
         DOT_DTYPE=dot_dtype(x.dtype),
         TW=tw,
         ROWS=rows,
@@ -2144,8 +2143,8 @@ def conv_grad_weight(
     if config is None and not tracing(grad_out, x):  # (see _launch_conv: not for a tracer)
         tma = wgrad_tma_config(x.dtype, N, C, C_out, geometry, groups, x.device)
     if tma is not None and _wgrad_tma_ready(grad_out) and _wgrad_tma_ready(x):
-        boxes, tiles = _wgrad_tma_work(N, C, C_out, geometry, tma)
-        splits = wgrad_tma_splits(boxes, tiles, weight_numel, tma, x.device)
+        steps, tiles = _wgrad_tma_work(N, C, C_out, geometry, tma)
+        splits = wgrad_tma_splits(steps, tiles, weight_numel, tma, x.device)
         return _into_weight_layout(
             weight_shape, x, layout, channels_last, splits,
             lambda parts: _launch_wgrad_tma(grad_out, x, parts, geometry, tma),
