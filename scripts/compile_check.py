@@ -247,10 +247,10 @@ def _tma_workload() -> None:
     128-channel tiles, 128- and 256-position rectangles, a stride-1 transposed convolution's
     input-gradient form with bias), their weight gradients (``wgrad_tma_kernel``: 128 x 128
     and 64 x 64 channel tiles, rows of 16, 32 and 64 positions, two and four rows a step,
-    1-D), 1x1 layers (128 x 256 tiles too) and a
-    kernel-equals-stride transposed convolution (``pointwise_tma_kernel``, plain and
-    scattered); a strided 1x1 layer (both kernels over x's strided view); fp32 with TF32
-    allowed (the window kernel and the 1x1 GEMM)."""
+    dy as one flat box, 1-D), 1x1 layers (128 x 256 tiles too) and a kernel-equals-stride
+    transposed convolution (``pointwise_tma_kernel``, plain and scattered); a strided 1x1
+    layer (both kernels over x's strided view); fp32 with TF32 allowed (the window kernel
+    and the 1x1 GEMM)."""
     import torch
 
     import tritonconv as tc

@@ -56,20 +56,26 @@ def plan_recordings(monkeypatch):
     return recordings
 
 
-@pytest.fixture
-def kernels(monkeypatch):
-    """Names of the kernels ``ops.implicit_gemm`` launches (plans cleared: none replays)."""
+def _spy_on_launches(monkeypatch, record) -> None:
+    """``record(kernel name, constexprs and options)`` at each launch of ``ops.implicit_gemm``
+    (plans cleared first: none replays)."""
     from tritonconv.ops import implicit_gemm
 
     tritonconv.clear_caches()
-    names = []
     original = implicit_gemm.launch
 
-    def spy(kernel, *args, **kwargs):
-        names.append(kernel.fn.__name__ if hasattr(kernel, "fn") else kernel.__name__)
-        return original(kernel, *args, **kwargs)
+    def spy(kernel, grid, *args, **meta):
+        record(kernel.fn.__name__ if hasattr(kernel, "fn") else kernel.__name__, meta)
+        return original(kernel, grid, *args, **meta)
 
     monkeypatch.setattr(implicit_gemm, "launch", spy)
+
+
+@pytest.fixture
+def kernels(monkeypatch):
+    """Names of the kernels ``ops.implicit_gemm`` launches (plans cleared: none replays)."""
+    names = []
+    _spy_on_launches(monkeypatch, lambda name, meta: names.append(name))
     return names
 
 
@@ -77,17 +83,8 @@ def kernels(monkeypatch):
 def launches(monkeypatch):
     """``(kernel name, constexprs and options)`` of each launch of ``ops.implicit_gemm``
     (plans cleared before and after: none replays, none recorded here outlives the test)."""
-    from tritonconv.ops import implicit_gemm
-
-    tritonconv.clear_caches()
     seen = []
-    original = implicit_gemm.launch
-
-    def spy(kernel, grid, *args, **meta):
-        seen.append((kernel.fn.__name__ if hasattr(kernel, "fn") else kernel.__name__, meta))
-        return original(kernel, grid, *args, **meta)
-
-    monkeypatch.setattr(implicit_gemm, "launch", spy)
+    _spy_on_launches(monkeypatch, lambda name, meta: seen.append((name, meta)))
     yield seen
     tritonconv.clear_caches()
 
