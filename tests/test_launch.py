@@ -1129,3 +1129,34 @@ def test_tritons_wrapper_gets_a_context_before_it_encodes_descriptors(monkeypatc
     assert bound == [3] and len(runs) == 1
     launch._run_compiled(entry, (1,), 0, [5])
     assert bound == [3] and len(runs) == 2
+
+
+def test_a_driver_failure_binding_the_context_says_which_call(monkeypatch):
+    """A CUDA driver error while binding the context raises, naming the driver call and its
+    error code, and leaves the thread unmarked (the next launch tries again)."""
+
+    class Driver:  # the driver without a current context, refusing the primary one
+        def cuCtxGetCurrent(self, out):
+            return 0
+
+        def cuDeviceGet(self, out, ordinal):
+            return 0
+
+        def cuDevicePrimaryCtxRetain(self, out, device):
+            return 101  # CUDA_ERROR_INVALID_DEVICE
+
+    monkeypatch.setattr(launch, "_libcuda", Driver)
+    seen = {}
+
+    def run():  # (a fresh thread: nothing bound in it yet)
+        try:
+            launch.bind_cuda_context(7)
+        except RuntimeError as error:
+            seen["error"] = str(error)
+        seen["marked"] = getattr(launch._thread_context, "device", None)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join()
+    assert seen["error"] == "tritonconv: cuDevicePrimaryCtxRetain failed with CUDA driver error 101"
+    assert seen["marked"] is None
