@@ -513,31 +513,90 @@ def test_described_launcher_only_where_every_layout_is_known(triton_36, monkeypa
             direct(1, 1, 1, 0, "descriptor")  # (the plain direct launcher: the wrapper runs)
 
 
-def test_replayed_launches_pass_addresses_to_the_c_launcher(monkeypatch):
+def test_replayed_launches_pass_addresses_to_the_c_launcher(triton_36, monkeypatch):
     """A replayed launch gives Triton's C launcher each tensor's address as an int (no
     data_ptr call and driver check per pointer there); Triton's own wrapper, where the direct
     launcher is not bound, still gets the tensors. (The compiled path, faked on the CPU.)"""
     monkeypatch.setattr(launch, "INTERPRETER", False)
-    seen = []
-    monkeypatch.setattr(
-        launch, "_run_compiled", lambda entry, grid, stream, args: seen.append(args)
-    )
+    wrapper = _Wrapper36()
     x, out = torch.randn(64), torch.empty(64)
     step = launch._Launch(
         _axpy_kernel, (1,), [x, None, out, 64, 2], {"BLOCK": 64}, [(0, 0), (2, 1)]
     )
     # compiled kernels by device and which addresses are 16-byte aligned (a bit each, in order)
     key = (0, 2 * (x.data_ptr() % 16 == 0) + (out.data_ptr() % 16 == 0))
-    step.compiled[key] = ("compiled", (64,), lambda *args: None)
+    step.compiled[key] = ("compiled", (64,), launch._direct_launcher(_Compiled(wrapper)))
     where = (0, 7, False)  # device, stream, launch hooks installed
     step.run([x, out], where)
-    assert seen == [[x.data_ptr(), None, out.data_ptr(), 64, 2]]
+    head = (1, 1, 1, 7, "fn", False, True, None, None, ("meta",), None, None, None)
+    assert wrapper.calls == [(*head, x.data_ptr(), None, out.data_ptr(), 64, 2, 64)]
+    seen = []
+    monkeypatch.setattr(
+        launch, "_run_compiled", lambda entry, grid, stream, args: seen.append(args)
+    )
     step.compiled[key] = ("compiled", (64,), None)
+    step.ready.clear()
     step.run([x, out], where)
     assert seen[-1][0] is x and seen[-1][2] is out
 
 
-def test_a_replay_looks_the_device_up_once(device, monkeypatch):
+def test_a_repeated_launch_reuses_its_arguments(triton_36, monkeypatch):
+    """A replayed launch on tensors at the addresses of an earlier one (a training loop's)
+    passes the C launcher the arguments it built then, TMA descriptors encoded and expanded,
+    building nothing again; new addresses or another stream get their own, a launch hook
+    takes Triton's own path, and the kept lists are bounded. (The compiled path, faked.)"""
+    monkeypatch.setattr(launch, "INTERPRETER", False)
+    monkeypatch.setattr(launch, "bind_cuda_context", lambda device: None)
+    encoded, built = [], []
+
+    def encode(address, *layout):
+        encoded.append(address)
+        return ("map", address)
+
+    class Counted(launch._Descriptor):
+        __slots__ = ()
+
+        def __init__(self, base, *layout):
+            built.append(base.data_ptr())
+            super().__init__(base, *layout)
+
+    monkeypatch.setattr(launch, "_tensor_map_encoder", lambda: encode)
+    monkeypatch.setattr(launch, "_Descriptor", Counted)
+    wrapper = _Wrapper36()
+    wrapper.launch = wrap_handle_tensordesc(wrapper.launch, {1}, [_tma_meta([8, 8])])
+    x, y, z = torch.randn(64), torch.randn(64), torch.randn(64)
+    layout = ((8, 8), (8, 1), (8, 8), "zero")
+    step = launch._Launch(_axpy_kernel, (2,), [x, None, 3], {}, [(0, 0)], [(1, 1, *layout)])
+    step.compiled[(0, int(x.data_ptr() % 16 == 0))] = (
+        "compiled", (), launch._direct_launcher(_Compiled(wrapper))
+    )  # fmt: skip
+    head = (2, 1, 1, 7, "fn", False, True, None, None, ("meta",), None, None, None)
+    for _ in range(3):
+        step.run([x, y], (0, 7, False))
+    assert wrapper.calls == [(*head, x.data_ptr(), ("map", y.data_ptr()), 8, 8, 8, 1, 3)] * 3
+    assert encoded == built == [y.data_ptr()]
+    step.run([x, z], (0, 7, False))  # a new address: its own arguments
+    assert wrapper.calls[-1][14] == ("map", z.data_ptr())
+    step.run([x, z], (0, 8, False))  # another stream (the map already encoded)
+    assert wrapper.calls[-1][3] == 8 and encoded == [y.data_ptr(), z.data_ptr()]
+    assert built == [y.data_ptr(), z.data_ptr(), z.data_ptr()] and len(step.ready) == 3
+    tritons = []
+
+    class Kernel:  # Triton's own launch, where a launch hook is installed
+        arg_names = _axpy_kernel.arg_names
+
+        def __getitem__(self, grid):
+            return lambda *args, **meta: tritons.append(args)
+
+    step.kernel = Kernel()
+    step.run([x, y], (0, 7, True))
+    assert len(tritons) == 1 and len(wrapper.calls) == 5
+    monkeypatch.setattr(launch, "READY_LAUNCHES", 3)  # bounded: emptied when full
+    step.run([y, y], (0, 7, False))
+    assert len(step.ready) == 1
+
+
+def test_a_replay_looks_the_device_up_once(device, triton_36, monkeypatch):
     """A replayed plan asks for the device, its stream and the launch hooks once, whatever
     the number of its launches; each launch gets them. (The compiled path, faked.)"""
     _axpy.plans.clear()
@@ -553,15 +612,13 @@ def test_a_replay_looks_the_device_up_once(device, monkeypatch):
     monkeypatch.setattr(
         torch._C, "_cuda_getCurrentRawStream", lambda d: asked.append("stream") or 5, raising=False
     )
-    launched = []
-    monkeypatch.setattr(launch, "_run_compiled", lambda e, g, s, a: launched.append(s))
+    wrapper = _Wrapper36()
+    direct = launch._direct_launcher(_Compiled(wrapper))
     for step in plan.steps:
-        step.compiled = {
-            (0, k): ("compiled", (), lambda *a: None) for k in range(8)
-        }  # every alignment pattern
+        step.compiled = {(0, k): ("compiled", (), direct) for k in range(8)}  # every alignment
     plan.run([x, y, out])
     assert asked == ["device", "stream", "hooks"]
-    assert launched == [5, 5, 5]
+    assert [args[3] for args in wrapper.calls] == [5, 5, 5]  # (the stream)
 
 
 @pytest.mark.skipif(tc.INTERPRETER, reason="compiled kernels only")

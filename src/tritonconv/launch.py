@@ -433,34 +433,30 @@ def _direct_launcher(compiled):
         return None
     if scratch or not callable(c_launch):
         return None
-    function, metadata = compiled.function, compiled.packed_metadata
+    # (function, flags, scratch pointers, packed metadata, launch metadata, enter and exit
+    # hooks): what the C launcher takes between the stream and the kernel's arguments
+    head = (compiled.function, *flags, None, None, compiled.packed_metadata, None, None, None)
+    encoders = ()
     described = _unwrap_descriptors(c_launch)
     if described is not None:
         c_launch, encoders = described
-        return _described_direct(c_launch, encoders, function, flags, metadata)
+
+    def arguments(grid: tuple, stream: int, args) -> tuple:
+        """The C launcher's arguments for a launch on ``args``: a kernel with TMA descriptor
+        parameters gets each descriptor expanded as Triton 3.6's wrapper does (the encoded
+        ``CUtensorMap``, then the shape and strides), the encoding reused from its
+        :class:`_TensorMaps` cache."""
+        if encoders:
+            args = list(args)
+            for position, encoder in encoders:  # (last first: a splice shifts later ones)
+                args[position : position + 1] = encoder.expand(args[position])
+        return (*grid, stream, *head, *args)
 
     def direct(gx, gy, gz, stream, *args):
-        # (..., scratch pointers, packed metadata, launch metadata, enter and exit hooks, args)
-        c_launch(
-            gx, gy, gz, stream, function, *flags, None, None, metadata, None, None, None, *args
-        )
+        c_launch(*arguments((gx, gy, gz), stream, args))
 
-    return direct
-
-
-def _described_direct(c_launch, encoders: list, function, flags, metadata):
-    """The direct launcher of a kernel with TMA descriptor parameters: each descriptor
-    argument expanded as Triton 3.6's wrapper does (the encoded ``CUtensorMap``, then the
-    shape and strides), the encoding reused from its :class:`_TensorMaps` cache."""
-
-    def direct(gx, gy, gz, stream, *args):
-        args = list(args)
-        for position, encoder in encoders:  # (last position first: the splices shift later ones)
-            args[position : position + 1] = encoder.expand(args[position])
-        c_launch(
-            gx, gy, gz, stream, function, *flags, None, None, metadata, None, None, None, *args
-        )
-
+    # a replay keeps the arguments of a launch it will repeat (``_Launch.run``)
+    direct.c_launch, direct.arguments = c_launch, arguments
     return direct
 
 
@@ -765,11 +761,19 @@ def _view_step(table: list, roots: list, t: torch.Tensor) -> _View | None:
     return _View(bases[0], tuple(t.shape), t.stride(), lo - base.storage_offset())
 
 
+# Bound on a recorded launch's kept argument lists (``_Launch.ready``: one per set of
+# addresses it ran on; a plan step serves every layer of its signature): emptied when full.
+READY_LAUNCHES = 64
+
+
 class _Launch:
     """A recorded launch: the kernel's arguments with the tensors left as slots (indices into
     the replay's tensor table), and its compiled kernels by device and pointer alignment."""
 
-    __slots__ = ("compiled", "descriptors", "grid", "kernel", "meta", "slots", "template")
+    __slots__ = (
+        "compiled", "descriptors", "grid", "kernel", "meta", "pointers", "ready", "slots",
+        "template",
+    )  # fmt: skip
 
     def __init__(self, kernel, grid, args, meta, slots, descriptors=()):
         self.kernel, self.grid, self.meta = kernel, grid, meta
@@ -780,7 +784,11 @@ class _Launch:
         self.slots = slots  # [(position in args, index in the table)]
         # [(position in args, index of its base in the table, shape, strides, block, padding)]
         self.descriptors = descriptors
+        # the table indices whose addresses a launch's arguments hold
+        self.pointers = [index for _, index in slots] + [d[1] for d in descriptors]
         self.compiled: dict = {}
+        # (device, stream, addresses): (C launcher, its arguments), for direct launches
+        self.ready: dict = {}
 
     def _descriptors(self, args: list, table: list, kind) -> None:
         for position, index, *layout in self.descriptors:
@@ -798,6 +806,15 @@ class _Launch:
             _interpret(self.kernel, self.grid, args, self.meta)
             return
         device, stream, hooked = where
+        if not hooked:
+            # A launch repeated on tensors at the same addresses (a training loop's, from
+            # PyTorch's caching allocator) passes the C launcher the same arguments: kept
+            # whole, TMA descriptors encoded and expanded, so its Python is one lookup.
+            ready_key = (device, stream, *[table[i].data_ptr() for i in self.pointers])
+            ready = self.ready.get(ready_key)
+            if ready is not None:
+                ready[0](*ready[1])
+                return
         # Triton's C launcher takes an address as an int as it is; a tensor it would ask for
         # its data_ptr (a Python call) and check with the driver (cuPointerGetAttribute), per
         # pointer and launch. The addresses are the tensors' own, on the current device
@@ -823,9 +840,16 @@ class _Launch:
                 if entry is not None and not hooked and len(self.compiled) < 16:
                     self.compiled[key] = entry
                 return
-        else:  # (descriptor bases: 16-byte aligned, the plan's check)
-            self._descriptors(args, table, _Descriptor)
-        _run_compiled(entry, self.grid, stream, args)
+            _run_compiled(entry, self.grid, stream, args)
+            return
+        self._descriptors(args, table, _Descriptor)  # (bases 16-byte aligned: the plan's check)
+        _, tail, direct = entry
+        grid = (*self.grid, 1, 1)[:3]
+        ready = (direct.c_launch, direct.arguments(grid, stream, (*args, *tail)))
+        if len(self.ready) >= READY_LAUNCHES:
+            self.ready.clear()
+        self.ready[ready_key] = ready
+        ready[0](*ready[1])
 
 
 class _Plan:
