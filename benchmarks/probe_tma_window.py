@@ -18,6 +18,8 @@ weight read as ``[taps, C_out, C_in]``.
     PYTHONPATH=src python benchmarks/probe_tma_window.py [--json F]   # GPU: times vs cuDNN
     PYTHONPATH=src python benchmarks/probe_tma_window.py --strided [--json F]  # ResNet's
                                             # strided 1x1 shortcuts, TMA forms on and off
+    PYTHONPATH=src python benchmarks/probe_tma_window.py --per-sm [--json F]  # two programs
+                                            # a multiprocessor, and fp32's narrower tiles
     PYTHONPATH=src python benchmarks/probe_tma_window.py --library [--json F]  # the rule's
 """
 
@@ -487,6 +489,89 @@ def library(path: str | None, dtype: torch.dtype = torch.bfloat16) -> None:
                        "triton": triton.__version__, "rows": rows}, f, indent=1)  # fmt: skip
 
 
+def per_sm(path: str | None) -> None:
+    """Two persistent programs a multiprocessor (``WindowTmaConfig.per_sm``, session 39):
+    the rule's tiles with one and with two programs an SM, and for fp32 (TF32 allowed, as
+    PyTorch's default) a few narrower tiles that let two share one, forward and input
+    gradient, kernel µs by CUDA-graph replay against cuDNN; each forced configuration's
+    output checked against float64 (relative norm error)."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from probe_small_wave import graph_us
+
+    import tritonconv
+    from tritonconv.geometry import make_geometry
+    from tritonconv.ops import implicit_gemm as ig
+
+    torch.backends.cudnn.benchmark = True
+    torch.backends.cudnn.allow_tf32 = True
+    rule = ig.window_tma_config
+    names = ["r50 3x3 64@56 b128", "r50 3x3 128@28 b128", "r50 3x3 256@14 b128",
+             "r50 3x3 128@28 b32", "unet 3x3 64@256 b8", "unet 3x3 128->64@128 b8"]  # fmt: skip
+    rows = []
+    for dtype, name in itertools.product((torch.bfloat16, torch.float32), names):
+        n, c_in, c_out, s, k, dil = LAYERS[name]
+        pad = dil * (k - 1) // 2
+        cl = torch.channels_last
+        x = torch.randn(n, c_in, s, s, device="cuda", dtype=dtype).to(memory_format=cl)
+        w = (torch.randn(c_out, c_in, k, k, device="cuda", dtype=dtype)
+             / math.sqrt(c_in * k * k)).to(memory_format=cl)  # fmt: skip
+        dy = torch.randn(n, c_out, s, s, device="cuda", dtype=dtype).to(memory_format=cl)
+        geometry = make_geometry((s, s), (k, k), (1, 1), (pad, pad), (pad, pad), (dil, dil))
+        passes = {
+            "fwd": (partial(torch.nn.functional.conv2d, x, w, padding=pad, dilation=dil),
+                    partial(ig.conv_forward, x, w, None, geometry, 1),
+                    partial(torch.nn.functional.conv2d, x.double(), w.double(), padding=pad,
+                            dilation=dil)),
+            "dX": (partial(torch.ops.aten.convolution_backward, dy, x, w, None, [1, 1],
+                           [pad, pad], [dil, dil], False, [0, 0], 1, (True, False, False)),
+                   partial(ig.conv_grad_input, dy, w, x, geometry, 1),
+                   partial(torch.nn.grad.conv2d_input, x.shape, w.double(), dy.double(),
+                           padding=pad, dilation=dil)),
+        }  # fmt: skip
+        for pass_name, (cudnn_call, ours_call, exact_call) in passes.items():
+            transposed = pass_name == "dX"
+            src, dst = (c_out, c_in) if transposed else (c_in, c_out)
+            taken = rule(dtype, n, src, dst, geometry, 1, transposed, "cuda")
+            if taken is None:
+                continue
+            configs = [taken, taken._replace(per_sm=2)]
+            if dtype == torch.float32:
+                for th_tw, bn, warps, stages, two in [
+                    (128, 64, 4, 3, 2),
+                    (128, 128, 8, 4, 1),
+                    (64, 128, 4, 3, 2),
+                    (64, 64, 4, 4, 2),
+                ]:
+                    th, tw, _ = ig._rectangle(th_tw, s, s)
+                    configs.append(ig.WindowTmaConfig(th, tw, bn, 32, warps, stages, two))
+            elif taken.block_n == 64:
+                configs.append(taken._replace(num_stages=3, per_sm=2))
+            exact = exact_call()
+            cudnn = graph_us(cudnn_call)
+            timed = []
+            for config in dict.fromkeys(configs):
+                ig.window_tma_config = lambda *args, c=config: c
+                tritonconv.clear_caches()
+                try:
+                    got = ours_call()
+                    err = ((got.double() - exact).norm() / exact.norm()).item()
+                    timed.append((str(config), graph_us(ours_call), err))
+                except Exception as error:  # (a configuration out of resources, say)
+                    timed.append((str(config), float("nan"), repr(error)[:120]))
+                finally:
+                    ig.window_tma_config = rule
+                    tritonconv.clear_caches()
+            rows.append({"layer": name, "dtype": str(dtype), "pass": pass_name,
+                         "cudnn_us": cudnn, "configs": timed})  # fmt: skip
+            line = "  ".join(f"[{c}] {us:.1f} ({cudnn / us:.2f}x, {e if isinstance(e, str) else f'{e:.0e}'})"
+                             for c, us, e in timed)  # fmt: skip
+            print(f"{name} {str(dtype)[6:]} {pass_name}: cuDNN {cudnn:.1f}  {line}", flush=True)
+    if path:
+        with open(path, "w") as f:
+            json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+                       "triton": triton.__version__, "rows": rows}, f, indent=1)  # fmt: skip
+
+
 # ResNet-50's downsampling shortcuts at batch 128: (batch, C_in, C_out, H=W, stride)
 SHORTCUTS = {
     "r50 1x1 s2 256->512@56 b128": (128, 256, 512, 56, 2),
@@ -579,7 +664,7 @@ def ab(path: str | None) -> None:
              / math.sqrt(c_in * k * k)).to(memory_format=cl)  # fmt: skip
         geometry = make_geometry((s, s), (k, k), (1, 1), (pad, pad), (pad, pad), (dil, dil))
         cfg = ig.window_tma_config(torch.bfloat16, n, c_in, c_out, geometry, 1, False, "cuda")
-        th, tw, bn, bk, warps, stages = cfg
+        th, tw, bn, bk, warps, stages, _ = cfg
         probe = graph_us(partial(launch_box, x, w, None, dil, False,
                                  (th, tw, bn, bk, warps, stages), sms, True))  # fmt: skip
         tritonconv.clear_caches()
@@ -614,6 +699,8 @@ if __name__ == "__main__":
         check()
     elif "--ab" in args:
         ab(args[args.index("--json") + 1] if "--json" in args else None)
+    elif "--per-sm" in args:
+        per_sm(args[args.index("--json") + 1] if "--json" in args else None)
     elif "--strided" in args:
         strided(args[args.index("--json") + 1] if "--json" in args else None)
     elif "--library" in args:

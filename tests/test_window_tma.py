@@ -154,12 +154,18 @@ def test_transposed_with_output_padding(device, kernels):
     assert_close(y, want, reduction=288, name="output")
 
 
+@pytest.mark.parametrize("per_sm", [1, 2])
 @pytest.mark.parametrize("transposed", [False, True])
-def test_gpu_tiles_under_the_interpreter(transposed, device, kernels, monkeypatch):
+def test_gpu_tiles_under_the_interpreter(transposed, per_sm, device, kernels, monkeypatch):
     """One of the GPU's configurations (128-position rectangles by 64 channels, 64-channel
-    reduction steps, pipelined): the CPU tests otherwise run the interpreter's small tiles."""
-    tile = implicit_gemm.WindowTmaConfig(2, 64, 64, 64, 4, 3)
+    reduction steps, pipelined), with one and two persistent programs a multiprocessor: the
+    CPU tests otherwise run the interpreter's small tiles."""
+    tile = implicit_gemm.WindowTmaConfig(2, 64, 64, 64, 4, 3, per_sm)
     monkeypatch.setattr(implicit_gemm, "window_tma_config", lambda *args: tile)
+    grids, programs = [], implicit_gemm._persistent_programs
+    monkeypatch.setattr(
+        implicit_gemm, "_persistent_programs", lambda *a: grids.append(programs(*a)) or grids[-1]
+    )
     x = rows_layout(random_tensor((1, 128, 3, 70), torch.bfloat16, device))
     w = rows_layout(random_tensor((128, 128, 3, 3), torch.bfloat16, device))
     conv, ref = (tritonconv.conv_transpose2d, F.conv_transpose2d) if transposed else CONV[2]
@@ -167,6 +173,12 @@ def test_gpu_tiles_under_the_interpreter(transposed, device, kernels, monkeypatc
         y = conv(x, w, padding=1, algo="implicit_gemm")
     assert kernels == ["window_tma_kernel"], kernels
     assert_close(y, ref(x.double(), w.double(), padding=1), reduction=128 * 9, name="output")
+    # 2 x 64 rectangles over 3 x 70 positions: 2 x 2 tiles by 2 channel tiles, walked by
+    # per_sm programs a multiprocessor (the interpreter counts INTERPRETER_TMA_PROGRAMS)
+    sms = implicit_gemm.INTERPRETER_TMA_PROGRAMS
+    if not tritonconv.INTERPRETER:
+        sms = implicit_gemm.multiprocessor_count(x.device)
+    assert grids == [min(8, per_sm * sms)]
 
 
 def test_weight_that_is_not_channels_last(device, kernels):

@@ -668,11 +668,11 @@ def _tma_programs(config: TmaConfig, tiles: int, device) -> int:
     return _persistent_programs(tiles, device) if config.persistent else tiles
 
 
-def _persistent_programs(tiles: int, device) -> int:
-    """Programs of a persistent TMA launch: one per multiprocessor (at most), each walking
-    tiles (under the interpreter, ``INTERPRETER_TMA_PROGRAMS``)."""
+def _persistent_programs(tiles: int, device, per_sm: int = 1) -> int:
+    """Programs of a persistent TMA launch: ``per_sm`` per multiprocessor (at most), each
+    walking tiles (under the interpreter, ``INTERPRETER_TMA_PROGRAMS``)."""
     sms = INTERPRETER_TMA_PROGRAMS if INTERPRETER else multiprocessor_count(device)
-    return min(tiles, sms)
+    return min(tiles, sms * per_sm)
 
 
 def _tma_rows(t: torch.Tensor) -> bool:
@@ -875,7 +875,9 @@ needs_aligned(window_tma_kernel, "src", "w", "dst")
 
 class WindowTmaConfig(NamedTuple):
     """Tiles of ``window_tma_kernel``: a ``th x tw`` rectangle of destination positions by
-    ``block_n`` channels, ``block_k`` source channels a step; its programs are persistent."""
+    ``block_n`` channels, ``block_k`` source channels a step; its programs are persistent,
+    ``per_sm`` of them a multiprocessor (two where a tile's warps and shared memory let two
+    share one: each hides the other's pipeline bubbles)."""
 
     th: int
     tw: int
@@ -883,10 +885,12 @@ class WindowTmaConfig(NamedTuple):
     block_k: int
     num_warps: int
     num_stages: int
+    per_sm: int = 1
 
     def __str__(self) -> str:
-        th, tw, n, k, w, s = self
-        return f"{th}x{tw} positions x {n} channels x {k} w{w} s{s} persistent"
+        th, tw, n, k, w, s, per_sm = self
+        shared = f", {per_sm} a multiprocessor" if per_sm > 1 else ""
+        return f"{th}x{tw} positions x {n} channels x {k} w{w} s{s} persistent{shared}"
 
 
 #: Most positions (as a multiple of the destination's) the rectangles of
@@ -1056,7 +1060,7 @@ def _launch_window_tma(src, weight, bias, dst, geometry: Geometry, transposed: b
     :func:`_launch_conv` keeps those on ``conv_igemm_kernel``.)"""
     if not (_tma_rows(src) and _tma_rows(dst)):
         return False
-    th, tw, block_n, block_k, num_warps, num_stages = config
+    th, tw, block_n, block_k, num_warps, num_stages, per_sm = config
     c_src, c_dst = src.shape[1], dst.shape[1]
     kernel, _, pad, dil = _window3(geometry)
     taps = math.prod(kernel)
@@ -1097,7 +1101,7 @@ def _launch_window_tma(src, weight, bias, dst, geometry: Geometry, transposed: b
     lead = [1] if four_d else [1, 1]
     launch(
         window_tma_kernel,
-        (_persistent_programs(tiles, src.device),),
+        (_persistent_programs(tiles, src.device, per_sm),),
         TensorDescriptor(src, src_shape, src_strides, [*lead, th, tw, block_k]),
         w,
         bias if bias is not None else src,
