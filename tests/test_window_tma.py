@@ -257,27 +257,29 @@ def gpu_rule(tma_gpu, monkeypatch):
 
 
 def test_tile_rule_on_the_measured_layers(gpu_rule):
-    """The rule's picks on session 36's probe layers (benchmarks/probe_tma_window.py)."""
+    """The rule's picks on session 36's probe layers (benchmarks/probe_tma_window.py); the
+    4-warp 64-channel tiles two programs a multiprocessor (session 39)."""
     cfg = implicit_gemm.WindowTmaConfig
-    assert _rule((128, 64, 56, 56), 64) == cfg(2, 64, 64, 64, 4, 4)
+    assert _rule((128, 64, 56, 56), 64) == cfg(2, 64, 64, 64, 4, 4, 2)
     assert _rule((128, 128, 28, 28), 128) == cfg(8, 32, 128, 64, 8, 3)
     assert _rule((32, 256, 14, 14), 256) == cfg(8, 16, 128, 64, 8, 4)  # under half a wave
     assert _rule((128, 256, 14, 14), 256) == cfg(16, 16, 128, 64, 8, 3)
     assert _rule((8, 1024, 16, 16), 1024) == cfg(8, 16, 128, 64, 8, 4)
-    assert _rule((8, 64, 256, 256), 64) == cfg(1, 128, 64, 64, 4, 4)
+    assert _rule((8, 64, 256, 256), 64) == cfg(1, 128, 64, 64, 4, 4, 2)
     assert _rule((8, 256, 64, 64), 128) == cfg(4, 64, 128, 64, 8, 3)
     assert _rule((8, 128, 128, 128), 64, transposed=True) == cfg(2, 128, 128, 64, 8, 3)
-    assert _rule((8, 96, 4096), 64) == cfg(1, 128, 64, 32, 4, 4)  # 1-D, 96 = 3 x 32
+    assert _rule((8, 96, 4096), 64) == cfg(1, 128, 64, 32, 4, 4, 2)  # 1-D, 96 = 3 x 32
     assert _rule((128, 512, 7, 7), 512) is None  # 7 x 7: overhang 2.6x
     assert _rule((8, 48, 32, 32), 64) is None  # 48 source channels
     assert _rule((8, 64, 32, 32), 64, kernel=1, pad=0) is None  # the pointwise GEMM's
     assert _rule((8, 64, 56, 56), 144) is None  # the second accumulator's width
-    assert _rule((8, 64, 56, 56), 192) == cfg(2, 64, 64, 64, 4, 4)  # three 64-column tiles
+    assert _rule((8, 64, 56, 56), 192) == cfg(2, 64, 64, 64, 4, 4, 2)  # three 64-column tiles
 
 
 def test_tf32_tile_rule(gpu_rule, monkeypatch):
     """fp32 with TF32 allowed: 32-channel steps in 128-position rectangles; 128-channel tiles
-    only under two waves (session 37's measurement); TF32 off never."""
+    (4 stages) only under two waves (session 37's measurement), 64-channel tiles two programs
+    a multiprocessor of 3 stages (session 39's); TF32 off never."""
     monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", True)
     cfg = implicit_gemm.WindowTmaConfig
 
@@ -286,9 +288,9 @@ def test_tf32_tile_rule(gpu_rule, monkeypatch):
         g = make_geometry(tuple(spatial), (3, 3), (1, 1), (1, 1), (1, 1), (1, 1))
         return implicit_gemm.window_tma_config(torch.float32, n, c, c_out, g, 1, False, "gpu")
 
-    assert rule((128, 64, 56, 56), 64) == cfg(2, 64, 64, 32, 4, 4)
-    assert rule((32, 256, 14, 14), 256) == cfg(8, 16, 128, 32, 8, 3)  # 128 tiles
-    assert rule((8, 1024, 16, 16), 1024) == cfg(8, 16, 128, 32, 8, 3)
+    assert rule((128, 64, 56, 56), 64) == cfg(2, 64, 64, 32, 4, 3, 2)
+    assert rule((32, 256, 14, 14), 256) == cfg(8, 16, 128, 32, 8, 4)  # 128 tiles
+    assert rule((8, 1024, 16, 16), 1024) == cfg(8, 16, 128, 32, 8, 4)
     assert rule((128, 256, 14, 14), 256) is None  # 512 tiles: the pointer kernel's
     assert rule((128, 128, 28, 28), 128) is None
     monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)

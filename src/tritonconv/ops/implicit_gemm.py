@@ -942,7 +942,13 @@ def window_tma_config(dtype, batch: int, src_channels: int, dst_channels: int,
     else 128 (4 stages); persistent programs; the rectangle's width the power of two that
     wastes least. Forward and input gradient ran 0.98-1.73x cuDNN there, against 0.62-0.91x
     for the pointer-load kernel, except at 56 x 56 with 64 channels (a tie) and 7 x 7
-    (excluded)."""
+    (excluded). The 4-warp 64-channel tiles run two programs a multiprocessor, which took
+    ResNet-50's 64@56 (batch 128) from 87.9 / 86.9 to 82.7 / 79.8 µs and UNet's 64@256 from
+    96.8 / 97.8 to 90.5 / 90.9 (forward / input gradient; session 39,
+    ``probe_tma_window.py --per-sm``); two programs of 8-warp 128-channel tiles were 2-7 %
+    slower. In fp32 the 64-channel tiles take 3 stages to fit two programs (3-4 % faster than
+    one program of 4 stages) and the 128-channel tiles 4 stages (ResNet-50's 128@28 at
+    batch 32: 33.0 / 36.0 -> 30.6 / 33.6 µs, cuDNN TF32 30.7 / 34.2)."""
     spatial = geometry.input if transposed else geometry.output
     depth, height, width = _spatial3(spatial, 1)
     tf32 = WINDOW_TMA_TF32 and dtype == torch.float32 and dot_precision(dtype) == "tf32"
@@ -968,10 +974,10 @@ def window_tma_config(dtype, batch: int, src_channels: int, dst_channels: int,
     if tf32:  # 4-byte elements: 32-channel steps (128-byte rows), 128-position rectangles
         # (a 256 x 128 fp32 output tile alone would take 128 KB to store)
         th, tw, waste = _rectangle(128, height, width)
-        if dst_channels % 128:
-            config = WindowTmaConfig(th, tw, 64, 32, 4, 4)
+        if dst_channels % 128:  # (3 stages: two programs share a multiprocessor)
+            config = WindowTmaConfig(th, tw, 64, 32, 4, 3, per_sm=2)
         else:
-            config = WindowTmaConfig(th, tw, 128, 32, 8, 3)
+            config = WindowTmaConfig(th, tw, 128, 32, 8, 4)
             tiles = batch * depth * cdiv(height, th) * cdiv(width, tw) * cdiv(dst_channels, 128)
             if tiles >= WINDOW_TMA_TF32_MAX_WAVES * multiprocessor_count(device):
                 return None
@@ -979,7 +985,7 @@ def window_tma_config(dtype, batch: int, src_channels: int, dst_channels: int,
     block_k = 64 if src_channels % 64 == 0 else 32
     if dst_channels % 128:  # (64 or fewer channels, or an odd number of 64s: 192, 320)
         th, tw, waste = _rectangle(128, height, width)
-        config = WindowTmaConfig(th, tw, 64, block_k, 4, 4)
+        config = WindowTmaConfig(th, tw, 64, block_k, 4, 4, per_sm=2)
     else:
         th, tw, waste = _rectangle(256, height, width)
         tiles = batch * depth * cdiv(height, th) * cdiv(width, tw) * cdiv(dst_channels, 128)
