@@ -4,7 +4,8 @@ Times, as the best of several rounds of back-to-back calls (µs a call), each la
 call's path on its own: the plan lookup (and the key it builds), ``autograd.run``, the
 launch-plan replay, one recorded launch, one allocation; then whole calls without and with
 gradients, against ``F.conv2d`` and a trivial ``autograd.Function`` (the floor of a Python
-autograd node; the same with its gradients allocated). The backward is also timed as its
+autograd node; the same with its gradients allocated; a native op's graph, whose node is
+C++, for what a Python node costs over one). The backward is also timed as its
 node called on this thread (``grad_fn.apply(dy)``: no autograd engine, whose CUDA backward runs on
 a device thread of its own, out of a profiler's sight) and as its launch-plan replay alone.
 The layers are small enough that the GPU never paces a loop.
@@ -146,6 +147,9 @@ def parts(case, device: str, rounds: int, calls: int) -> dict:
     )
     fns["  + 2 allocations"] = lambda: torch.autograd.grad(EmptyFunction.apply(xg, wg), (xg, wg), x)
     fns["  node, this thread"] = no_grad(lambda: floor.grad_fn.apply(x))
+    # the same graph through a C++ node (a native op's backward, on the engine's device
+    # thread as ours): what a Python Function costs over it
+    fns["native op (mul) fwd+bwd"] = lambda: torch.autograd.grad(xg * 2, xg, x)
     return best_us(fns, rounds, calls)
 
 

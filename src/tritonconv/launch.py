@@ -798,8 +798,8 @@ class _Launch:
         """Launch on the tensors of ``table``; ``where``: (device, stream, hooks installed) of
         a compiled launch, None under the interpreter (:meth:`_Plan.run` looks them up once
         for all its launches)."""
-        args = self.template.copy()
         if where is None:
+            args = self.template.copy()
             for position, index in self.slots:
                 args[position] = table[index]
             self._descriptors(args, table, TensorDescriptor)
@@ -820,6 +820,7 @@ class _Launch:
         # pointer and launch. The addresses are the tensors' own, on the current device
         # (``autograd.run`` and the engine make it theirs). The compiled kernel depends on
         # which of them are 16-byte aligned (what Triton specialises on).
+        args = self.template.copy()
         aligned = 0
         for position, index in self.slots:
             address = table[index].data_ptr()
