@@ -83,7 +83,8 @@ def pointwise_tma_kernel(
 
 def pointwise_tma(x2, w, bias, config, *, flip=False, programs=132):
     """``x2 @ w.T + bias`` (``flip``: ``x2 @ w``) for row-major ``x2 [M, C]``; config: BM, BN,
-    BK, warps, stages, persistent."""
+    BK, warps, stages, persistent (False: a program a tile; True or 1: one persistent program a
+    multiprocessor; 2: two)."""
     BM, BN, BK, warps, stages, persistent = config
     M, C = x2.shape
     K = w.shape[1] if flip else w.shape[0]
@@ -92,7 +93,7 @@ def pointwise_tma(x2, w, bias, config, *, flip=False, programs=132):
     w_desc = TensorDescriptor.from_tensor(w, [BK, BN] if flip else [BN, BK])
     y_desc = TensorDescriptor.from_tensor(y, [BM, BN])
     tiles = triton.cdiv(M, BM) * triton.cdiv(K, BN)
-    grid = (min(programs, tiles) if persistent else tiles,)
+    grid = (min(programs * int(persistent), tiles) if persistent else tiles,)
     pointwise_tma_kernel[grid](
         x_desc,
         w_desc,
@@ -103,7 +104,7 @@ def pointwise_tma(x2, w, bias, config, *, flip=False, programs=132):
         C,
         FLIP=flip,
         HAS_BIAS=bias is not None,
-        PERSISTENT=persistent,
+        PERSISTENT=bool(persistent),
         NUM_PROGRAMS=grid[0],
         BM=BM,
         BN=BN,
@@ -156,6 +157,8 @@ CONFIGS = [  # BM, BN, BK, warps, stages, persistent
     (128, 64, 64, 4, 4, True),
     (256, 128, 16, 8, 3, True),  # few input channels (16): no zero-filled reduction
     (128, 64, 16, 4, 4, True),
+    (128, 64, 64, 4, 4, 2),  # two persistent programs a multiprocessor (session 39)
+    (128, 128, 64, 4, 3, 2),
 ]
 
 

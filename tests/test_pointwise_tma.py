@@ -269,6 +269,28 @@ def test_wide_tile_rule(tma_gpu, monkeypatch):
     assert take(128 * 49, 2048, 512, torch.float32).block_n == 128
 
 
+@pytest.mark.parametrize("per_sm", [1, 2])
+def test_persistent_programs_a_multiprocessor(per_sm, device, kernels, monkeypatch):
+    """Persistent tiles walked by ``per_sm`` programs a multiprocessor (``TmaConfig.per_sm``):
+    the grid asks for that many, and every tile is still computed once."""
+    tile = implicit_gemm.TmaConfig(32, 64, 32, 4, 1, True, per_sm)
+    monkeypatch.setattr(implicit_gemm, "pointwise_tma_config", lambda *args: tile)
+    grids, programs = [], implicit_gemm._persistent_programs
+    monkeypatch.setattr(
+        implicit_gemm, "_persistent_programs", lambda *a: grids.append(programs(*a)) or grids[-1]
+    )
+    x = rows_layout(random_tensor((2, 64, 5, 7), torch.bfloat16, device))
+    w = random_tensor((128, 64, 1, 1), torch.bfloat16, device)
+    with torch.no_grad():
+        y = tritonconv.conv2d(x, w, algo="implicit_gemm")
+    assert kernels == ["pointwise_tma_kernel"], kernels
+    assert_close(y, F.conv2d(x.double(), w.double()), reduction=64, name="output")
+    sms = implicit_gemm.INTERPRETER_TMA_PROGRAMS
+    if not tritonconv.INTERPRETER:
+        sms = implicit_gemm.multiprocessor_count(x.device)
+    assert grids == [min(3 * 2, per_sm * sms)]  # 70 rows in 32-row tiles by 2 channel tiles
+
+
 # ---------------------------------------------------------------------------------------------
 # Transposed convolutions whose kernel equals their stride: one GEMM, scattered by tap
 # ---------------------------------------------------------------------------------------------

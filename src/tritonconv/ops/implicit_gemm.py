@@ -555,8 +555,8 @@ def _gpu_has_tma(device: torch.device) -> bool:
 
 
 class TmaConfig(NamedTuple):
-    """Tiles of ``pointwise_tma_kernel``, and whether its programs are persistent (one per
-    multiprocessor, each walking tiles) or one per tile."""
+    """Tiles of ``pointwise_tma_kernel``, and whether its programs are persistent (``per_sm``
+    a multiprocessor, each walking tiles) or one per tile."""
 
     block_m: int
     block_n: int
@@ -564,10 +564,12 @@ class TmaConfig(NamedTuple):
     num_warps: int
     num_stages: int
     persistent: bool
+    per_sm: int = 1
 
     def __str__(self) -> str:
-        m, n, k, w, s, persistent = self
-        return f"{m}x{n}x{k} w{w} s{s}{' persistent' if persistent else ''}"
+        m, n, k, w, s, persistent, per_sm = self
+        shared = f", {per_sm} a multiprocessor" if persistent and per_sm > 1 else ""
+        return f"{m}x{n}x{k} w{w} s{s}{' persistent' if persistent else ''}{shared}"
 
 
 def pointwise_tma_config(dtype, rows, src_channels, dst_channels, geometry: Geometry, groups,
@@ -664,8 +666,8 @@ def _pointwise_tma_tiles(rows: int, src_channels: int, dst_channels: int, device
 
 def _tma_programs(config: TmaConfig, tiles: int, device) -> int:
     """Programs of a ``pointwise_tma_kernel`` launch: :func:`_persistent_programs` for
-    persistent tiles; else one per tile."""
-    return _persistent_programs(tiles, device) if config.persistent else tiles
+    persistent tiles (``config.per_sm`` a multiprocessor); else one per tile."""
+    return _persistent_programs(tiles, device, config.per_sm) if config.persistent else tiles
 
 
 def _persistent_programs(tiles: int, device, per_sm: int = 1) -> int:
