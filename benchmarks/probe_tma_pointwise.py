@@ -278,6 +278,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--layers", nargs="*", default=list(LAYERS))
     ap.add_argument("--batch", type=int, default=None, help="every layer at this batch")
+    ap.add_argument("--configs", default=None, help="only these CONFIGS (indices, a,b,...)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     if args.batch:
@@ -289,7 +290,7 @@ def main():
     dtype = torch.bfloat16 if cuda else torch.float16
     bad = 0
     checks = (
-        CONFIGS[:1] + CONFIGS[6:7]
+        [CONFIGS[0], CONFIGS[6], CONFIGS[12]]  # one a tile, persistent, two a multiprocessor
         if cuda
         else [(16, 16, 16, 4, 2, False), (16, 16, 16, 4, 2, True)]
     )
@@ -303,6 +304,8 @@ def main():
             )
     if not cuda:
         sys.exit(1 if bad else 0)
+    if args.configs:
+        CONFIGS[:] = [CONFIGS[int(i)] for i in args.configs.split(",")]
     sms = torch.cuda.get_device_properties(0).multi_processor_count
 
     def alloc(size, alignment, stream):  # for Triton versions that want scratch for descriptors
