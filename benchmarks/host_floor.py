@@ -1,7 +1,7 @@
 """The host cost of each piece of one training-step convolution on the GPU machine (issue 10):
 per-call wall (µs) of an empty autograd Function and of a native-autograd op (the engine's
 floor), an allocation, one implicit-GEMM launch replayed from its plan, Triton's C launcher
-alone (integer addresses, as a replay passes them), our forward without gradients, and ours and
+alone (the argument tuple a replay keeps), our forward without gradients, and ours and
 ``F.conv2d`` forward + backward, on a ResNet-50 3x3 layer at batch 1 (kernels far shorter than
 the host work, so the loop measures the host); last, ours with every compiled launch replaced
 by a no-op (what is left is our Python and the allocations).
@@ -17,7 +17,7 @@ import torch.nn.functional as F
 import tritonconv as tc
 from tritonconv import launch
 from tritonconv.bench import loop_us
-from tritonconv.bench.host import floor_steps
+from tritonconv.bench.host import floor_steps, launches_replaced
 from tritonconv.geometry import make_geometry
 from tritonconv.ops import implicit_gemm as ig
 
@@ -38,20 +38,14 @@ def main() -> None:
 
         return run
 
-    # The forward's compiled launch, caught once: Triton's C launcher called with it alone.
-    caught = []
-    run_compiled = launch._run_compiled
-
-    def catch(entry, grid, stream, args):
-        caught.append((entry, (*grid, 1, 1)[:3], stream, list(args)))
-        run_compiled(entry, grid, stream, args)
-
-    launch._run_compiled = catch
-    for _ in range(3):  # recorded, replayed once (its compiled kernel kept), replayed lean
+    # The forward's compiled launch: Triton's C launcher called with the argument tuple its
+    # replays keep (recorded, replayed once: its compiled kernel kept; replayed lean: its
+    # arguments kept, the tensors' addresses as ints)
+    tc.clear_caches()
+    for _ in range(3):
         ig._launch_conv(x, w, None, out, geometry, 1, False, None)
-    launch._run_compiled = run_compiled
-    (_compiled, tail, direct), grid, stream, kernel_args = caught[-1]
-    # (a replayed launch passes its tensors' addresses as ints)
+    kept = list(launch._ready.entries.values())
+    c_launch, kernel_args = kept[-1] if kept else (lambda: None, ())
 
     rows = {
         "torch.empty_strided": lambda: torch.empty_strided(
@@ -60,7 +54,7 @@ def main() -> None:
         "one launch (plan replay)": lambda: ig._launch_conv(
             x, w, None, out, geometry, 1, False, None
         ),
-        "C launcher, int addresses": lambda: direct(*grid, stream, *kernel_args, *tail),
+        "C launcher, kept arguments": lambda: c_launch(*kernel_args),
         "ours fwd, no grad": lambda: tc.conv2d(x, w, None, 1, 1),
         "F.conv2d fwd, no grad": lambda: F.conv2d(x, w, None, 1, 1),
         **floor_steps(xg, wg, dy),
@@ -72,12 +66,12 @@ def main() -> None:
             print(f"{name:28} {loop_us(rows[name]):8.1f} µs", flush=True)
     for name in list(rows)[5:]:
         print(f"{name:28} {loop_us(rows[name]):8.1f} µs", flush=True)
-    launch._run_compiled = lambda *args: None
-    for name in ("ours fwd+bwd",):
-        print(f"{name + ', no launches':28} {loop_us(rows[name]):8.1f} µs", flush=True)
-    with torch.no_grad():
-        print(f"{'ours fwd, no grad, no launch':28} {loop_us(rows['ours fwd, no grad']):8.1f} µs")
-    launch._run_compiled = run_compiled
+    with launches_replaced(lambda launcher, name: lambda *args: None):
+        for name in ("ours fwd+bwd",):
+            print(f"{name + ', no launches':28} {loop_us(rows[name]):8.1f} µs", flush=True)
+        with torch.no_grad():
+            ours = loop_us(rows["ours fwd, no grad"])
+            print(f"{'ours fwd, no grad, no launch':28} {ours:8.1f} µs")
 
 
 if __name__ == "__main__":

@@ -36,6 +36,9 @@ def fake_gpu_launches() -> None:
     def no_op(*args, **meta):
         return None
 
+    # as a direct launcher (``launch._direct_launcher``): what a replay keeps of a launch
+    no_op.c_launch, no_op.arguments, no_op.expands = no_op, lambda grid, stream, args: (), True
+
     class Compiled:
         def __getitem__(self, grid):
             return no_op
@@ -44,6 +47,7 @@ def fake_gpu_launches() -> None:
     launch.current_device = lambda: 0
     torch._C._cuda_getCurrentRawStream = lambda device: 0
     launch._entry = lambda compiled, kernel, args, meta: (None, (), no_op)
+    launch._direct_triton = lambda: True  # (replays keep their arguments, as on Triton 3.6)
     # ``kernel[grid](...)`` on a first compiled launch: nothing to compile here.
     launch._Launch.kernel = property(lambda self: Compiled(), lambda self, value: None)
 

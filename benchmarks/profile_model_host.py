@@ -26,8 +26,8 @@ import time
 import torch
 
 import tritonconv.nn as tnn
-from tritonconv import launch
 from tritonconv.bench import profile_calls
+from tritonconv.bench.host import launches_replaced
 
 
 def step_fn(model, x):
@@ -76,26 +76,19 @@ def gpu_ms_per_step(fn, steps: int = 3, top: int = 8) -> float:
 def launcher_us(fn, steps: int) -> None:
     """Host µs spent inside Triton's C launcher per launch, by kernel, over ``steps`` steps."""
     spent: dict[str, list[float]] = {}
-    entries = {}
-    run_compiled = launch._run_compiled
 
-    def timed(entry, grid, stream, args):
-        compiled, tail, direct = entry
-        name = compiled.name if hasattr(compiled, "name") else str(id(compiled))
-        if direct is None:
-            run_compiled(entry, grid, stream, args)
-            return
-        grid = (*grid, 1, 1)
-        start = time.perf_counter_ns()
-        direct(grid[0], grid[1], grid[2], stream, *args, *tail)
-        spent.setdefault(name, []).append((time.perf_counter_ns() - start) / 1e3)
-        entries[name] = entry
+    def timer(launcher, name):
+        def timed(*args):
+            start = time.perf_counter_ns()
+            launcher(*args)
+            spent.setdefault(name, []).append((time.perf_counter_ns() - start) / 1e3)
 
-    launch._run_compiled = timed
-    for _ in range(steps):
-        fn()
-    torch.cuda.synchronize()
-    launch._run_compiled = run_compiled
+        return timed
+
+    with launches_replaced(timer):
+        for _ in range(steps):
+            fn()
+        torch.cuda.synchronize()
     total = sum(sum(v) for v in spent.values()) / steps
     count = sum(len(v) for v in spent.values()) / steps
     print(f"C launcher: {count:.0f} launches/step, {total / 1e3:.2f} ms/step in it")
@@ -148,11 +141,9 @@ def main() -> None:
         )
     if args.quick:
         return
-    run_compiled = launch._run_compiled
-    launch._run_compiled = lambda *a: None
-    wall, cpu = ms_per_step(fns["ours"], args.steps)
+    with launches_replaced(lambda launcher, name: lambda *a: None):
+        wall, cpu = ms_per_step(fns["ours"], args.steps)
     print(f"ours, no launches: {wall:7.2f} (CPU {cpu:6.2f}) ms/step")
-    launch._run_compiled = run_compiled
     for name, fn in fns.items():
         print(f"{name}: GPU {gpu_ms_per_step(fn):.2f} ms/step")
     launcher_us(fns["ours"], args.steps)

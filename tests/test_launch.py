@@ -535,16 +535,23 @@ def test_replayed_launches_pass_addresses_to_the_c_launcher(triton_36, monkeypat
         launch, "_run_compiled", lambda entry, grid, stream, args: seen.append(args)
     )
     step.compiled[key] = ("compiled", (64,), None)
-    step.ready.clear()
+    launch._ready.clear()
     step.run([x, out], where)
     assert seen[-1][0] is x and seen[-1][2] is out
+
+
+def _kept(step) -> int:
+    """How many argument tuples ``launch._ready`` keeps for ``step``."""
+    return sum(key[0] is step for key in launch._ready.entries)
 
 
 def test_a_repeated_launch_reuses_its_arguments(triton_36, monkeypatch):
     """A replayed launch on tensors at the addresses of an earlier one (a training loop's)
     passes the C launcher the arguments it built then, TMA descriptors encoded and expanded,
     building nothing again; new addresses or another stream get their own, a launch hook
-    takes Triton's own path, and the kept lists are bounded. (The compiled path, faked.)"""
+    takes Triton's own path, and the kept tuples are bounded, the oldest dropped first.
+    (The compiled path, faked.)"""
+    tc.clear_caches()
     monkeypatch.setattr(launch, "INTERPRETER", False)
     monkeypatch.setattr(launch, "bind_cuda_context", lambda device: None)
     encoded, built = [], []
@@ -579,7 +586,7 @@ def test_a_repeated_launch_reuses_its_arguments(triton_36, monkeypatch):
     assert wrapper.calls[-1][14] == ("map", z.data_ptr())
     step.run([x, z], (0, 8, False))  # another stream (the map already encoded)
     assert wrapper.calls[-1][3] == 8 and encoded == [y.data_ptr(), z.data_ptr()]
-    assert built == [y.data_ptr(), z.data_ptr(), z.data_ptr()] and len(step.ready) == 3
+    assert built == [y.data_ptr(), z.data_ptr(), z.data_ptr()] and _kept(step) == 3
     tritons = []
 
     class Kernel:  # Triton's own launch, where a launch hook is installed
@@ -590,10 +597,58 @@ def test_a_repeated_launch_reuses_its_arguments(triton_36, monkeypatch):
 
     step.kernel = Kernel()
     step.run([x, y], (0, 7, True))
-    assert len(tritons) == 1 and len(wrapper.calls) == 5
-    monkeypatch.setattr(launch, "READY_LAUNCHES", 3)  # bounded: emptied when full
+    assert len(tritons) == 1 and len(wrapper.calls) == 5 and _kept(step) == 3
+    monkeypatch.setattr(launch._ready, "size", 3)  # bounded: the oldest dropped first
     step.run([y, y], (0, 7, False))
-    assert len(step.ready) == 1
+    assert _kept(step) == 3 and len(built) == 4
+    step.run([x, y], (0, 7, False))  # the oldest, dropped: built anew
+    assert len(built) == 5
+
+
+def test_benchmarks_can_replace_every_compiled_launch(triton_36, monkeypatch):
+    """``bench.host.launches_replaced`` (the host tools' no-launch and per-kernel rows)
+    reaches both compiled paths, a replay's kept arguments and Triton's wrapper, and leaves
+    both as they were."""
+    from tritonconv.bench.host import launches_replaced
+
+    tc.clear_caches()
+    monkeypatch.setattr(launch, "INTERPRETER", False)
+    wrapper = _Wrapper36()
+    x, out = torch.randn(64), torch.empty(64)
+    step = launch._Launch(
+        _axpy_kernel, (1,), [x, None, out, 64, 2], {"BLOCK": 64}, [(0, 0), (2, 1)]
+    )
+    key = (0, 2 * (x.data_ptr() % 16 == 0) + (out.data_ptr() % 16 == 0))
+    step.compiled[key] = ("compiled", (64,), launch._direct_launcher(_Compiled(wrapper)))
+    step.run([x, out], (0, 7, False))  # (its arguments kept)
+    seen, run_compiled = [], launch._run_compiled
+    with launches_replaced(lambda launcher, name: lambda *args: seen.append((name, len(args)))):
+        step.run([x, out], (0, 7, False))
+        step.compiled[key] = ("compiled", (64,), None)  # Triton's own wrapper launches
+        launch._ready.clear()
+        step.run([x, out], (0, 7, False))
+    assert seen == [("_axpy_kernel", 19), ("compiled", 0)] and len(wrapper.calls) == 1
+    assert launch._run_compiled is run_compiled and "get" not in vars(launch._ready)
+
+
+def test_unexpanded_descriptors_are_not_kept(triton_36, monkeypatch):
+    """Where the direct launcher leaves descriptors to Triton's wrapper (a form of it this was
+    not written for), the arguments hold the descriptor objects, and those the tensors: such a
+    launch keeps nothing, so no replay pins its tensors' memory."""
+    tc.clear_caches()
+    monkeypatch.setattr(launch, "INTERPRETER", False)
+    monkeypatch.setattr(launch, "_tensor_map_encoder", lambda: None)
+    wrapper = _Wrapper36()
+    wrapper.launch = wrap_handle_tensordesc(wrapper.launch, {1}, [None])  # (layout unknown)
+    direct = launch._direct_launcher(_Compiled(wrapper))
+    assert direct is not None and not direct.expands
+    x, y = torch.randn(64), torch.randn(64)
+    layout = ((8, 8), (8, 1), (8, 8), "zero")
+    step = launch._Launch(_axpy_kernel, (2,), [x, None, 3], {}, [(0, 0)], [(1, 1, *layout)])
+    step.compiled[(0, int(x.data_ptr() % 16 == 0))] = ("compiled", (), direct)
+    with pytest.raises(AssertionError, match="expands descriptors itself"):
+        step.run([x, y], (0, 7, False))  # (the stand-in wrapper refuses: it was reached)
+    assert _kept(step) == 0
 
 
 def test_a_replay_looks_the_device_up_once(device, triton_36, monkeypatch):
@@ -639,6 +694,17 @@ def test_lean_launches_on_the_gpu_match_tritons_own(device):
     if not launch._direct_triton():  # another Triton: its own wrapper launches
         return
     assert all(direct is not None for _, _, direct in entries)
+    # the same tensors again, their output poisoned: the kept arguments (one tuple per step
+    # and addresses) compute the new values in place
+    kept = [len(launch._ready)]
+    for alpha in (3, 2, 2, 3):  # (alpha 3's tuple for these tensors kept by the loop above)
+        out.fill_(float("nan"))
+        y.add_(1)
+        _axpy(x, y, out, alpha)
+        torch.testing.assert_close(out, alpha * x + y)
+        kept.append(len(launch._ready))
+    # alpha 3 found its tuple; alpha 2 kept one at most (its tensors' addresses may be these)
+    assert kept[0] == kept[1] > 0 and kept[2] == kept[3] == kept[4] <= kept[1] + 1, kept
     # Triton's own wrapper and the direct launcher give its C launcher the same arguments.
     compiled, tail, _ = entries[0]
     wrapper, seen = compiled.run, []

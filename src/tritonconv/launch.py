@@ -63,8 +63,9 @@ except ImportError:  # pragma: no cover (older Triton)
 
 
 class _Descriptor:
-    """A TMA descriptor argument as a replay passes it to Triton's C launcher: the attributes
-    its wrapper reads (``make_tensordesc_arg``: base, shape, strides, padding), without
+    """A TMA descriptor argument as a replay passes it to the direct launcher (which expands
+    it for Triton's C launcher): the attributes Triton's wrapper reads
+    (``make_tensordesc_arg``: base, shape, strides, padding), without
     ``TensorDescriptor``'s Python checks, which the recording call made (the plan checks the
     base's alignment, :meth:`_Plan.run`)."""
 
@@ -455,8 +456,10 @@ def _direct_launcher(compiled):
     def direct(gx, gy, gz, stream, *args):
         c_launch(*arguments((gx, gy, gz), stream, args))
 
-    # a replay keeps the arguments of a launch it will repeat (``_Launch.run``)
+    # a replay keeps the arguments of a launch it will repeat (:data:`_ready`), where they
+    # hold no descriptor objects (``expands``: every descriptor parameter expanded here)
     direct.c_launch, direct.arguments = c_launch, arguments
+    direct.expands = described is not None
     return direct
 
 
@@ -474,7 +477,8 @@ class _TensorMaps:
     session 23). The encoding depends only on those four and on the kernel's own block,
     swizzle and element type (``tensordesc_meta``, fixed per compiled kernel): a training
     step's activations come back at the same addresses from PyTorch's caching allocator, so
-    a replay finds its encodings here. A map is a value (the launch copies it into the
+    a replay finds its encodings here (or, where every tensor of the launch came back, its
+    whole argument tuple in :data:`_ready` first). A map is a value (the launch copies it into the
     kernel's parameters), so reusing one for a new tensor at the same address and layout is
     exact. Bounded: emptied when full."""
 
@@ -761,18 +765,26 @@ def _view_step(table: list, roots: list, t: torch.Tensor) -> _View | None:
     return _View(bases[0], tuple(t.shape), t.stride(), lo - base.storage_offset())
 
 
-# Bound on a recorded launch's kept argument lists (``_Launch.ready``: one per set of
-# addresses it ran on; a plan step serves every layer of its signature): emptied when full.
-READY_LAUNCHES = 64
+# Bound on the kept launch arguments (:data:`_ready`), process-wide: a training step's
+# launches on their usual addresses (one entry each: ResNet-50's ~200) many times over; at
+# about 1.5 KB an entry (a TMA launch's with its encoded maps), 12 MB at most.
+READY_LAUNCHES = 8192
+# A replayed launch's whole argument tuple for Triton's C launcher, by (plan step, device,
+# stream, addresses of the tensors it reads): ``(C launcher, arguments)``. A launch
+# repeated on tensors at the same addresses (a training loop's, from PyTorch's caching
+# allocator) passes the same arguments, TMA descriptors encoded and expanded, so its Python
+# is the addresses, one key and one lookup. The oldest entries go first when it is full.
+# (The key holds the step, not its id: a step freed with its plan cannot alias a new one.)
+_ready = BoundedCache("kept launch arguments", READY_LAUNCHES)
 
 
 class _Launch:
     """A recorded launch: the kernel's arguments with the tensors left as slots (indices into
-    the replay's tensor table), and its compiled kernels by device and pointer alignment."""
+    the replay's tensor table), and its compiled kernels by device and pointer alignment
+    (the arguments it passed, by its tensors' addresses: :data:`_ready`)."""
 
     __slots__ = (
-        "compiled", "descriptors", "grid", "kernel", "meta", "pointers", "ready", "slots",
-        "template",
+        "compiled", "descriptors", "grid", "kernel", "meta", "pointers", "slots", "template",
     )  # fmt: skip
 
     def __init__(self, kernel, grid, args, meta, slots, descriptors=()):
@@ -787,8 +799,6 @@ class _Launch:
         # the table indices whose addresses a launch's arguments hold
         self.pointers = [index for _, index in slots] + [d[1] for d in descriptors]
         self.compiled: dict = {}
-        # (device, stream, addresses): (C launcher, its arguments), for direct launches
-        self.ready: dict = {}
 
     def _descriptors(self, args: list, table: list, kind) -> None:
         for position, index, *layout in self.descriptors:
@@ -806,12 +816,10 @@ class _Launch:
             _interpret(self.kernel, self.grid, args, self.meta)
             return
         device, stream, hooked = where
-        if not hooked:
-            # A launch repeated on tensors at the same addresses (a training loop's, from
-            # PyTorch's caching allocator) passes the C launcher the same arguments: kept
-            # whole, TMA descriptors encoded and expanded, so its Python is one lookup.
-            ready_key = (device, stream, *[table[i].data_ptr() for i in self.pointers])
-            ready = self.ready.get(ready_key)
+        ready_key = None
+        if not hooked and _direct_triton():  # (the arguments kept: :data:`_ready`)
+            ready_key = (self, device, stream, *[table[i].data_ptr() for i in self.pointers])
+            ready = _ready.get(ready_key)
             if ready is not None:
                 ready[0](*ready[1])
                 return
@@ -847,9 +855,10 @@ class _Launch:
         _, tail, direct = entry
         grid = (*self.grid, 1, 1)[:3]
         ready = (direct.c_launch, direct.arguments(grid, stream, (*args, *tail)))
-        if len(self.ready) >= READY_LAUNCHES:
-            self.ready.clear()
-        self.ready[ready_key] = ready
+        # kept unless descriptors stay unexpanded (Triton's descriptor wrapper in a form
+        # :func:`_unwrap_descriptors` does not take): their objects hold the tensors
+        if ready_key is not None and (direct.expands or not self.descriptors):
+            _ready.put(ready_key, ready)
         ready[0](*ready[1])
 
 

@@ -26,6 +26,7 @@ plumbing works.
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import time
 from collections.abc import Callable, Iterator
@@ -105,6 +106,43 @@ def floor_steps(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor) -> dict:
         x.neg().backward(dy)
 
     return {"empty Function fwd+bwd": empty, "native op (neg) fwd+bwd": native}
+
+
+@contextlib.contextmanager
+def launches_replaced(make: Callable[[Callable, str], Callable]):
+    """Within the block every compiled launch calls what ``make(launcher, kernel name)``
+    returns in place of ``launcher``, with its arguments: a replay's kept arguments
+    (``launch._ready``: Triton's C launcher and its argument tuple) and a cached launch
+    through Triton's own wrapper (``launch._run_compiled``: a launcher of no arguments) alike.
+    Benchmark tools use it to time the launches by kernel, or to drop them all (``make``
+    returning a no-op: what is left is the host path's Python and allocations). A launch's
+    first call of a signature (Triton's ``kernel[grid]``) is not replaced."""
+    from .. import launch
+
+    ready, run_compiled = launch._ready, launch._run_compiled
+
+    def get(key):
+        kept = ready.entries.get(key)
+        if kept is None:
+            return None
+        return make(kept[0], _kernel_name(key[0].kernel)), kept[1]
+
+    def compiled(entry, grid, stream, args):
+        name = _kernel_name(getattr(entry[0], "name", entry[0]))
+        make(lambda *a: run_compiled(entry, grid, stream, args), name)()
+
+    ready.get = get  # (the instance's, over BoundedCache.get)
+    launch._run_compiled = compiled
+    try:
+        yield
+    finally:
+        del ready.get
+        launch._run_compiled = run_compiled
+
+
+def _kernel_name(kernel) -> str:
+    fn = getattr(kernel, "fn", kernel)
+    return getattr(fn, "__name__", str(fn))
 
 
 def make_case(case: HostCase, device: str, *, requires_grad: bool):

@@ -1030,6 +1030,8 @@ WINDOW_TMA_TF32 = True
 #: 64@56 at batch 128 forward 178.0 -> 165.2 µs), 128-channel tiles under two waves too
 #: (UNet's 1024@16 forward 203.2 -> 143.2, ResNet-50's 256@14 at batch 32 39.0 -> 29.2), and
 #: lost at 512 tiles and more (ResNet-50's 256@14 at batch 128 109.0 -> 127.4; cuDNN 76.6).
+#: (Those 128-channel tiles ran 3 stages; session 39 gave them 4, 7 % faster under two
+#: waves; the limit was not measured again at 4.)
 WINDOW_TMA_TF32_MAX_WAVES = 2
 
 #: Whether one-deep problems (1-D and 2-D) run ``window_tma_kernel`` on 4-D descriptors
