@@ -66,7 +66,7 @@ def wgrad(x, dy, kernel, pad, dil, cfg, splits):
     wgrad_tma_kernel[grid](
         xd, dyd, od, n, 1, oh, ow, c_in, c_out, kernel[0], kernel[1], 0, pad, pad, 1, dil, dil,
         per_split, DOT_DTYPE=dot_dtype(x.dtype), TW=tw, ROWS=rows, BLOCK_M=bm, BLOCK_N=bn,
-        FLAT_DY=False, num_warps=warps, num_stages=stages,
+        FLAT_DY=False, MASK_X=False, num_warps=warps, num_stages=stages,
     )  # fmt: skip
     dw = partial_sums.view(splits, c_out, *kernel, c_in).sum(0)  # (in split order)
     return dw.permute(0, 3, 1, 2)
@@ -103,10 +103,12 @@ def sass_loops() -> None:
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from ptx_loop import mma_loop
 
-    for tw, rows, bm, bn, warps, stages, flat in [
-        (64, 1, 128, 128, 8, 3, False), (32, 1, 128, 128, 8, 3, False),
-        (32, 2, 128, 128, 8, 3, False), (16, 4, 128, 128, 8, 3, False),
-        (16, 2, 64, 64, 4, 4, False), (32, 2, 128, 128, 8, 3, True),
+    for tw, rows, bm, bn, warps, stages, flat, mask in [
+        (64, 1, 128, 128, 8, 3, False, False), (32, 1, 128, 128, 8, 3, False, False),
+        (32, 2, 128, 128, 8, 3, False, False), (16, 4, 128, 128, 8, 3, False, False),
+        (16, 2, 64, 64, 4, 4, False, False), (32, 2, 128, 128, 8, 3, True, False),
+        (64, 1, 64, 64, 4, 4, False, False), (64, 1, 64, 64, 4, 4, False, True),
+        (32, 2, 128, 128, 8, 3, False, True),
     ]:  # fmt: skip
         t = torch.empty(2, 1, 16, 16, 128, dtype=torch.bfloat16)
         shape, strides = list(t.shape), list(t.stride())
@@ -119,9 +121,10 @@ def sass_loops() -> None:
                      "dil_d", "dil_h", "dil_w", "per_split"]:  # fmt: skip
             signature[name] = "i32"
         constexprs = {"DOT_DTYPE": tl.bfloat16, "TW": tw, "ROWS": rows, "BLOCK_M": bm,
-                      "BLOCK_N": bn, "FLAT_DY": flat}  # fmt: skip
+                      "BLOCK_N": bn, "FLAT_DY": flat, "MASK_X": mask}  # fmt: skip
         keys = ("HGMMA", "UTMALDG", "LDS", "STS", "LDSM", "BAR", "SYNCS", "WARPGROUP")
-        print(f"TW {tw} x {rows} rows{' flat dy' if flat else ''}, {bm}x{bn} w{warps} "
+        print(f"TW {tw} x {rows} rows{' flat dy' if flat else ''}{' MASK_X' if mask else ''}, "
+              f"{bm}x{bn} w{warps} "
               f"s{stages} " + mma_loop(wgrad_tma_kernel, signature, constexprs, warps, stages,
                                        keys))  # fmt: skip
 
@@ -223,6 +226,8 @@ def gpu(path: str | None, library_only: bool = False) -> None:
             one_row = with_knob("WGRAD_TMA_STEP_POSITIONS", 1) if multi else None
             flat = tiles is not None and tiles.flat_dy
             no_flat = with_knob("WGRAD_TMA_FLAT_DY", False) if flat else None
+            # x's positions past dy masked (session 39), where the rule's boxes overhang
+            masked = with_knob("WGRAD_TMA_MASK_X", True) if tiles is not None else None
             rule = ig.wgrad_tma_config
             ig.wgrad_tma_config = lambda *args: None  # the pointer kernel, same call
             tritonconv.clear_caches()
@@ -233,10 +238,11 @@ def gpu(path: str | None, library_only: bool = False) -> None:
                 tritonconv.clear_caches()
             results.append({"layer": name, "cudnn_us": cudnn, "ours_us": ours, "rel_err": err,
                             "pointer_us": pointer, "one_row_us": one_row,
-                            "flat_dy_off_us": no_flat,
+                            "flat_dy_off_us": no_flat, "mask_x_us": masked,
                             "tiles": str(tiles)})  # fmt: skip
             shown = f", one row a step {one_row:.1f}" if one_row else ""
             shown += f", flat dy off {no_flat:.1f}" if no_flat else ""
+            shown += f", MASK_X on {masked:.1f}" if masked else ""
             print(f"{name} dW: cuDNN {cudnn:.1f}, library {ours:.1f} ({cudnn / ours:.2f}x), "
                   f"pointer kernel {pointer:.1f} ({cudnn / pointer:.2f}x){shown}, rel err "
                   f"{err:.1e}, TMA tiles {tiles}", flush=True)  # fmt: skip

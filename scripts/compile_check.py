@@ -249,8 +249,8 @@ def _tma_workload() -> None:
     and 64 x 64 channel tiles, rows of 16, 32 and 64 positions, two and four rows a step,
     dy as one flat box, 1-D), 1x1 layers (128 x 256 tiles too) and a kernel-equals-stride
     transposed convolution (``pointwise_tma_kernel``, plain and scattered); a strided 1x1
-    layer (both kernels over x's strided view); fp32 with TF32 allowed (the window kernel
-    and the 1x1 GEMM)."""
+    layer (both kernels over x's strided view); the weight gradient with ``MASK_X``; fp32
+    with TF32 allowed (the window kernel and the 1x1 GEMM)."""
     import torch
 
     import tritonconv as tc
@@ -280,6 +280,20 @@ def _tma_workload() -> None:
             b = torch.randn(w.shape[1] if conv is tc.conv_transpose2d else w.shape[0], dtype=dtype)
             y = conv(x.requires_grad_(), w.requires_grad_(), b, algo="implicit_gemm", **kw)
             y.backward(torch.zeros_like(y))
+    # the weight gradient with x's overhanging positions masked (``WGRAD_TMA_MASK_X``, off
+    # by default until measured): 32- and 64-wide row boxes over 28- and 56-wide rows
+    from tritonconv.ops import implicit_gemm
+
+    implicit_gemm.WGRAD_TMA_MASK_X = True
+    try:
+        for shape, weight in [((2, 128, 28, 28), (128, 128, 3, 3)),
+                              ((2, 64, 56, 56), (64, 64, 3, 3))]:  # fmt: skip
+            x = torch.randn(shape, dtype=torch.bfloat16).contiguous(memory_format=last[4])
+            w = torch.randn(weight, dtype=torch.bfloat16).contiguous(memory_format=last[4])
+            y = tc.conv2d(x, w.requires_grad_(), algo="implicit_gemm", padding=1)
+            y.backward(torch.zeros_like(y))
+    finally:
+        implicit_gemm.WGRAD_TMA_MASK_X = False
     # fp32 with TF32 allowed (PyTorch's default): the window kernel's 64- and 128-channel
     # tiles, forward and input gradient (from the [C_in, taps, C_out] weight copy), and the
     # 1x1 GEMM

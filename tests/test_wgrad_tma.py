@@ -55,10 +55,12 @@ CASES = [
 ]
 
 
+@pytest.mark.parametrize("mask_x", [False, True], ids=["", "mask_x"])
 @pytest.mark.parametrize("splits", [1, 2])
 @pytest.mark.parametrize("case", CASES, ids=str)
-def test_weight_gradient_from_row_boxes(case, splits, device, kernels, monkeypatch):
+def test_weight_gradient_from_row_boxes(case, splits, mask_x, device, kernels, monkeypatch):
     N, C, spatial, K, kernel, padding, dilation = case
+    monkeypatch.setattr(implicit_gemm, "WGRAD_TMA_MASK_X", mask_x)
     monkeypatch.setattr(implicit_gemm, "wgrad_tma_splits", lambda *args: splits)
     sums = []
     summed = implicit_gemm.sum_partials
@@ -235,17 +237,31 @@ def test_split_rule_fills_two_programs_an_sm(gpu_rule):
     assert splits(10**6, 1, implicit_gemm.WGRAD_PARTIAL_LIMIT) == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known: a row box overhanging dy's width, or a step's rows past dy's height, "
-    "multiply dy's zero fill by x's values beyond it (benchmarks/NOTES.md, sessions 37-38)",
+@pytest.mark.parametrize(
+    "mask_x",
+    [
+        pytest.param(
+            False,
+            marks=pytest.mark.xfail(
+                strict=True,
+                reason="known, without WGRAD_TMA_MASK_X (its default until measured on a "
+                "GPU): a row box overhanging dy's width, or a step's rows past dy's height, "
+                "multiply dy's zero fill by x's values beyond it (benchmarks/NOTES.md)",
+            ),
+        ),
+        True,
+    ],
+    ids=["", "mask_x"],
 )
 @pytest.mark.parametrize("axis", ["width", "height"])
-def test_non_finite_input_beyond_a_tap_keeps_its_dw_finite(axis, device):
+def test_non_finite_input_beyond_a_tap_keeps_its_dw_finite(axis, mask_x, device, monkeypatch):
     """An Inf in x's last column (or row), which tap (0, 0) (or the middle row's taps) of an
-    unpadded 3x3 never reaches: PyTorch's dW for that tap is finite. Ours multiplies the row
-    box's zero-filled dy columns (or a two-row step's row past dy's 15) by it (0 * Inf =
-    NaN). Strict: when fixed, this passes and the marker must go."""
+    unpadded 3x3 never reaches: PyTorch's dW for that tap is finite. Without ``MASK_X`` ours
+    multiplies the row box's zero-filled dy columns (or a two-row step's row past dy's 15) by
+    it (0 * Inf = NaN); with it those positions of x are zeroed first. Strict: when the
+    default is fixed, this passes and the marker must go."""
+    monkeypatch.setattr(implicit_gemm, "WGRAD_TMA_MASK_X", mask_x)
+    tritonconv.clear_caches()  # (a plan recorded with the other setting would replay)
     shape = (1, 32, 6, 13) if axis == "width" else (1, 32, 17, 34)
     x = rows_layout(random_tensor(shape, torch.bfloat16, device))
     if axis == "width":
@@ -258,3 +274,19 @@ def test_non_finite_input_beyond_a_tap_keeps_its_dw_finite(axis, device):
     tap = (0, 0) if axis == "width" else (1, slice(None))
     assert want[:, :, tap[0], tap[1]].isfinite().all()
     assert got[:, :, tap[0], tap[1]].isfinite().all()
+
+
+def test_masked_x_only_where_boxes_overhang_onto_x(gpu_rule):
+    """``_wgrad_tma_overhangs_x``: masking (``MASK_X``) only where a step's boxes reach past
+    dy onto x's real values: ResNet-50's 56- and 28-wide 3x3 layers (64- and 32-wide boxes,
+    padding 1); not where the box fits (UNet's powers of two, flat dy), nor where what lies
+    past dy is x's own zero fill (1x1 layers, a strided shortcut's view as large as dy)."""
+    overhangs = implicit_gemm._wgrad_tma_overhangs_x
+    cfg = implicit_gemm.WgradTmaConfig
+    assert overhangs((128, 1, 56, 56), [128, 1, 56, 56], (0, 1, 1), cfg(64, 64, 64, 4, 4))
+    assert overhangs((128, 1, 28, 28), [128, 1, 28, 28], (0, 1, 1), cfg(32, 64, 64, 4, 4, 2))
+    assert overhangs((8, 1, 15, 32), [8, 1, 17, 34], (0, 0, 0), cfg(32, 64, 64, 4, 4, 2))
+    assert not overhangs((8, 1, 64, 64), [8, 1, 64, 64], (0, 1, 1), cfg(64, 64, 64, 4, 4))
+    assert not overhangs((8, 1, 16, 16), [8, 1, 16, 16], (0, 1, 1), cfg(16, 64, 64, 4, 4, 4, True))
+    assert not overhangs((128, 1, 14, 14), [128, 1, 14, 14], (0, 0, 0), cfg(16, 64, 64, 4, 4, 4))
+    assert not overhangs((1, 1, 1, 7000), [1, 1, 1, 7000], (0, 0, 0), cfg(64, 64, 64, 4, 4))

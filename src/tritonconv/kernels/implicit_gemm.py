@@ -1018,6 +1018,7 @@ def wgrad_tma_kernel(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     FLAT_DY: tl.constexpr,
+    MASK_X: tl.constexpr,
 ):
     """The weight gradient of a stride-1 one-group convolution over dense channels-last
     tensors, every tile moved by TMA: ``dW[co, tap, ci] = sum over positions p of dy[p, co] *
@@ -1037,6 +1038,12 @@ def wgrad_tma_kernel(
     BLOCK_M]`` (a step's rows are consecutive), and ``x``'s boxes ``[1, 1, ROWS, TW,
     BLOCK_N]`` (reshaped, wgmma's B operand still reads them from shared memory): one load
     of each and one dot a step.
+
+    ``MASK_X`` (row boxes only): x's positions past dy's row, and the rows of a step past
+    dy's last, are zeroed in registers before the product, so they add exactly nothing even
+    where x holds an Inf or NaN there (without it dy's zero fill times such a value is NaN
+    in dW, where the convolution never multiplies them); x's box then goes through
+    registers on its way to the tensor cores.
 
     Program ``(tile, split)`` reduces steps ``[split * per_split, ...)`` and stores its
     fp32 tile through ``out``, a descriptor of ``[splits, C_out, taps, C_in]`` (boxes ``[1,
@@ -1080,6 +1087,9 @@ def wgrad_tma_kernel(
             for i in tl.static_range(ROWS):  # (a row past dy's last: its zero fill)
                 a = dy.load([n, d, h + i, w0, co0]).reshape([TW, BLOCK_M]).to(DOT_DTYPE)
                 b = x.load([n, d + sd, h + i + sh, w0 + sw, ci0]).reshape([TW, BLOCK_N])
+                if MASK_X:  # (dy's zero fill there: x's values must add nothing either)
+                    inside = (w0 + tl.arange(0, TW) < W) & (h + i < H)
+                    b = tl.where(inside[:, None], b, tl.zeros_like(b))
                 acc = tl.dot(a.T, b.to(DOT_DTYPE), acc)
         wt += 1
         wrap = wt == w_tiles

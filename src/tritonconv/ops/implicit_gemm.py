@@ -1345,6 +1345,7 @@ def _launch_wgrad_tma(grad_out, x, parts, geometry: Geometry, config: WgradTmaCo
         dy_box, x_box = [1, 1, 1, rows * tw, block_m], [1, 1, rows, tw, block_n]
         dy_shape, dy_strides = _one_row(grad_out)
     steps, tiles = _wgrad_tma_work(grad_out.shape[0], c_in, c_out, geometry, config)
+    mask_x = WGRAD_TMA_MASK_X and _wgrad_tma_overhangs_x(sizes, x_shape, pad, config)
     # each split as [C_out, taps, C_in] (its channels-last layout)
     out_shape = [splits, c_out, taps, c_in]
     out = TensorDescriptor(parts, out_shape, [parts.stride(0), taps * c_in, c_in, 1],
@@ -1368,9 +1369,32 @@ def _launch_wgrad_tma(grad_out, x, parts, geometry: Geometry, config: WgradTmaCo
         BLOCK_M=block_m,
         BLOCK_N=block_n,
         FLAT_DY=flat_dy,
+        MASK_X=mask_x,
         num_warps=num_warps,
         num_stages=num_stages,
     )
+
+
+#: Whether ``wgrad_tma_kernel`` zeroes x's positions past dy's rows (``MASK_X``) where its
+#: row boxes overhang dy onto x's real values (:func:`_wgrad_tma_overhangs_x`). Off: those
+#: positions meet dy's zero fill, exact for finite x, but an Inf or NaN of x there turns dW
+#: entries NaN that PyTorch gives finite (tests/test_wgrad_tma.py, the strict xfail). On:
+#: exact for any x, x's boxes through registers. Written in session 39 and checked under the
+#: interpreter only (no device time was left): its speed on ResNet-50's 56- and 28-wide
+#: layers decides the default (benchmarks/NOTES.md).
+WGRAD_TMA_MASK_X = False
+
+
+def _wgrad_tma_overhangs_x(dy_sizes, x_shape, pad, config: WgradTmaConfig) -> bool:
+    """Whether a step's row boxes reach past dy's width (rows not a multiple of the box),
+    or its rows past dy's height, onto positions where x holds values (not its own zero
+    fill): some tap's shift ``k*dil - pad`` is at least ``-pad``, so x's box reaches real
+    values there when ``dy's size - pad < x's size``. Flat dy boxes never overhang."""
+    _, _, height, width = dy_sizes
+    tw, rows, flat = config.tw, config.rows, config.flat_dy
+    wide = cdiv(width, tw) * tw > width and width - pad[2] < x_shape[3]
+    high = not flat and cdiv(height, rows) * rows > height and height - pad[1] < x_shape[2]
+    return wide or high
 
 
 @launch_plan
