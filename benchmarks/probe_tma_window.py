@@ -424,6 +424,22 @@ def gpu(path: str | None) -> None:
                        "triton": triton.__version__, "rows": out_rows}, f, indent=1)  # fmt: skip
 
 
+def layer_tensors(name: str, dtype: torch.dtype) -> tuple:
+    """``(padding, x, w, dy, geometry)`` of a probe layer on the GPU, channels-last (a
+    'same'-size window: padding ``dil * (k - 1) // 2``)."""
+    from tritonconv.geometry import make_geometry
+
+    n, c_in, c_out, s, k, dil = LAYERS[name]
+    pad = dil * (k - 1) // 2
+    cl = torch.channels_last
+    x = torch.randn(n, c_in, s, s, device="cuda", dtype=dtype).to(memory_format=cl)
+    w = (torch.randn(c_out, c_in, k, k, device="cuda", dtype=dtype)
+         / math.sqrt(c_in * k * k)).to(memory_format=cl)  # fmt: skip
+    dy = torch.randn(n, c_out, s, s, device="cuda", dtype=dtype).to(memory_format=cl)
+    geometry = make_geometry((s, s), (k, k), (1, 1), (pad, pad), (pad, pad), (dil, dil))
+    return pad, x, w, dy, geometry
+
+
 def library(path: str | None, dtype: torch.dtype = torch.bfloat16) -> None:
     """The library's implicit GEMM on the probe's layers, with the window TMA kernel
     (``window_tma_config``'s rule) and without it (the pointer-load kernel), beside cuDNN:
@@ -433,21 +449,14 @@ def library(path: str | None, dtype: torch.dtype = torch.bfloat16) -> None:
     from probe_small_wave import graph_us
 
     import tritonconv
-    from tritonconv.geometry import make_geometry
     from tritonconv.ops import implicit_gemm as ig
 
     torch.backends.cudnn.benchmark = True
     torch.backends.cudnn.allow_tf32 = True
     rule = ig.window_tma_config
     rows = []
-    for name, (n, c_in, c_out, s, k, dil) in LAYERS.items():
-        pad = dil * (k - 1) // 2
-        cl = torch.channels_last
-        x = torch.randn(n, c_in, s, s, device="cuda", dtype=dtype).to(memory_format=cl)
-        w = (torch.randn(c_out, c_in, k, k, device="cuda", dtype=dtype)
-             / math.sqrt(c_in * k * k)).to(memory_format=cl)  # fmt: skip
-        dy = torch.randn(n, c_out, s, s, device="cuda", dtype=dtype).to(memory_format=cl)
-        geometry = make_geometry((s, s), (k, k), (1, 1), (pad, pad), (pad, pad), (dil, dil))
+    for name, (n, c_in, c_out, _, _, dil) in LAYERS.items():
+        pad, x, w, dy, geometry = layer_tensors(name, dtype)
         calls = {
             "fwd": (partial(torch.nn.functional.conv2d, x, w, padding=pad, dilation=dil),
                     partial(ig.conv_forward, x, w, None, geometry, 1)),
@@ -499,7 +508,6 @@ def per_sm(path: str | None) -> None:
     from probe_small_wave import graph_us
 
     import tritonconv
-    from tritonconv.geometry import make_geometry
     from tritonconv.ops import implicit_gemm as ig
 
     torch.backends.cudnn.benchmark = True
@@ -509,14 +517,8 @@ def per_sm(path: str | None) -> None:
              "r50 3x3 128@28 b32", "unet 3x3 64@256 b8", "unet 3x3 128->64@128 b8"]  # fmt: skip
     rows = []
     for dtype, name in itertools.product((torch.bfloat16, torch.float32), names):
-        n, c_in, c_out, s, k, dil = LAYERS[name]
-        pad = dil * (k - 1) // 2
-        cl = torch.channels_last
-        x = torch.randn(n, c_in, s, s, device="cuda", dtype=dtype).to(memory_format=cl)
-        w = (torch.randn(c_out, c_in, k, k, device="cuda", dtype=dtype)
-             / math.sqrt(c_in * k * k)).to(memory_format=cl)  # fmt: skip
-        dy = torch.randn(n, c_out, s, s, device="cuda", dtype=dtype).to(memory_format=cl)
-        geometry = make_geometry((s, s), (k, k), (1, 1), (pad, pad), (pad, pad), (dil, dil))
+        n, c_in, c_out, s, _, dil = LAYERS[name]
+        pad, x, w, dy, geometry = layer_tensors(name, dtype)
         passes = {
             "fwd": (partial(torch.nn.functional.conv2d, x, w, padding=pad, dilation=dil),
                     partial(ig.conv_forward, x, w, None, geometry, 1),

@@ -513,19 +513,26 @@ def test_described_launcher_only_where_every_layout_is_known(triton_36, monkeypa
             direct(1, 1, 1, 0, "descriptor")  # (the plain direct launcher: the wrapper runs)
 
 
+def _axpy_step(wrapper) -> tuple:
+    """``(step, x, out, key)``: a recorded ``_axpy_kernel`` launch on ``x`` and ``out`` whose
+    compiled kernel (under ``key``: the device, and which addresses are 16-byte aligned, a
+    bit each in order) launches through the direct launcher of ``wrapper``."""
+    x, out = torch.randn(64), torch.empty(64)
+    step = launch._Launch(
+        _axpy_kernel, (1,), [x, None, out, 64, 2], {"BLOCK": 64}, [(0, 0), (2, 1)]
+    )
+    key = (0, 2 * (x.data_ptr() % 16 == 0) + (out.data_ptr() % 16 == 0))
+    step.compiled[key] = ("compiled", (64,), launch._direct_launcher(_Compiled(wrapper)))
+    return step, x, out, key
+
+
 def test_replayed_launches_pass_addresses_to_the_c_launcher(triton_36, monkeypatch):
     """A replayed launch gives Triton's C launcher each tensor's address as an int (no
     data_ptr call and driver check per pointer there); Triton's own wrapper, where the direct
     launcher is not bound, still gets the tensors. (The compiled path, faked on the CPU.)"""
     monkeypatch.setattr(launch, "INTERPRETER", False)
     wrapper = _Wrapper36()
-    x, out = torch.randn(64), torch.empty(64)
-    step = launch._Launch(
-        _axpy_kernel, (1,), [x, None, out, 64, 2], {"BLOCK": 64}, [(0, 0), (2, 1)]
-    )
-    # compiled kernels by device and which addresses are 16-byte aligned (a bit each, in order)
-    key = (0, 2 * (x.data_ptr() % 16 == 0) + (out.data_ptr() % 16 == 0))
-    step.compiled[key] = ("compiled", (64,), launch._direct_launcher(_Compiled(wrapper)))
+    step, x, out, key = _axpy_step(wrapper)
     where = (0, 7, False)  # device, stream, launch hooks installed
     step.run([x, out], where)
     head = (1, 1, 1, 7, "fn", False, True, None, None, ("meta",), None, None, None)
@@ -614,12 +621,7 @@ def test_benchmarks_can_replace_every_compiled_launch(triton_36, monkeypatch):
     tc.clear_caches()
     monkeypatch.setattr(launch, "INTERPRETER", False)
     wrapper = _Wrapper36()
-    x, out = torch.randn(64), torch.empty(64)
-    step = launch._Launch(
-        _axpy_kernel, (1,), [x, None, out, 64, 2], {"BLOCK": 64}, [(0, 0), (2, 1)]
-    )
-    key = (0, 2 * (x.data_ptr() % 16 == 0) + (out.data_ptr() % 16 == 0))
-    step.compiled[key] = ("compiled", (64,), launch._direct_launcher(_Compiled(wrapper)))
+    step, x, out, key = _axpy_step(wrapper)
     step.run([x, out], (0, 7, False))  # (its arguments kept)
     seen, run_compiled = [], launch._run_compiled
     with launches_replaced(lambda launcher, name: lambda *args: seen.append((name, len(args)))):
