@@ -9,6 +9,8 @@ NCHW inputs (read from a channels-last copy), bitwise reproducibility, which cal
 and which must not, and the tile and split rules on the GPU's shapes.
 """
 
+import math
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -58,7 +60,7 @@ CASES = [
 @pytest.mark.parametrize("mask_x", [False, True], ids=["", "mask_x"])
 @pytest.mark.parametrize("splits", [1, 2])
 @pytest.mark.parametrize("case", CASES, ids=str)
-def test_weight_gradient_from_row_boxes(case, splits, mask_x, device, kernels, monkeypatch):
+def test_weight_gradient_from_row_boxes(case, splits, mask_x, device, launches, monkeypatch):
     N, C, spatial, K, kernel, padding, dilation = case
     monkeypatch.setattr(implicit_gemm, "WGRAD_TMA_MASK_X", mask_x)
     monkeypatch.setattr(implicit_gemm, "wgrad_tma_splits", lambda *args: splits)
@@ -71,8 +73,22 @@ def test_weight_gradient_from_row_boxes(case, splits, mask_x, device, kernels, m
     w = rows_layout(random_tensor((K, C, *kernel), torch.bfloat16, device))
     out = CONV[len(spatial)](x.double(), w.double(), padding=padding, dilation=dilation)
     dy = rows_layout(random_tensor(out.shape, torch.bfloat16, device))
+    overhangs, real = [], implicit_gemm._wgrad_tma_overhangs_x
+    monkeypatch.setattr(
+        implicit_gemm,
+        "_wgrad_tma_overhangs_x",
+        lambda *a: overhangs.append(real(*a)) or overhangs[-1],
+    )
     got, want = _weight_gradient(x, w, dy, padding=padding, dilation=dilation)
-    assert kernels.count(KERNEL) == 1, kernels
+    (meta,) = [meta for name, meta in launches if name == KERNEL]
+    # masked where the boxes overhang dy onto x's values (whatever the tiles: the 11-wide
+    # rows of the first case in 8 to 64-wide boxes; never a 1x1 layer, whose positions past
+    # dy are x's own zero fill)
+    assert meta["MASK_X"] == (mask_x and (overhangs or [False])[0]), (meta, overhangs)
+    if case == CASES[0]:
+        assert meta["MASK_X"] == mask_x
+    if math.prod(kernel) == 1:
+        assert not meta["MASK_X"]
     assert len(sums) == (splits > 1), "one split is written straight into dW"
     assert not got.isnan().any()
     assert_close(got, want, reduction=out.numel() // K, name="dW")
@@ -254,7 +270,9 @@ def test_split_rule_fills_two_programs_an_sm(gpu_rule):
     ids=["", "mask_x"],
 )
 @pytest.mark.parametrize("axis", ["width", "height"])
-def test_non_finite_input_beyond_a_tap_keeps_its_dw_finite(axis, mask_x, device, monkeypatch):
+def test_non_finite_input_beyond_a_tap_keeps_its_dw_finite(
+    axis, mask_x, device, launches, monkeypatch
+):
     """An Inf in x's last column (or row), which tap (0, 0) (or the middle row's taps) of an
     unpadded 3x3 never reaches: PyTorch's dW for that tap is finite. Without ``MASK_X`` ours
     multiplies the row box's zero-filled dy columns (or a two-row step's row past dy's 15) by
@@ -273,7 +291,11 @@ def test_non_finite_input_beyond_a_tap_keeps_its_dw_finite(axis, mask_x, device,
     got, want = _weight_gradient(x, w, dy)
     tap = (0, 0) if axis == "width" else (1, slice(None))
     assert want[:, :, tap[0], tap[1]].isfinite().all()
+    masked = [meta["MASK_X"] for name, meta in launches if name == KERNEL]
+    assert masked == [mask_x], launches
     assert got[:, :, tap[0], tap[1]].isfinite().all()
+    reduction = dy[0, 0].numel()
+    assert_close(got[:, :, tap[0], tap[1]], want[:, :, tap[0], tap[1]], reduction=reduction)
 
 
 def test_masked_x_only_where_boxes_overhang_onto_x(gpu_rule):

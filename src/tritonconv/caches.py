@@ -31,6 +31,8 @@ class BoundedCache:
         return self.entries.get(key)
 
     def put(self, key, value) -> None:
+        if self.size <= 0:  # (a cache turned off keeps nothing)
+            return
         with self.lock:
             while len(self.entries) >= self.size:
                 self.entries.pop(next(iter(self.entries)))

@@ -767,10 +767,11 @@ def _view_step(table: list, roots: list, t: torch.Tensor) -> _View | None:
 
 # Bound on the kept launch arguments (:data:`_ready`), process-wide: a training step's
 # launches on their usual addresses (one entry each: ResNet-50's ~200) many times over; at
-# about 1.5 KB an entry (a TMA launch's with its encoded maps), 12 MB at most.
+# about 1.5 KB an entry (a TMA launch's with its encoded maps), 12 MB at most. (Read once,
+# at import: ``_ready.size`` is the bound in force.)
 READY_LAUNCHES = 8192
 # A replayed launch's whole argument tuple for Triton's C launcher, by (plan step, device,
-# stream, addresses of the tensors it reads): ``(C launcher, arguments)``. A launch
+# stream, addresses of the tensors it passes): ``(C launcher, arguments)``. A launch
 # repeated on tensors at the same addresses (a training loop's, from PyTorch's caching
 # allocator) passes the same arguments, TMA descriptors encoded and expanded, so its Python
 # is the addresses, one key and one lookup. The oldest entries go first when it is full.
@@ -859,7 +860,14 @@ class _Launch:
         # :func:`_unwrap_descriptors` does not take): their objects hold the tensors
         if ready_key is not None and (direct.expands or not self.descriptors):
             _ready.put(ready_key, ready)
-        ready[0](*ready[1])
+        _launch_kept(self, ready)
+
+
+def _launch_kept(step: _Launch, ready: tuple) -> None:
+    """A replay's first launch of the argument tuple it keeps (later ones call it from
+    :data:`_ready` directly). One function, so that ``bench.host.launches_replaced`` reaches
+    these launches too."""
+    ready[0](*ready[1])
 
 
 class _Plan:

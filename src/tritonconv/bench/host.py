@@ -112,32 +112,44 @@ def floor_steps(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor) -> dict:
 def launches_replaced(make: Callable[[Callable, str], Callable]):
     """Within the block every compiled launch calls what ``make(launcher, kernel name)``
     returns in place of ``launcher``, with its arguments: a replay's kept arguments
-    (``launch._ready``: Triton's C launcher and its argument tuple) and a cached launch
-    through Triton's own wrapper (``launch._run_compiled``: a launcher of no arguments) alike.
-    Benchmark tools use it to time the launches by kernel, or to drop them all (``make``
-    returning a no-op: what is left is the host path's Python and allocations). A launch's
-    first call of a signature (Triton's ``kernel[grid]``) is not replaced."""
+    (``launch._ready``, and the first launch that keeps them: Triton's C launcher and its
+    argument tuple) and a cached launch through Triton's own wrapper
+    (``launch._run_compiled``: a launcher of no arguments) alike. Benchmark tools use it to
+    time the launches by kernel, or to drop them all (``make`` returning a no-op: what is
+    left is the host path's Python and allocations). Not replaced: a signature's first
+    launches, which go through Triton's ``kernel[grid]`` (to compile, then to find the
+    compiled kernel): warm the calls up first. Blocks nest."""
     from .. import launch
 
-    ready, run_compiled = launch._ready, launch._run_compiled
+    ready = launch._ready
+    # (what is in force now, an outer block's included, is what each exit restores)
+    outer_get = vars(ready).get("get")
+    run_compiled, launch_kept = launch._run_compiled, launch._launch_kept
+    kept_get = outer_get or ready.get
 
     def get(key):
-        kept = ready.entries.get(key)
+        kept = kept_get(key)
         if kept is None:
             return None
         return make(kept[0], _kernel_name(key[0].kernel)), kept[1]
+
+    def first(step, kept):
+        make(kept[0], _kernel_name(step.kernel))(*kept[1])
 
     def compiled(entry, grid, stream, args):
         name = _kernel_name(getattr(entry[0], "name", entry[0]))
         make(lambda *a: run_compiled(entry, grid, stream, args), name)()
 
     ready.get = get  # (the instance's, over BoundedCache.get)
-    launch._run_compiled = compiled
+    launch._run_compiled, launch._launch_kept = compiled, first
     try:
         yield
     finally:
-        del ready.get
-        launch._run_compiled = run_compiled
+        if outer_get is None:
+            del ready.get
+        else:
+            ready.get = outer_get
+        launch._run_compiled, launch._launch_kept = run_compiled, launch_kept
 
 
 def _kernel_name(kernel) -> str:
