@@ -478,9 +478,9 @@ class _TensorMaps:
     swizzle and element type (``tensordesc_meta``, fixed per compiled kernel): a training
     step's activations come back at the same addresses from PyTorch's caching allocator, so
     a replay finds its encodings here (or, where every tensor of the launch came back, its
-    whole argument tuple in :data:`_ready` first). A map is a value (the launch copies it into the
-    kernel's parameters), so reusing one for a new tensor at the same address and layout is
-    exact. Bounded: emptied when full."""
+    whole argument tuple in :data:`_ready` first). A map is a value (the launch copies it
+    into the kernel's parameters), so reusing one for a new tensor at the same address and
+    layout is exact. Bounded: emptied when full."""
 
     __slots__ = ("encode", "maps", "meta")
 
@@ -817,9 +817,11 @@ class _Launch:
             _interpret(self.kernel, self.grid, args, self.meta)
             return
         device, stream, hooked = where
+        # the slots' addresses, then the descriptor bases'
+        addresses = [table[i].data_ptr() for i in self.pointers]
         ready_key = None
         if not hooked and _direct_triton():  # (the arguments kept: :data:`_ready`)
-            ready_key = (self, device, stream, *[table[i].data_ptr() for i in self.pointers])
+            ready_key = (self, device, stream, *addresses)
             ready = _ready.get(ready_key)
             if ready is not None:
                 ready[0](*ready[1])
@@ -831,8 +833,7 @@ class _Launch:
         # which of them are 16-byte aligned (what Triton specialises on).
         args = self.template.copy()
         aligned = 0
-        for position, index in self.slots:
-            address = table[index].data_ptr()
+        for (position, _), address in zip(self.slots, addresses):  # (slots first)
             args[position] = address
             aligned = aligned + aligned + (address & 15 == 0)
         key = (device, aligned)
