@@ -48,8 +48,8 @@ CASES = [
     (2, 32, (9, 11), 32, (3, 3), 1, 1, True),  # rectangles overhanging both edges
     (1, 64, (6, 13), 40, (3, 3), 2, 2, False),  # dilated; dx: 40 source channels, not taken
     (2, 32, (12,), 64, (5,), 1, 1, True),  # 1-D, padding smaller than the window's reach
-    (1, 32, (3, 5, 6), 32, (3, 3, 3), 1, 1, True),  # 3-D, depth taps
-    (1, 32, (1, 6, 8), 32, (3, 3, 3), 1, 1, False),  # one deep: depth taps read the padding
+    (1, 32, (3, 5, 6), 32, (3, 3, 1), 1, 1, True),  # 3-D, depth taps (at most 9 taps)
+    (1, 32, (1, 6, 8), 32, (3, 1, 3), 1, 1, False),  # one deep: depth taps read the padding
     (2, 64, (10, 9), 32, (2, 3), "same", 1, False),  # even kernel: padding after > before
     (1, 32, (7, 8), 32, (3, 1), (0, 2), (1, 3), True),  # unpadded height, a 1-wide tap
 ]
@@ -274,6 +274,10 @@ def test_tile_rule_on_the_measured_layers(gpu_rule):
     assert _rule((8, 64, 32, 32), 64, kernel=1, pad=0) is None  # the pointwise GEMM's
     assert _rule((8, 64, 56, 56), 144) is None  # the second accumulator's width
     assert _rule((8, 64, 56, 56), 192) == cfg(2, 64, 64, 64, 4, 4, 2)  # three 64-column tiles
+    # more than 9 taps keep the pointer kernel (3x3x3: measured faster there, session 40)
+    assert _rule((8, 64, 16, 56, 56), 64) is None
+    assert _rule((8, 64, 16, 56, 56), 64, transposed=True) is None
+    assert _rule((8, 64, 56, 56), 64, kernel=5, pad=2) is None
 
 
 def test_tf32_tile_rule(gpu_rule, monkeypatch):

@@ -76,7 +76,8 @@ def channel_sum_partials_kernel(
     INDEX_64: tl.constexpr,
 ):
     """``partial[split, c] = sum of src[n, c, d, h, w]`` over the split's rows (a row is one
-    (n, d, h, w), in that order). Grid ``(channel blocks, splits)``. The tile is
+    (n, d, h, w), in that order), cast to partial's dtype (with one split, partial is the
+    sum's output itself). Grid ``(channel blocks, splits)``. The tile is
     ``[BLOCK_C, BLOCK_R]`` with rows fastest (``ROWS_FAST``: NCHW-like tensors, whose width
     is the contiguous axis) or ``[BLOCK_R, BLOCK_C]`` (channels-last), so neighbouring lanes
     read neighbouring addresses; it is summed elementwise and reduced once, at the end."""
@@ -111,4 +112,4 @@ def channel_sum_partials_kernel(
             tile = tl.load(ptr, mask=row_ok[:, None] & c_ok[None, :], other=0)
         acc += tile.to(ACC_DTYPE)
     total = tl.sum(acc, axis=1) if ROWS_FAST else tl.sum(acc, axis=0)
-    tl.store(partial_ptr + split * C + c, total, mask=c_ok)
+    tl.store(partial_ptr + split * C + c, total.to(partial_ptr.dtype.element_ty), mask=c_ok)

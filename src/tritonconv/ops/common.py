@@ -127,7 +127,8 @@ def channel_sum(t: torch.Tensor) -> torch.Tensor:
     target = 2 if INTERPRETER else cdiv(2 * multiprocessor_count(t.device), c_blocks)
     rows_per_split = max(block_r, cdiv(cdiv(rows, target), block_r) * block_r)
     splits = cdiv(rows, rows_per_split)
-    partial = allocate((splits, C), partial_dtype(t.dtype), t.device)
+    # one split is the sum: stored straight into ``out`` (cast on store), no second launch
+    partial = out if splits == 1 else allocate((splits, C), partial_dtype(t.dtype), t.device)
     launch(
         channel_sum_partials_kernel,
         (c_blocks, splits),
@@ -147,7 +148,8 @@ def channel_sum(t: torch.Tensor) -> torch.Tensor:
         INDEX_64=needs_int64(t, partial) or rows + block_r > INDEX32_LIMIT,
         num_warps=4,
     )
-    sum_partials(partial, out)
+    if splits > 1:
+        sum_partials(partial, out)
     return out
 
 

@@ -900,6 +900,12 @@ class WindowTmaConfig(NamedTuple):
 #: 14 x 14 planes in 8 x 16 rectangles, measured faster than the pointer-load kernel there
 #: (H200, session 36); 7 x 7 planes (2.6 in 128-position rectangles) lost to it.
 WINDOW_TMA_MAX_WASTE = 1.35
+#: Most taps a window of ``window_tma_kernel`` has: each tap's boxes are read again from L2,
+#: where the pointer-load kernel's loop does better on long windows. Measured (session 40,
+#: H200, bf16, ``probe_3d_passes.py``): the 3x3x3 64 -> 64 layer at 16 x 56² (27 taps),
+#: forward 245.4 µs against the pointer kernel's 215.4 and input gradient 244.4 against
+#: 218.5 (cuDNN 215.9 / 203.4); the 9-tap 3x3 layers won by up to 1.7x (session 36).
+WINDOW_TMA_MAX_TAPS = 9
 
 
 def _rectangle(positions: int, height: int, width: int) -> tuple[int, int, float]:
@@ -927,7 +933,7 @@ def window_tma_config(dtype, batch: int, src_channels: int, dst_channels: int,
     rectangles, 128-channel tiles under ``WINDOW_TMA_TF32_MAX_WAVES``), one group,
     (a forward's unpadded strided 1x1 layer too, ``strided_pointwise``: one tap over x's
     strided view) stride 1 on every axis, more than one tap (a 1x1 layer is
-    ``pointwise_tma_kernel``'s), source channels a multiple of 32 (a weight box never
+    ``pointwise_tma_kernel``'s) and at most ``WINDOW_TMA_MAX_TAPS``, source channels a multiple of 32 (a weight box never
     straddles two taps), destination channels a multiple of 8 (TMA's 16-byte strides), the
     batch times the destination plane times the wider channel count under 2**31 (TMA itself
     takes 64-bit strides; a margin for the kernel's int32 tile arithmetic), at most 64
@@ -961,6 +967,7 @@ def window_tma_config(dtype, batch: int, src_channels: int, dst_channels: int,
         or groups != 1
         or (any(s != 1 for s in geometry.stride) and not strided)
         or (geometry.kernel_numel == 1 and not strided)
+        or geometry.kernel_numel > WINDOW_TMA_MAX_TAPS
         or src_channels < 32
         or src_channels % 32
         or dst_channels % 8
@@ -1194,6 +1201,17 @@ WGRAD_TMA_FLAT_DY = True
 #: pipeline's fill and the tile's store), and the time of a 128 x 128 x 64 step.
 WGRAD_TMA_MAX_SPLITS = 32
 WGRAD_TMA_PROGRAMS_PER_SM = 2
+#: Most taps times partial-tile waste that take ``wgrad_tma_kernel`` (the waste: a side's
+#: tiled channels over its own where it takes more than one tile, the last partly empty,
+#: whose programs read the other operand once more), except one-deep windows without such
+#: tiles. Measured (session 40, H200, bf16, ``probe_3d_passes.py``, kernel µs, TMA against the
+#: pointer kernel): at batch 8 channels_last_3d over 16 x 56², 3x3x3 64 -> 64 (27 taps) 362.6
+#: against 196.5, (2+1)D's 1x3x3 64 -> 144 (9 taps x 256 / 144 = 16) 431.3 against 194.3, its
+#: 3x1x1 144 -> 64 (3 x 1.78) 154.6 against 212.3; at batch 32 over 56², 3x3 64 -> 96 (9 x
+#: 1.33) 49.4 against 39.9, 5x5 64 -> 64 (25 taps, one deep, no waste) 57.5 against 61.5,
+#: 3x3 64 -> 64 25.0 against 25.0; ResNet-50's and UNet's 3x3 layers won by up to 1.7x
+#: (session 38).
+WGRAD_TMA_MAX_TAP_WORK = 10
 WGRAD_TMA_FILL_STEPS = 8
 WGRAD_TMA_STEP_US = 0.7
 
@@ -1207,7 +1225,9 @@ def wgrad_tma_config(dtype, batch: int, in_channels: int, out_channels: int,
     GPU with TMA; windows of more than one tap with output rows at least
     ``WGRAD_TMA_MIN_WIDTH`` wide, unpadded strided 1x1 layers with rows that wide or their
     boxes overhanging them little (14 wide in 16), and unpadded 1x1 layers
-    (``wgrad_tma_pointwise``: the positions as one flat row). Rows narrower than
+    (``wgrad_tma_pointwise``: the positions as one flat row); taps times the tiles' channel
+    waste at most ``WGRAD_TMA_MAX_TAP_WORK`` (one-deep windows without partial tiles: any
+    taps). Rows narrower than
     ``WGRAD_TMA_STEP_POSITIONS`` take several boxes a step.
 
     Fitted to benchmarks/probe_tma_wgrad.py (H200, bf16, ResNet-50's and UNet's 3x3 layers
@@ -1253,9 +1273,19 @@ def wgrad_tma_config(dtype, batch: int, in_channels: int, out_channels: int,
     flat = rows > 1 and rows_fit(tw, rows)
     block_m = 128 if out_channels >= 128 else clamped_power_of_2(out_channels, 32, 64)
     block_n = 128 if in_channels >= 128 else clamped_power_of_2(in_channels, 32, 64)
+    waste = _tile_waste(out_channels, block_m) * _tile_waste(in_channels, block_n)
+    one_deep = len(geometry.kernel) < 3 or geometry.kernel[0] == 1
+    if geometry.kernel_numel * waste > WGRAD_TMA_MAX_TAP_WORK and (waste > 1 or not one_deep):
+        return None
     if block_m == block_n == 128:
         return WgradTmaConfig(tw, 128, 128, 8, 3, rows, flat)
     return WgradTmaConfig(tw, block_m, block_n, 4, 4, rows, flat)
+
+
+def _tile_waste(channels: int, block: int) -> float:
+    """The channels a side's tiles cover over its own where it takes more than one tile
+    (1 for one tile: the box's zero fill past them reads nothing)."""
+    return 1.0 if channels <= block else cdiv(channels, block) * block / channels
 
 
 def wgrad_tma_pointwise(geometry: Geometry) -> bool:
@@ -1379,9 +1409,11 @@ def _launch_wgrad_tma(grad_out, x, parts, geometry: Geometry, config: WgradTmaCo
 #: row boxes overhang dy onto x's real values (:func:`_wgrad_tma_overhangs_x`). Off: those
 #: positions meet dy's zero fill, exact for finite x, but an Inf or NaN of x there turns dW
 #: entries NaN that PyTorch gives finite (tests/test_wgrad_tma.py, the strict xfail). On:
-#: exact for any x, x's boxes through registers. Written in session 39 and checked under the
-#: interpreter only (no device time was left): its speed on ResNet-50's 56- and 28-wide
-#: layers decides the default (benchmarks/NOTES.md).
+#: exact for any x, x's boxes through registers. Off by default, for its cost: measured
+#: (session 40, H200, bf16, ``probe_tma_wgrad.py --library``, kernel µs off -> on) ResNet-50's
+#: 3x3 64@56 at batch 128 73.6 -> 142.3, 128@28 54.1 -> 87.5, 128@28 at batch 32 22.1 ->
+#: 32.8 (the pointer-load kernel 79.2, 76.0, 21.8); UNet's 64@256, whose boxes never
+#: overhang, 83.0 -> 83.5.
 WGRAD_TMA_MASK_X = False
 
 
