@@ -444,12 +444,14 @@ stage() {
     fi
 }
 
-# The test subset: a few tests of every kernel family, the forced int64-indexing tests first,
+# The test subset: a few tests of every kernel family (the TMA kernels' since session 40),
+# the forced int64-indexing tests first,
 # chosen by -k names (a name no longer there selects nothing instead of failing), in files that
 # exist; PYTEST_K replaces it. Over xdist workers (PYTEST_WORKERS, default 4; 0: none), which
 # compile Triton kernels in parallel; the sanitizer follows every worker.
 PYTEST_FILES=""
-for f in im2col unfold3d crop implicit_gemm direct conv_gemm transposed conv3d causal; do
+for f in im2col unfold3d crop implicit_gemm direct conv_gemm transposed conv3d causal \
+    pointwise_tma window_tma wgrad_tma; do
     [ -f "tests/test_$f.py" ] && PYTEST_FILES="$PYTEST_FILES tests/test_$f.py"
 done
 PYTEST_K=${PYTEST_K:-"int64_indexing or index_64 or huge or 2_31 \
@@ -462,7 +464,9 @@ or (test_depthwise and not small_kernels and not geometry and not low_precision)
 or (test_forward_and_gradients and not match) or workspace_chunking \
 or conv_transpose2d_every_algorithm or conv3d_matches_float64 \
 or conv_transpose3d_matches_float64 or integer_conv3d_is_exact \
-or causal_conv1d_update_matches or gradients_match_slicing"}
+or causal_conv1d_update_matches or gradients_match_slicing \
+or pointwise_layers_match_float64 or windows_match_float64 or weight_gradient_from_row_boxes \
+or rows_exactly_a_box_wide or strided_pointwise_reads or transposed_kernel_equal_to_stride"}
 PYTEST_WORKERS=${PYTEST_WORKERS:-4}
 XDIST=""
 if [ "$PYTEST_WORKERS" != 0 ] && python3 -c "import xdist" 2>/dev/null; then
