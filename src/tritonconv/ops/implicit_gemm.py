@@ -902,7 +902,7 @@ class WindowTmaConfig(NamedTuple):
 WINDOW_TMA_MAX_WASTE = 1.35
 #: Most taps a window of ``window_tma_kernel`` has: each tap's boxes are read again from L2,
 #: where the pointer-load kernel's loop does better on long windows. Measured (session 40,
-#: H200, bf16, ``probe_3d_passes.py``): the 3x3x3 64 -> 64 layer at 16 x 56² (27 taps),
+#: H200, bf16, ``probe_passes.py``): the 3x3x3 64 -> 64 layer at 16 x 56² (27 taps),
 #: forward 245.4 µs against the pointer kernel's 215.4 and input gradient 244.4 against
 #: 218.5 (cuDNN 215.9 / 203.4); the 9-tap 3x3 layers won by up to 1.7x (session 36).
 WINDOW_TMA_MAX_TAPS = 9
@@ -1204,7 +1204,7 @@ WGRAD_TMA_PROGRAMS_PER_SM = 2
 #: Most taps times partial-tile waste that take ``wgrad_tma_kernel`` (the waste: a side's
 #: tiled channels over its own where it takes more than one tile, the last partly empty,
 #: whose programs read the other operand once more), except one-deep windows without such
-#: tiles. Measured (session 40, H200, bf16, ``probe_3d_passes.py``, kernel µs, TMA against the
+#: tiles. Measured (session 40, H200, bf16, ``probe_passes.py``, kernel µs, TMA against the
 #: pointer kernel): at batch 8 channels_last_3d over 16 x 56², 3x3x3 64 -> 64 (27 taps) 362.6
 #: against 196.5, (2+1)D's 1x3x3 64 -> 144 (9 taps x 256 / 144 = 16) 431.3 against 194.3, its
 #: 3x1x1 144 -> 64 (3 x 1.78) 154.6 against 212.3; at batch 32 over 56², 3x3 64 -> 96 (9 x
