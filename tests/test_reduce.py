@@ -71,6 +71,37 @@ def test_channel_sum_writes_everything_and_is_reproducible(device, monkeypatch):
     assert_close(first, t.cpu().double().sum((0, 2, 3)), reduction=4 * 33 * 17)
 
 
+@pytest.mark.parametrize(
+    "shape, dtype, launched",
+    [
+        ((1, 64, 4, 8), torch.bfloat16, ["channel_sum_partials_kernel"]),  # 32 rows: one split
+        ((1, 64, 4, 8), torch.int8, ["channel_sum_partials_kernel"]),
+        ((4, 6, 33, 17), torch.float32, ["channel_sum_partials_kernel", "sum_partials_kernel"]),
+    ],
+    ids=("one-split", "one-split-int8", "splits"),
+)
+def test_channel_sum_of_one_split_is_one_launch(shape, dtype, launched, device, monkeypatch):
+    """Rows that fit one split (a squeeze-excitation layer's bias gradient: one row an
+    image) are summed and stored, cast, by one launch; more rows add the split sum's."""
+    names = []
+    real = common.launch
+
+    def spy(kernel, grid, *args, **meta):
+        names.append(kernel.fn.__name__ if hasattr(kernel, "fn") else kernel.__name__)
+        return real(kernel, grid, *args, **meta)
+
+    monkeypatch.setattr(common, "launch", spy)
+    t = random_tensor(shape, dtype, device).to(memory_format=torch.channels_last)
+    got = common.channel_sum(t)
+    assert names == launched
+    assert got.dtype == dtype
+    if dtype.is_floating_point:
+        expected = t.cpu().double().sum((0, 2, 3))
+        assert_close(got, expected, reduction=t.numel() // shape[1])
+    else:
+        assert torch.equal(got.cpu(), t.cpu().long().sum((0, 2, 3)).to(dtype))
+
+
 def test_sum_partials_into_two_outputs(device):
     partial = random_tensor((7, 3 * 9 + 3), torch.float32, device)
     weight = poison_(torch.empty(3, 1, 3, 3, dtype=torch.bfloat16, device=device))
