@@ -35,14 +35,17 @@ def family(reason: str) -> str:
     return POINTER
 
 
-def passes(input_shape, weight_shape, transposed=False, **kwargs) -> tuple[str, str, str]:
-    """(forward, input gradient, weight gradient) families of a bf16 channels-last call."""
+def passes(input_shape, weight_shape, transposed=False, nlc=False, **kwargs):
+    """(forward, input gradient, weight gradient) families of a bf16 channels-last call (a
+    1-D one NCL, or with ``nlc`` channels innermost)."""
     rank = len(input_shape) - 2
     layout = torch.channels_last_3d if rank == 3 else torch.channels_last
     x = torch.empty(input_shape, dtype=torch.bfloat16)
     w = torch.empty(weight_shape, dtype=torch.bfloat16)
     if rank >= 2:
         x, w = x.to(memory_format=layout), w.to(memory_format=layout)
+    elif nlc:
+        x = x.transpose(1, 2).contiguous().transpose(1, 2)
     found = tritonconv.explain(x, w, None, transposed=transposed, algo="implicit_gemm", **kwargs)
     reason = found.reason
     parts = {}
@@ -78,13 +81,12 @@ LAYERS = {
     "pw_40_120_28": ((32, 40, 28, 28), (120, 40, 1, 1), {}, (POINTWISE, POINTER, ROWS)),
     "aspp_dil12": ((8, 512, 64, 64), (256, 512, 3, 3), {"padding": 12, "dilation": 12},
                    (WINDOW, WINDOW, ROWS)),
-    # suite more (its 1-D layers NCL, as there)
-    "conv1d_k3": ((16, 512, 4096), (512, 512, 3), {"padding": 1}, (WINDOW, WINDOW, ROWS)),
+    # suite more (its 1-D layers NCL, as there: the forward and input gradient on the
+    # pointer kernel, the weight gradient's TMA reading channels-last copies)
+    "conv1d_k3": ((16, 512, 4096), (512, 512, 3), {"padding": 1}, (POINTER, POINTER, ROWS)),
     "conv3d_3x3x3": ((8, 64, 16, 56, 56), (64, 64, 3, 3, 3), {"padding": 1}, (POINTER,) * 3),
     "conv3d_1x3x3": ((8, 64, 16, 56, 56), (144, 64, 1, 3, 3), {"padding": (0, 1, 1)},
                      (POINTER,) * 3),
-    "conv3d_3x1x1": ((8, 144, 16, 56, 56), (64, 144, 3, 1, 1), {"padding": (1, 0, 0)},
-                     (POINTER, POINTER, ROWS)),
     "wav2vec_first_conv1d": ((8, 1, 16000), (512, 1, 10), {"stride": 5},
                              (FOLDED, PHASES, FOLDED)),
     "wav2vec_conv1d": ((4, 512, 3199), (512, 512, 3), {"stride": 2}, (POINTER,) * 3),
@@ -100,6 +102,12 @@ LAYERS = {
                       {"transposed": True, "stride": 2, "padding": 1}, (POINTER,) * 3),
     "conv_transpose3d_2x2x2": ((2, 128, 16, 32, 32), (128, 64, 2, 2, 2),
                                {"transposed": True, "stride": 2}, (TAP_GEMM, POINTER, POINTER)),
+    # r2plus1d_18's temporal layers (benchmarks/probe_passes.py: TMA's weight gradient won)
+    "conv3d_3x1x1": ((8, 144, 16, 56, 56), (64, 144, 3, 1, 1), {"padding": (1, 0, 0)},
+                     (POINTER, POINTER, ROWS)),
+    # the 1-D layers channels-last (NLC): the TMA paths read them
+    "conv1d_k3_nlc": ((16, 512, 4096), (512, 512, 3), {"padding": 1, "nlc": True},
+                      (WINDOW, WINDOW, ROWS)),
 }
 # fmt: on
 

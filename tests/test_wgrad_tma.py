@@ -50,7 +50,7 @@ CASES = [
     (1, 40, (6, 13), 56, (3, 3), 2, 2),  # dilated; 40 and 56 channels: tiles overhang both
     (1, 40, (6, 13), 72, (1, 3), 2, 2),  # 72 channels: a second tile, partly empty
     (2, 32, (21,), 48, (5,), 1, 1),  # 1-D (outputs contiguous: read from a copy)
-    (1, 32, (3, 5, 6), 32, (3, 3, 1), 1, 1),  # 3-D, depth taps (9: the rule's most in 3-D)
+    (1, 32, (3, 5, 6), 32, (3, 3, 1), 1, 1),  # 3-D, depth taps (3x3x3's 27 are the pointer's)
     (2, 64, (10, 9), 32, (2, 3), "same", 1),  # even kernel: padding after > before
     (1, 32, (7, 8), 32, (3, 1), (0, 2), (1, 3)),  # unpadded height, a 1-wide tap
     (3, 40, (5, 7), 64, (1, 1), 0, 1),  # 1x1: the positions as one flat row
@@ -225,6 +225,10 @@ def test_tile_rule_on_the_measured_layers(gpu_rule):
     assert _rule(8, 64, 64, 56, rank=3) is None
     assert _rule(32, 64, 96, 56) is None
     assert _rule(32, 64, 64, 56, kernel=5) == cfg(64, 64, 64, 4, 4)
+    for kernel, pad, taken in (((2, 5, 1), (0, 2, 0), True), ((3, 2, 2), (1, 0, 0), False)):
+        g = make_geometry((16, 56, 56), kernel, (1, 1, 1), pad, pad, (1, 1, 1))  # 10, 12 taps
+        found = implicit_gemm.wgrad_tma_config(torch.bfloat16, 8, 64, 64, g, 1, "gpu")
+        assert (found is not None) == taken, kernel
     g = make_geometry((16, 56, 56), (1, 3, 3), (1, 1, 1), (0, 1, 1), (0, 1, 1), (1, 1, 1))
     assert implicit_gemm.wgrad_tma_config(torch.bfloat16, 8, 64, 144, g, 1, "gpu") is None
     g = make_geometry((16, 56, 56), (3, 1, 1), (1, 1, 1), (1, 0, 0), (1, 0, 0), (1, 1, 1))

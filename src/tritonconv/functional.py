@@ -837,8 +837,10 @@ def explain(
         return dataclasses.replace(found, reason=f"{found.reason}; {kernels}")
     if found.algo != "implicit_gemm":
         return found
-    forward = _gemm_tiles(input, args, transposed, found.config)
-    input_gradient = _gemm_tiles(input, args, not transposed, None)
+    # (every TMA path reads channels-last rows; a channels-last weight makes the input so)
+    channels_last = _channels_innermost(input, ndim) or (ndim > 1 and is_channels_last(weight))
+    forward = _gemm_tiles(input, args, transposed, found.config, channels_last)
+    input_gradient = _gemm_tiles(input, args, not transposed, None, channels_last)
     weight_gradient = _weight_gradient_tiles(input, args)
     reason = (
         f"{found.reason}; forward tiles {forward}; input gradient tiles {input_gradient}; "
@@ -847,15 +849,18 @@ def explain(
     return dataclasses.replace(found, reason=reason)
 
 
-def _gemm_tiles(input, args, transposed: bool, measured) -> str:
+def _gemm_tiles(input, args, transposed: bool, measured, channels_last: bool) -> str:
     """The implicit GEMM's tiles for the call's convolution (``transposed``: its input
-    gradient, which is also a transposed call's forward), as its launcher picks them."""
+    gradient, which is also a transposed call's forward), as its launcher picks them;
+    ``channels_last``: whether the tensors it reads and writes are (else no TMA path)."""
     g = args.geometry
     sides = (args.in_per_group, args.out_per_group)  # (source, destination) of the GEMM
     sides = sides[::-1] if transposed else sides
     rows = args.batch * math.prod(g.input if transposed else g.output)
     if measured:
         return f"{implicit_gemm.describe(input.dtype, measured)} (measured)"
+    if not channels_last:
+        return _pointer_tiles(input, args, transposed)
     tap = transposed and implicit_gemm.tap_gemm_config(
         input.dtype, args.batch, *sides, g, args.groups, input.device
     )
@@ -880,6 +885,22 @@ def _gemm_tiles(input, args, transposed: bool, measured) -> str:
             f"{window} as TMA boxes, the padding the hardware's zero fill (a stride-1 window: "
             "where input and output are dense channels-last and 16-byte aligned)"
         )
+    return _pointer_tiles(input, args, transposed)
+
+
+def _channels_innermost(input, ndim: int) -> bool:
+    """Whether the call's input has its channels innermost (a channels-last layout), as the
+    TMA paths' tensors must (the output, and so the output gradient, follows the input's
+    layout); other layouts run the pointer-load kernel there."""
+    channel_axis = input.dim() - ndim - 1  # (0 for an unbatched input)
+    return input.stride(channel_axis) == 1 or input.shape[channel_axis] == 1
+
+
+def _pointer_tiles(input, args, transposed: bool) -> str:
+    """The pointer-load kernel's tiles for the call's convolution (``transposed`` as in
+    :func:`_gemm_tiles`), with the width taps or stride phases folded where they are."""
+    g = args.geometry
+    sides = (args.in_per_group, args.out_per_group)[:: -1 if transposed else 1]
     if not transposed and implicit_gemm.foldable(input.dtype, args.in_per_group, g, args.groups):
         folded, fg = g.kernel[-1] * args.in_per_group, implicit_gemm.folded_geometry(g)
         tiles = implicit_gemm.launch_config(

@@ -106,7 +106,8 @@ def sum_partials(
 def channel_sum(t: torch.Tensor) -> torch.Tensor:
     """``t.sum((0, 2, ...))`` for an (N, C, *spatial) tensor of 1 to 3 spatial dimensions and
     any strides (the bias gradient of a convolution): per-split partials, then
-    :func:`sum_partials`, so the order is fixed and the result bitwise reproducible."""
+    :func:`sum_partials`, so the order is fixed and the result bitwise reproducible (rows that
+    fit one split: the sum stored directly, one launch)."""
     N, C, *spatial = t.shape
     rows = N * math.prod(spatial)
     out = allocate((C,), t.dtype, t.device, zero=rows == 0)

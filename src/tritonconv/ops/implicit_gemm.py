@@ -1252,6 +1252,15 @@ def wgrad_tma_config(dtype, batch: int, in_channels: int, out_channels: int,
     ):
         return None
 
+    # the GPU's channel tiles, whose waste the tap limit weighs (under the interpreter too,
+    # so that its tests and ``explain`` decline what a GPU declines)
+    block_m = 128 if out_channels >= 128 else clamped_power_of_2(out_channels, 32, 64)
+    block_n = 128 if in_channels >= 128 else clamped_power_of_2(in_channels, 32, 64)
+    waste = _tile_waste(out_channels, block_m) * _tile_waste(in_channels, block_n)
+    one_deep = len(geometry.kernel) < 3 or geometry.kernel[0] == 1
+    if geometry.kernel_numel * waste > WGRAD_TMA_MAX_TAP_WORK and (waste > 1 or not one_deep):
+        return None
+
     def rows_fit(tw: int, rows: int) -> bool:  # (FLAT_DY: rows a box wide, none past dy's)
         return WGRAD_TMA_FLAT_DY and width == tw and height % rows == 0
 
@@ -1271,12 +1280,6 @@ def wgrad_tma_config(dtype, batch: int, in_channels: int, out_channels: int,
     while rows > 1 and cdiv(height, rows) * rows > WGRAD_TMA_MAX_ROW_OVERHANG * height:
         rows //= 2
     flat = rows > 1 and rows_fit(tw, rows)
-    block_m = 128 if out_channels >= 128 else clamped_power_of_2(out_channels, 32, 64)
-    block_n = 128 if in_channels >= 128 else clamped_power_of_2(in_channels, 32, 64)
-    waste = _tile_waste(out_channels, block_m) * _tile_waste(in_channels, block_n)
-    one_deep = len(geometry.kernel) < 3 or geometry.kernel[0] == 1
-    if geometry.kernel_numel * waste > WGRAD_TMA_MAX_TAP_WORK and (waste > 1 or not one_deep):
-        return None
     if block_m == block_n == 128:
         return WgradTmaConfig(tw, 128, 128, 8, 3, rows, flat)
     return WgradTmaConfig(tw, block_m, block_n, 4, 4, rows, flat)
