@@ -10,6 +10,7 @@ SASS of each loop is counted by opcode: the work the warps issue per reduction s
 (benchmarks/NOTES.md).
 
     .venv/bin/python benchmarks/ptx_loop.py [--layer r50_3x3_14] [--kernel wgrad]
+        [--dtype float32] [--set WGRAD_TF32_PRECISION='"tf32"']
 """
 
 from __future__ import annotations
@@ -52,15 +53,23 @@ LAYERS = {
 }
 
 
-def record(layer: str, dtype: str = "bfloat16", tf32_off: str = "") -> list[dict]:
+def record(layer: str, dtype: str = "bfloat16", tf32_off: str = "", knobs=()) -> list[dict]:
     """Each launch of one training step, as JSON: kernel module and name, runtime arguments
     (tensors by dtype), meta. Runs under the interpreter (a process of its own). ``tf32_off``:
-    fp32 with TF32 off and ``precision.TF32_OFF_PRECISION`` set to it."""
+    fp32 with TF32 off and ``precision.TF32_OFF_PRECISION`` set to it; ``knobs``: ``NAME=VALUE``
+    settings of ``ops.implicit_gemm``'s constants (a Python literal each)."""
+    import ast
+
     import torch
 
     import tritonconv as tc
     from tritonconv import launch, precision
+    from tritonconv.ops import implicit_gemm
 
+    for knob in knobs:
+        name, value = knob.split("=", 1)
+        assert hasattr(implicit_gemm, name), name
+        setattr(implicit_gemm, name, ast.literal_eval(value))
     if tf32_off:
         torch.backends.cudnn.allow_tf32 = False
         precision.TF32_OFF_PRECISION = tf32_off
@@ -238,14 +247,17 @@ def main() -> None:
     ap.add_argument("--tf32-off", default="", choices=("", "ieee", "tf32x3", "tf32x3_rn"),
                     help="fp32 at TF32-off with this precision")  # fmt: skip
     ap.add_argument("--dump", action="store_true", help="print each loop's SASS too")
+    ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                    help="an ops.implicit_gemm constant for the step (a Python literal)")  # fmt: skip
     ap.add_argument("--record", action="store_true", help=argparse.SUPPRESS)  # internal
     args = ap.parse_args()
     if args.record:
-        print(json.dumps(record(args.layer, args.dtype, args.tf32_off)))
+        print(json.dumps(record(args.layer, args.dtype, args.tf32_off, args.set)))
         return
     env = dict(os.environ, TRITON_INTERPRET="1", TRITONCONV_CPU_KERNELS="1")
+    knobs = [a for knob in args.set for a in ("--set", knob)]
     out = subprocess.run([sys.executable, __file__, "--record", "--layer", args.layer,
-                          "--dtype", args.dtype, "--tf32-off", args.tf32_off],
+                          "--dtype", args.dtype, "--tf32-off", args.tf32_off, *knobs],
                          env=env, capture_output=True, text=True, check=True)  # fmt: skip
     os.environ["TRITON_INTERPRET"] = "0"
     sys_path_scripts()
