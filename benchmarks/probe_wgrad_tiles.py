@@ -10,7 +10,11 @@ count each layer wants and how far the rule is from it. Every result is checked 
 cuDNN's (relative max difference). Kernel time by CUDA-graph replay (``bench.kernel_ms``), µs.
 
     PYTHONPATH=src python benchmarks/probe_wgrad_tiles.py [--json FILE] [--dtype float32]
-        [--tf32-off] [case ...]
+        [--tf32-off] [--wgrad-precision tf32] [case ...]
+
+``--wgrad-precision`` sets ours' fp32 products with TF32 allowed (``WGRAD_TF32_PRECISION``:
+plain ``tf32``, one TF32 product a multiply-add as cuDNN's, against the library's ``bf16x3``;
+session 40 found it compiles to tensor-core instructions offline).
 """
 
 from __future__ import annotations
@@ -121,7 +125,10 @@ def main() -> None:
     parser.add_argument("--rule-only", action="store_true", help="the rule's tiles alone")
     parser.add_argument("--dtype", default="bfloat16", help="float32: TF32 allowed on both sides")
     parser.add_argument("--tf32-off", action="store_true", help="fp32, TF32 off on both sides")
+    parser.add_argument("--wgrad-precision", default=None, help="WGRAD_TF32_PRECISION for ours")
     args = parser.parse_args()
+    if args.wgrad_precision:
+        ig.WGRAD_TF32_PRECISION = args.wgrad_precision
     dtype = torch.float32 if args.tf32_off else getattr(torch, args.dtype)
     torch.backends.cudnn.allow_tf32 = not args.tf32_off
     opts = Options(reps=30)
