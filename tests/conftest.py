@@ -56,19 +56,20 @@ def plan_recordings(monkeypatch):
     return recordings
 
 
-def _spy_on_launches(monkeypatch, record) -> None:
-    """``record(kernel name, constexprs and options)`` at each launch of ``ops.implicit_gemm``
-    (plans cleared first: none replays)."""
-    from tritonconv.ops import implicit_gemm
+def _spy_on_launches(monkeypatch, record, module=None) -> None:
+    """``record(kernel name, constexprs and options)`` at each launch of ``module``
+    (``ops.implicit_gemm`` by default; plans cleared first: none replays)."""
+    if module is None:
+        from tritonconv.ops import implicit_gemm as module
 
     tritonconv.clear_caches()
-    original = implicit_gemm.launch
+    original = module.launch
 
     def spy(kernel, grid, *args, **meta):
         record(kernel.fn.__name__ if hasattr(kernel, "fn") else kernel.__name__, meta)
         return original(kernel, grid, *args, **meta)
 
-    monkeypatch.setattr(implicit_gemm, "launch", spy)
+    monkeypatch.setattr(module, "launch", spy)
 
 
 @pytest.fixture
@@ -76,6 +77,16 @@ def kernels(monkeypatch):
     """Names of the kernels ``ops.implicit_gemm`` launches (plans cleared: none replays)."""
     names = []
     _spy_on_launches(monkeypatch, lambda name, meta: names.append(name))
+    return names
+
+
+@pytest.fixture
+def common_kernels(monkeypatch):
+    """Names of the kernels ``ops.common`` launches (the fixed-order reductions)."""
+    from tritonconv.ops import common
+
+    names = []
+    _spy_on_launches(monkeypatch, lambda name, meta: names.append(name), common)
     return names
 
 

@@ -278,8 +278,9 @@ def test_split_rule_fills_two_programs_an_sm(gpu_rule):
             marks=pytest.mark.xfail(
                 strict=True,
                 reason="known, without WGRAD_TMA_MASK_X (off by default: 1.5-1.9x slower "
-                "on the layers it changes, session 40): a row box overhanging dy's width, or a step's rows past dy's height, "
-                "multiply dy's zero fill by x's values beyond it (benchmarks/NOTES.md)",
+                "on the layers it changes, session 40): a row box overhanging dy's width, or "
+                "a step's rows past dy's height, multiply dy's zero fill by x's values beyond "
+                "it (benchmarks/NOTES.md)",
             ),
         ),
         True,

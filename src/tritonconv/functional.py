@@ -838,7 +838,7 @@ def explain(
     if found.algo != "implicit_gemm":
         return found
     # (every TMA path reads channels-last rows; a channels-last weight makes the input so)
-    channels_last = _channels_innermost(input, ndim) or (ndim > 1 and is_channels_last(weight))
+    channels_last = _channels_innermost(input, ndim) or is_channels_last(weight)
     forward = _gemm_tiles(input, args, transposed, found.config, channels_last)
     input_gradient = _gemm_tiles(input, args, not transposed, None, channels_last)
     weight_gradient = _weight_gradient_tiles(input, args)

@@ -933,11 +933,11 @@ def window_tma_config(dtype, batch: int, src_channels: int, dst_channels: int,
     rectangles, 128-channel tiles under ``WINDOW_TMA_TF32_MAX_WAVES``), one group,
     (a forward's unpadded strided 1x1 layer too, ``strided_pointwise``: one tap over x's
     strided view) stride 1 on every axis, more than one tap (a 1x1 layer is
-    ``pointwise_tma_kernel``'s) and at most ``WINDOW_TMA_MAX_TAPS``, source channels a multiple of 32 (a weight box never
-    straddles two taps), destination channels a multiple of 8 (TMA's 16-byte strides), the
-    batch times the destination plane times the wider channel count under 2**31 (TMA itself
-    takes 64-bit strides; a margin for the kernel's int32 tile arithmetic), at most 64
-    destination channels or a multiple of 64 (widths such
+    ``pointwise_tma_kernel``'s) and at most ``WINDOW_TMA_MAX_TAPS``, source channels a
+    multiple of 32 (a weight box never straddles two taps), destination channels a multiple
+    of 8 (TMA's 16-byte strides), the batch times the destination plane times the wider
+    channel count under 2**31 (TMA itself takes 64-bit strides; a margin for the kernel's
+    int32 tile arithmetic), at most 64 destination channels or a multiple of 64 (widths such
     as 144 keep ``conv_igemm_kernel``'s second accumulator instead of a padded column tile),
     destination planes the rectangles cover with at most ``WINDOW_TMA_MAX_WASTE`` of
     overhang, on a GPU with TMA.
@@ -1227,8 +1227,7 @@ def wgrad_tma_config(dtype, batch: int, in_channels: int, out_channels: int,
     boxes overhanging them little (14 wide in 16), and unpadded 1x1 layers
     (``wgrad_tma_pointwise``: the positions as one flat row); taps times the tiles' channel
     waste at most ``WGRAD_TMA_MAX_TAP_WORK`` (one-deep windows without partial tiles: any
-    taps). Rows narrower than
-    ``WGRAD_TMA_STEP_POSITIONS`` take several boxes a step.
+    taps). Rows narrower than ``WGRAD_TMA_STEP_POSITIONS`` take several boxes a step.
 
     Fitted to benchmarks/probe_tma_wgrad.py (H200, bf16, ResNet-50's and UNet's 3x3 layers
     and a dilation-2 one; session 36): rows of 64 positions (32 where the output is at most
