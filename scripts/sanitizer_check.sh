@@ -23,6 +23,7 @@
 #   STAGES=pytest SANITIZER_BUDGET=570 scripts/sanitizer_check.sh   # the tests alone
 #   FUZZ_DRAWS=100 FUZZ_SEED=3 STAGES=fuzz scripts/sanitizer_check.sh
 #   PYTEST_K="implicit_gemm" STAGES=pytest scripts/sanitizer_check.sh   # another selection
+#   PYTEST_TOOL=racecheck STAGES=pytest PYTEST_K=... scripts/sanitizer_check.sh  # tests, racecheck
 #   SANITIZER_API_ERRORS=no ...   # do not count failed CUDA API calls (default: counted)
 #
 # Each stage runs under `timeout` within its share of the time left (weights: huge 15,
@@ -468,6 +469,9 @@ or causal_conv1d_update_matches or gradients_match_slicing \
 or pointwise_layers_match_float64 or windows_match_float64 or weight_gradient_from_row_boxes \
 or rows_exactly_a_box_wide or strided_pointwise_reads or transposed_kernel_equal_to_stride"}
 PYTEST_WORKERS=${PYTEST_WORKERS:-4}
+# the tool the test subset runs under: memcheck, or racecheck for the kernels that use shared
+# memory (the TMA kernels' tests: their tiles land in shared memory through mbarriers)
+PYTEST_TOOL=${PYTEST_TOOL:-memcheck}
 XDIST=""
 if [ "$PYTEST_WORKERS" != 0 ] && python3 -c "import xdist" 2>/dev/null; then
     XDIST="-n $PYTEST_WORKERS"
@@ -480,7 +484,7 @@ for s in $STAGES; do
         racecheck) stage racecheck racecheck python3 "$WORKLOAD" shared ;;
         fuzz) stage fuzz memcheck python3 -W ignore::UserWarning -m tritonconv.cli verify --fuzz \
             --draws "$FUZZ_DRAWS" --workers 1 --seed "$FUZZ_SEED" --json "$OUT_DIR/fuzz-sanitizer.json" ;;
-        pytest) stage pytest memcheck env HYPOTHESIS_PROFILE=ci python3 -m pytest -q -p no:cacheprovider \
+        pytest) stage pytest "$PYTEST_TOOL" env HYPOTHESIS_PROFILE=ci python3 -m pytest -q -p no:cacheprovider \
             -W ignore::UserWarning -o addopts="" -rfE $XDIST $PYTEST_FILES -k "$PYTEST_K" ;;
     esac
 done
