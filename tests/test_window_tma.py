@@ -126,6 +126,32 @@ def test_strided_pointwise_reads_a_strided_view(case, device, kernels, monkeypat
         assert_close(g, r, reduction=max(shape[1], K, x.numel() // shape[1]), name=name)
 
 
+@pytest.mark.parametrize(
+    "case",
+    [
+        (2, 48, (7, 9), 32, (3, 3), 1, 2),  # 48 = three 16-channel steps a tap
+        # r2plus1d's temporal 3x1x1 (small): its input gradient, into 144 channels, keeps the
+        # pointer kernel (the second accumulator's width)
+        (1, 144, (3, 4, 5), 32, (3, 1, 1), (1, 0, 0), 1),
+    ],
+    ids=str,
+)
+def test_sixteen_channel_steps(case, device, kernels, monkeypatch):
+    """Source channels a multiple of 16 only take 16-channel steps (``WINDOW_TMA_MIN_STEP``
+    16): each weight box still one tap's channels; results against float64."""
+    monkeypatch.setattr(implicit_gemm, "WINDOW_TMA_MIN_STEP", 16)
+    N, C, spatial, K, kernel, padding, taken = case
+    x = rows_layout(random_tensor((N, C, *spatial), torch.bfloat16, device))
+    w = rows_layout(random_tensor((K, C, *kernel), torch.bfloat16, device))
+    b = random_tensor((K,), torch.bfloat16, device)
+    ours, ref = CONV[len(spatial)]
+    got, want = _grads(ours, ref, x, w, b, {"padding": padding})
+    assert kernels.count("window_tma_kernel") == taken, kernels
+    for name, g, r in zip(("output", "dx", "dW", "db"), got, want):
+        assert not g.isnan().any(), name
+        assert_close(g, r, reduction=max(C, K) * w[0, 0].numel(), name=name)
+
+
 def test_transposed_convolution_reuses_it(device, kernels):
     """A stride-1 transposed convolution is the input gradient of a convolution: it runs the
     window kernel with its bias in the epilogue, forward and (as a forward convolution) its

@@ -940,12 +940,13 @@ def _weight_gradient_tiles(input, args) -> str:
     plan = implicit_gemm.wgrad_plan(
         input.dtype, args.batch * math.prod(g.output), *channels, g, args.groups
     )
-    notes = [f"{plan.precision} products"]
+    # (fp32's products are named; 16-bit and integer inputs' are their own type's)
+    notes = [f"{plan.precision} products"] if input.dtype == torch.float32 else []
     if plan.pack > 1:
         notes.append(f"{plan.pack} groups a program")
     if plan.fold_width:
         notes.append(f"width taps folded into {plan.fold_width * args.in_per_group} channels")
-    return f"{plan.config} ({', '.join(notes)})"
+    return f"{plan.config} ({', '.join(notes)})" if notes else str(plan.config)
 
 
 def conv2d_workspace(

@@ -906,6 +906,11 @@ WINDOW_TMA_MAX_WASTE = 1.35
 #: forward 245.4 µs against the pointer kernel's 215.4 and input gradient 244.4 against
 #: 218.5 (cuDNN 215.9 / 203.4); the 9-tap 3x3 layers won by up to 1.7x (session 36).
 WINDOW_TMA_MAX_TAPS = 9
+#: Narrowest source-channel step of ``window_tma_kernel``: its weight boxes are one tap's
+#: ``block_k`` channels, so the source channels must be a multiple of the step (32 or 64 as
+#: fitted; 16 lets 144-channel sources such as r2plus1d's 3x1x1 layers in, at twice the
+#: steps: a probe knob until measured).
+WINDOW_TMA_MIN_STEP = 32
 
 
 def _rectangle(positions: int, height: int, width: int) -> tuple[int, int, float]:
@@ -968,8 +973,9 @@ def window_tma_config(dtype, batch: int, src_channels: int, dst_channels: int,
         or (any(s != 1 for s in geometry.stride) and not strided)
         or (geometry.kernel_numel == 1 and not strided)
         or geometry.kernel_numel > WINDOW_TMA_MAX_TAPS
-        or src_channels < 32
-        or src_channels % 32
+        or src_channels < WINDOW_TMA_MIN_STEP
+        or src_channels % WINDOW_TMA_MIN_STEP
+        or (tf32 and src_channels % 32)
         or dst_channels % 8
         or (dst_channels > 64 and dst_channels % 64)
         or positions * max(src_channels, dst_channels) >= 2**31
@@ -979,7 +985,7 @@ def window_tma_config(dtype, batch: int, src_channels: int, dst_channels: int,
     if INTERPRETER:  # small tiles, several of them (the persistent loop walks a few), and no
         # waste limit: the tests' small odd planes cover the overhanging rectangles
         th, tw, _ = _rectangle(32, height, width)
-        return WindowTmaConfig(th, tw, 32, 32, 4, 1)
+        return WindowTmaConfig(th, tw, 32, 32 if src_channels % 32 == 0 else 16, 4, 1)
     if tf32:  # 4-byte elements: 32-channel steps (128-byte rows), 128-position rectangles
         # (a 256 x 128 fp32 output tile alone would take 128 KB to store)
         th, tw, waste = _rectangle(128, height, width)
@@ -991,7 +997,7 @@ def window_tma_config(dtype, batch: int, src_channels: int, dst_channels: int,
             if tiles >= WINDOW_TMA_TF32_MAX_WAVES * multiprocessor_count(device):
                 return None
         return config if waste <= WINDOW_TMA_MAX_WASTE else None
-    block_k = 64 if src_channels % 64 == 0 else 32
+    block_k = next(k for k in (64, 32, 16) if src_channels % k == 0)
     if dst_channels % 128:  # (64 or fewer channels, or an odd number of 64s: 192, 320)
         th, tw, waste = _rectangle(128, height, width)
         config = WindowTmaConfig(th, tw, 64, block_k, 4, 4, per_sm=2)
