@@ -282,17 +282,11 @@ def _tma_workload() -> None:
             y.backward(torch.zeros_like(y))
     from tritonconv.ops import implicit_gemm
 
-    # 16-channel steps of the window kernel (``WINDOW_TMA_MIN_STEP`` 16, a probe knob):
-    # r2plus1d's temporal 3x1x1 layer 144 -> 64, 64- and 128-channel tiles
-    implicit_gemm.WINDOW_TMA_MIN_STEP = 16
-    try:
-        for weight in ((64, 144, 3, 1, 1), (128, 144, 3, 1, 1)):
-            x = torch.randn(1, 144, 4, 16, 16, dtype=torch.bfloat16)
-            x = x.contiguous(memory_format=last[5])
-            w = torch.randn(weight, dtype=torch.bfloat16).contiguous(memory_format=last[5])
-            tc.conv3d(x, w, algo="implicit_gemm", padding=(1, 0, 0))
-    finally:
-        implicit_gemm.WINDOW_TMA_MIN_STEP = 32
+    # a 3-tap window into 144 channels (r2plus1d's temporal 3x1x1 input gradient): 64-channel
+    # tiles, the last a quarter full
+    x = torch.randn(1, 64, 4, 16, 16, dtype=torch.bfloat16).contiguous(memory_format=last[5])
+    w = torch.randn(64, 144, 3, 1, 1, dtype=torch.bfloat16).contiguous(memory_format=last[5])
+    tc.conv_transpose3d(x, w, algo="implicit_gemm", padding=(1, 0, 0))
     # the weight gradient with x's overhanging positions masked (``WGRAD_TMA_MASK_X``, off
     # by default until measured): 32- and 64-wide row boxes over 28- and 56-wide rows
 

@@ -102,9 +102,10 @@ LAYERS = {
                       {"transposed": True, "stride": 2, "padding": 1}, (POINTER,) * 3),
     "conv_transpose3d_2x2x2": ((2, 128, 16, 32, 32), (128, 64, 2, 2, 2),
                                {"transposed": True, "stride": 2}, (TAP_GEMM, POINTER, POINTER)),
-    # r2plus1d_18's temporal layers (benchmarks/probe_passes.py: TMA's weight gradient won)
+    # r2plus1d_18's temporal layers (benchmarks/probe_passes.py: TMA's weight gradient won;
+    # the input gradient's 144 channels in 64-channel window tiles, session 41)
     "conv3d_3x1x1": ((8, 144, 16, 56, 56), (64, 144, 3, 1, 1), {"padding": (1, 0, 0)},
-                     (POINTER, POINTER, ROWS)),
+                     (POINTER, WINDOW, ROWS)),
     # the 1-D layers channels-last (NLC): the TMA paths read them
     "conv1d_k3_nlc": ((16, 512, 4096), (512, 512, 3), {"padding": 1, "nlc": True},
                       (WINDOW, WINDOW, ROWS)),

@@ -429,8 +429,7 @@ def test_tf32_input_gradient_reads_the_weight_along_its_reduction(device, monkey
     must run along the reduction: reading the weight along its destination side was 3x slower
     on the H100, 1.6x with ``tf32x3_rn``), and stays right at TF32 accuracy; 16-bit inputs,
     and fp32 with ``ieee`` products, still read it as it is. The fp32 weight gradient of
-    these 16 channels computes fp32 products with TF32 off and products of bfloat16 halves
-    (``bf16x3``) with it allowed."""
+    these 16 channels (under ``WGRAD_SPLIT_MIN_CHANNELS``) computes fp32 products either way."""
     from tritonconv.geometry import make_geometry
 
     copies = []
@@ -460,7 +459,7 @@ def test_tf32_input_gradient_reads_the_weight_along_its_reduction(device, monkey
             error = (dx.double() - want[0]).abs().max() / want[0].abs().max()
             assert error < 5e-3, error
             error = (dw.double() - want[1]).abs().max() / want[1].abs().max()
-            assert error < 2**-13, error  # bf16x3: about 16 mantissa bits
+            assert error < 2**-13, error  # fp32 products (wider programs: bf16x3's 16 bits)
         else:
             assert_close(dx, want[0], reduction=24 * 9, name="dx")
             assert_close(dw, want[1], reduction=72, name="dW")
@@ -1274,7 +1273,7 @@ def test_folded_layers_weight_gradient_takes_the_weight_layout(weight_layout, de
         ((64, 48), 1, None),
         ((64, 48), 8, None),  # 8 channels a group, packed 8 a program
         ((128, 128), 1, implicit_gemm.Config(128, 128, 64, 8, 3)),  # the wide rule's tiles
-        ((16, 48), 1, None),  # a program under WGRAD_BF16X6_MIN_CHANNELS: ieee
+        ((16, 48), 1, None),  # a program under WGRAD_SPLIT_MIN_CHANNELS: ieee
     ],
     ids=["dense", "packed", "wide", "narrow"],
 )
@@ -1298,7 +1297,7 @@ def test_tf32_off_weight_gradient_is_fp32_accurate(
     )
     cin, cout = channels
     with overridden(precision, TF32_OFF_PRECISION=tf32_off):
-        narrow = min(cin, cout) < implicit_gemm.WGRAD_BF16X6_MIN_CHANNELS
+        narrow = min(cin, cout) < implicit_gemm.WGRAD_SPLIT_MIN_CHANNELS
         want_precision = "ieee" if tf32_off == "ieee" or narrow else "bf16x6"
         cl = torch.channels_last
         x = random_tensor((2, cin, 6, 7), torch.float32, device).to(memory_format=cl)
@@ -1321,9 +1320,10 @@ def test_tf32_off_weight_gradient_is_fp32_accurate(
 
 def test_tf32_off_weight_gradient_rule(monkeypatch):
     """With TF32 off, the weight gradient's GPU rule: ``bf16x6`` products for programs at
-    least ``WGRAD_BF16X6_MIN_CHANNELS`` wide a side (packed groups counted together), fp32
+    least ``WGRAD_SPLIT_MIN_CHANNELS`` wide a side (packed groups counted together), fp32
     FMA ones for narrower programs (folded stems) and unpacked; 128 x 128 x 64 tiles, two
-    programs an SM, from ``WGRAD_BF16X6_WIDE`` channels a side."""
+    programs an SM, from ``WGRAD_BF16X6_WIDE`` channels a side. With TF32 allowed,
+    ``bf16x3`` and FMA products alike."""
     monkeypatch.setattr(implicit_gemm, "INTERPRETER", False)
     f32, wide = torch.float32, implicit_gemm.Config(128, 128, 64, 8, 3)
     with exact_fp32(), overridden(precision, TF32_OFF_PRECISION="tf32x3_rn"):
@@ -1340,6 +1340,15 @@ def test_tf32_off_weight_gradient_rule(monkeypatch):
         with overridden(precision, TF32_OFF_PRECISION="ieee"):
             assert implicit_gemm.wgrad_precision(f32, 128, 128) == "ieee"
             assert implicit_gemm.wgrad_config(f32, 128, 128, 25088, 3) != wide
+    # TF32 allowed: narrow programs keep FMA products too (session 41: the folded stems'
+    # bf16x3 twice as slow), the others bf16x3
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", True)
+    assert implicit_gemm.wgrad_precision(f32, 21, 64) == "ieee"  # ResNet-50's folded stem
+    assert implicit_gemm.wgrad_precision(f32, 9, 64) == "ieee"  # VGG's
+    assert implicit_gemm.wgrad_precision(f32, 64, 64) == "bf16x3"
+    assert implicit_gemm.wgrad_precision(f32) == "bf16x3"  # (widths not known)
+    assert implicit_gemm.wgrad_pack(f32, 8, 8, 32) == 8  # packed to 64: bf16x3
+    assert implicit_gemm.wgrad_pack(f32, 4, 4, 2) == 1  # 8 even packed: ieee, unpacked
 
 
 def test_tf32_off_tiles_rule(monkeypatch):

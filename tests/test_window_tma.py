@@ -126,30 +126,20 @@ def test_strided_pointwise_reads_a_strided_view(case, device, kernels, monkeypat
         assert_close(g, r, reduction=max(shape[1], K, x.numel() // shape[1]), name=name)
 
 
-@pytest.mark.parametrize(
-    "case",
-    [
-        (2, 48, (7, 9), 32, (3, 3), 1, 2),  # 48 = three 16-channel steps a tap
-        # r2plus1d's temporal 3x1x1 (small): its input gradient, into 144 channels, keeps the
-        # pointer kernel (the second accumulator's width)
-        (1, 144, (3, 4, 5), 32, (3, 1, 1), (1, 0, 0), 1),
-    ],
-    ids=str,
-)
-def test_sixteen_channel_steps(case, device, kernels, monkeypatch):
-    """Source channels a multiple of 16 only take 16-channel steps (``WINDOW_TMA_MIN_STEP``
-    16): each weight box still one tap's channels; results against float64."""
-    monkeypatch.setattr(implicit_gemm, "WINDOW_TMA_MIN_STEP", 16)
-    N, C, spatial, K, kernel, padding, taken = case
-    x = rows_layout(random_tensor((N, C, *spatial), torch.bfloat16, device))
-    w = rows_layout(random_tensor((K, C, *kernel), torch.bfloat16, device))
-    b = random_tensor((K,), torch.bfloat16, device)
-    ours, ref = CONV[len(spatial)]
-    got, want = _grads(ours, ref, x, w, b, {"padding": padding})
-    assert kernels.count("window_tma_kernel") == taken, kernels
+@pytest.mark.parametrize("kernel", [(3, 1, 1), (1, 1, 3)], ids=str)
+def test_three_taps_into_a_padded_column_tile(kernel, device, kernels):
+    """r2plus1d's temporal 3x1x1 layer (small): its input gradient, into 144 channels, runs in
+    64-channel tiles (``WINDOW_TMA_PADDED_TILE_MAX_TAPS``), the last a quarter full; its
+    forward (144 source channels: 4.5 x 32) keeps the pointer kernel."""
+    x = rows_layout(random_tensor((1, 144, 3, 4, 5), torch.bfloat16, device))
+    w = rows_layout(random_tensor((32, 144, *kernel), torch.bfloat16, device))
+    b = random_tensor((32,), torch.bfloat16, device)
+    padding = tuple(k // 2 for k in kernel)
+    got, want = _grads(tritonconv.conv3d, F.conv3d, x, w, b, {"padding": padding})
+    assert kernels[:2] == ["conv_igemm_kernel", "window_tma_kernel"], kernels
     for name, g, r in zip(("output", "dx", "dW", "db"), got, want):
         assert not g.isnan().any(), name
-        assert_close(g, r, reduction=max(C, K) * w[0, 0].numel(), name=name)
+        assert_close(g, r, reduction=144 * 3, name=name)
 
 
 def test_transposed_convolution_reuses_it(device, kernels):
@@ -299,6 +289,7 @@ def test_tile_rule_on_the_measured_layers(gpu_rule):
     assert _rule((8, 48, 32, 32), 64) is None  # 48 source channels
     assert _rule((8, 64, 32, 32), 64, kernel=1, pad=0) is None  # the pointwise GEMM's
     assert _rule((8, 64, 56, 56), 144) is None  # the second accumulator's width
+    assert _rule((8, 64, 4096), 144) == cfg(1, 128, 64, 64, 4, 4, 2)  # 3 taps: 64-column tiles
     assert _rule((8, 64, 56, 56), 192) == cfg(2, 64, 64, 64, 4, 4, 2)  # three 64-column tiles
     # more than 9 taps keep the pointer kernel (3x3x3: measured faster there, session 40)
     assert _rule((8, 64, 16, 56, 56), 64) is None

@@ -906,11 +906,14 @@ WINDOW_TMA_MAX_WASTE = 1.35
 #: forward 245.4 µs against the pointer kernel's 215.4 and input gradient 244.4 against
 #: 218.5 (cuDNN 215.9 / 203.4); the 9-tap 3x3 layers won by up to 1.7x (session 36).
 WINDOW_TMA_MAX_TAPS = 9
-#: Narrowest source-channel step of ``window_tma_kernel``: its weight boxes are one tap's
-#: ``block_k`` channels, so the source channels must be a multiple of the step (32 or 64 as
-#: fitted; 16 lets 144-channel sources such as r2plus1d's 3x1x1 layers in, at twice the
-#: steps: a probe knob until measured).
-WINDOW_TMA_MIN_STEP = 32
+#: Most taps of a window whose destination channels past 64 are not a multiple of 64 (144:
+#: three 64-channel tiles, one a quarter full, each reading the window's boxes again) that
+#: ``window_tma_kernel`` still takes; wider windows keep ``conv_igemm_kernel``'s second
+#: accumulator (128 + 16 channels). Measured (session 41, H200, bf16, ``probe_passes.py``,
+#: batch 8 at 16 x 56²): r2plus1d's 3x1x1 144-channel input gradient (3 taps) 139.9 ->
+#: 110.1 µs on the window kernel (cuDNN 89.9); its 1x3x3 64 -> 144 forward (9 taps) 178.3
+#: -> 306.8 (cuDNN 172.5).
+WINDOW_TMA_PADDED_TILE_MAX_TAPS = 3
 
 
 def _rectangle(positions: int, height: int, width: int) -> tuple[int, int, float]:
@@ -973,11 +976,14 @@ def window_tma_config(dtype, batch: int, src_channels: int, dst_channels: int,
         or (any(s != 1 for s in geometry.stride) and not strided)
         or (geometry.kernel_numel == 1 and not strided)
         or geometry.kernel_numel > WINDOW_TMA_MAX_TAPS
-        or src_channels < WINDOW_TMA_MIN_STEP
-        or src_channels % WINDOW_TMA_MIN_STEP
-        or (tf32 and src_channels % 32)
+        or src_channels < 32
+        or src_channels % 32
         or dst_channels % 8
-        or (dst_channels > 64 and dst_channels % 64)
+        or (
+            dst_channels > 64
+            and dst_channels % 64
+            and (geometry.kernel_numel > WINDOW_TMA_PADDED_TILE_MAX_TAPS or tf32)
+        )
         or positions * max(src_channels, dst_channels) >= 2**31
         or not _has_tma(device)
     ):
@@ -985,7 +991,7 @@ def window_tma_config(dtype, batch: int, src_channels: int, dst_channels: int,
     if INTERPRETER:  # small tiles, several of them (the persistent loop walks a few), and no
         # waste limit: the tests' small odd planes cover the overhanging rectangles
         th, tw, _ = _rectangle(32, height, width)
-        return WindowTmaConfig(th, tw, 32, 32 if src_channels % 32 == 0 else 16, 4, 1)
+        return WindowTmaConfig(th, tw, 32, 32, 4, 1)
     if tf32:  # 4-byte elements: 32-channel steps (128-byte rows), 128-position rectangles
         # (a 256 x 128 fp32 output tile alone would take 128 KB to store)
         th, tw, waste = _rectangle(128, height, width)
@@ -997,7 +1003,7 @@ def window_tma_config(dtype, batch: int, src_channels: int, dst_channels: int,
             if tiles >= WINDOW_TMA_TF32_MAX_WAVES * multiprocessor_count(device):
                 return None
         return config if waste <= WINDOW_TMA_MAX_WASTE else None
-    block_k = next(k for k in (64, 32, 16) if src_channels % k == 0)
+    block_k = 64 if src_channels % 64 == 0 else 32
     if dst_channels % 128:  # (64 or fewer channels, or an odd number of 64s: 192, 320)
         th, tw, waste = _rectangle(128, height, width)
         config = WindowTmaConfig(th, tw, 64, block_k, 4, 4, per_sm=2)
@@ -2006,24 +2012,30 @@ WGRAD_TF32_OFF_PRECISION = "bf16x6"
 #: Weight-gradient precisions whose fp32 operands are split into bfloat16 pieces
 BF16_SPLITS = ("bf16x3", "bf16x6")
 # Programs narrower than this many channels a side (after packing groups) keep fp32 FMA
-# products with TF32 off. Measured (session 29, H100, benchmarks/probe_wgrad_tiles.py
-# --tf32-off, weight gradient alone): the folded stems, 21 and 9 channels, took 1234 / 406 µs
-# with ``bf16x6`` against 572 / 282 with ``ieee`` (ResNet-50's, VGG's first layer).
-WGRAD_BF16X6_MIN_CHANNELS = 32
+# products (``ieee``), TF32 allowed or not: their tiles are mostly padding, and splitting
+# each operand into bfloat16 pieces costs more than the products it saves. Measured
+# (benchmarks/probe_wgrad_tiles.py --tf32-off and probe_passes.py, weight gradient alone), the
+# folded stems, 21 and 9 channels (ResNet-50's, VGG's first layer): with TF32 off (session
+# 29, H100) 1234 / 406 µs with ``bf16x6`` against 572 / 282 with ``ieee``; with TF32 allowed
+# (session 41, H200) 1254.2 / 361.7 with ``bf16x3`` against 571.4 / 283.4 (plain ``tf32``
+# 722.0 / 390.8; cuDNN TF32 232.9 / 212.4).
+WGRAD_SPLIT_MIN_CHANNELS = 32
 
 
 def wgrad_precision(dtype: torch.dtype, in_per_group: int = 0, out_per_group: int = 0) -> str:
-    """The weight gradient's ``DOT_PRECISION``: for fp32 :data:`WGRAD_TF32_PRECISION` with
-    TF32 allowed, ``ieee`` with TF32 off where ``precision.TF32_OFF_PRECISION`` is ``ieee``
-    or where a program's channels (``in_per_group``, ``out_per_group``: packed groups as
-    one; 0: not known, any width) are fewer than :data:`WGRAD_BF16X6_MIN_CHANNELS` a side,
-    else :data:`WGRAD_TF32_OFF_PRECISION`; for other dtypes :func:`dot_precision`'s."""
+    """The weight gradient's ``DOT_PRECISION``: for fp32 ``ieee`` where a program's channels
+    (``in_per_group``, ``out_per_group``: packed groups as one; 0: not known, any width) are
+    fewer than :data:`WGRAD_SPLIT_MIN_CHANNELS` a side, else :data:`WGRAD_TF32_PRECISION`
+    with TF32 allowed, ``ieee`` with TF32 off where ``precision.TF32_OFF_PRECISION`` is
+    ``ieee``, else :data:`WGRAD_TF32_OFF_PRECISION`; for other dtypes
+    :func:`dot_precision`'s."""
     precision = dot_precision(dtype)
     if dtype == torch.float32:
+        if 0 < min(in_per_group, out_per_group) < WGRAD_SPLIT_MIN_CHANNELS:
+            return "ieee"
         if precision == "tf32":
             return WGRAD_TF32_PRECISION
-        narrow = 0 < min(in_per_group, out_per_group) < WGRAD_BF16X6_MIN_CHANNELS
-        return "ieee" if precision == "ieee" or narrow else WGRAD_TF32_OFF_PRECISION
+        return "ieee" if precision == "ieee" else WGRAD_TF32_OFF_PRECISION
     return precision
 
 
