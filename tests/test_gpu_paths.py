@@ -35,13 +35,14 @@ def family(reason: str) -> str:
     return POINTER
 
 
-def passes(input_shape, weight_shape, transposed=False, nlc=False, **kwargs):
+def passes(input_shape, weight_shape, device, transposed=False, nlc=False, **kwargs):
     """(forward, input gradient, weight gradient) families of a bf16 channels-last call (a
-    1-D one NCL, or with ``nlc`` channels innermost)."""
+    1-D one NCL, or with ``nlc`` channels innermost) on ``device`` (the suite's: tensors the
+    kernels take, CPU ones under the interpreter)."""
     rank = len(input_shape) - 2
     layout = torch.channels_last_3d if rank == 3 else torch.channels_last
-    x = torch.empty(input_shape, dtype=torch.bfloat16)
-    w = torch.empty(weight_shape, dtype=torch.bfloat16)
+    x = torch.empty(input_shape, dtype=torch.bfloat16, device=device)
+    w = torch.empty(weight_shape, dtype=torch.bfloat16, device=device)
     if rank >= 2:
         x, w = x.to(memory_format=layout), w.to(memory_format=layout)
     elif nlc:
@@ -122,6 +123,6 @@ def gpu_rules(tma_gpu):
 
 
 @pytest.mark.parametrize("name", LAYERS)
-def test_each_pass_takes_the_measured_kernel(name, gpu_rules):
+def test_each_pass_takes_the_measured_kernel(name, gpu_rules, device):
     input_shape, weight_shape, kwargs, expected = LAYERS[name]
-    assert passes(input_shape, weight_shape, **kwargs) == expected
+    assert passes(input_shape, weight_shape, device, **kwargs) == expected
