@@ -7,7 +7,9 @@ plane: the host path depends on those), this lists the kernels one forward and o
 launch under the GPU's rules (a 132-multiprocessor GPU with TMA, as ``tests/test_gpu_paths.py``
 sets them), then replays both with every launch a no-op (``host_local.fake_gpu_launches``) and
 prints µs per call: tritonconv's Python and PyTorch's autograd, what the GPU host pays apart
-from Triton's C launcher and the driver (about 2-3x this machine's figures).
+from Triton's C launcher and the driver (about 2-3x this machine's figures), plus the PyTorch
+ops a call makes itself (a copy of dW into the weight's layout), which still run, on these
+small CPU tensors.
 
     TRITON_INTERPRET=1 TRITONCONV_CPU_KERNELS=1 PYTHONPATH=src python benchmarks/host_layers.py
 """

@@ -8,7 +8,8 @@ library as it stands and with each TMA path switched off (``window_tma_config`` 
 every result checked against cuDNN's in fp32, and the kernels each pass launches listed.
 The dense suite's layers (``--dense``) and fp32 (TF32 allowed, PyTorch's default, or off)
 take the same treatment, and ``--knob NAME=VALUE`` adds a variant with a module constant of
-``ops.implicit_gemm`` set (``--knob WGRAD_TF32_PRECISION='"tf32"'``: a Python literal).
+``ops.implicit_gemm`` set (``--knob WGRAD_TF32_PRECISION='"tf32"'``: a Python literal; since
+session 41 the stems' narrow weight gradients take ``ieee`` whatever that knob says).
 
     PYTHONPATH=src python benchmarks/probe_passes.py [--json F] [layer ...]
     PYTHONPATH=src python benchmarks/probe_passes.py --dense r50_stem_7x7s2 r50_3x3_7 \\

@@ -9,8 +9,9 @@
 #              gradients, split-K partial sums; layout conversions), fp32, bf16, int8, 2-D/3-D,
 #              transposed, causal conv1d, unfold/fold, each result checked on the CPU in float64
 #   fuzz       memcheck: `tritonconv verify --fuzz --draws $FUZZ_DRAWS --workers 1`
-#   pytest     memcheck: a subset of the test suite that reaches every kernel family, the
-#              forced-int64-indexing tests first (the suite's stand-ins for > 2**31 elements)
+#   pytest     memcheck (or PYTEST_TOOL): a subset of the test suite that reaches every kernel
+#              family, the forced-int64-indexing tests first (the suite's stand-ins for > 2**31
+#              elements)
 #
 # then a summary, last: "memcheck: N errors" and "racecheck: N hazards". 0 is the only
 # acceptable result: the script exits 1 on any error or hazard, 2 when a stage did not finish
@@ -26,6 +27,7 @@
 #   PYTEST_TOOL=racecheck STAGES=pytest PYTEST_K=... scripts/sanitizer_check.sh  # tests, racecheck
 #   SANITIZER_API_ERRORS=no ...   # do not count failed CUDA API calls (default: counted)
 #   WARM=0 ...                    # no warm-up of Triton's cache outside the sanitizer first
+#   WARM_WORKERS=8 ...            # xdist workers of the test subset's warm-up (default 8)
 #
 # Each stage runs under `timeout` within its share of the time left (weights: huge 15,
 # racecheck 25, fuzz 15, pytest 45, over the stages still to run). PyTorch's caching allocator
@@ -468,7 +470,8 @@ or conv_transpose2d_every_algorithm or conv3d_matches_float64 \
 or conv_transpose3d_matches_float64 or integer_conv3d_is_exact \
 or causal_conv1d_update_matches or gradients_match_slicing \
 or pointwise_layers_match_float64 or windows_match_float64 or weight_gradient_from_row_boxes \
-or rows_exactly_a_box_wide or strided_pointwise_reads or transposed_kernel_equal_to_stride"}
+or rows_exactly_a_box_wide or strided_pointwise_reads or transposed_kernel_equal_to_stride \
+or three_taps_into_a_padded_column_tile"}
 PYTEST_WORKERS=${PYTEST_WORKERS:-4}
 # the tool the test subset runs under: memcheck, or racecheck for the kernels that use shared
 # memory (the TMA kernels' tests: their tiles land in shared memory through mbarriers)

@@ -1318,6 +1318,36 @@ def test_tf32_off_weight_gradient_is_fp32_accurate(
     assert err < 2**-19, err  # (84 terms summed: fp32's own sum is within 2^-17 at worst)
 
 
+@pytest.mark.parametrize("channels, expected", [((16, 48), "ieee"), ((32, 48), "bf16x3")])
+def test_tf32_weight_gradient_products_by_width(channels, expected, device, monkeypatch):
+    """With TF32 allowed, the fp32 weight gradient launches ``bf16x3`` products, except for
+    programs under ``WGRAD_SPLIT_MIN_CHANNELS`` a side, which launch fp32 ones (``ieee``:
+    measured faster on the folded stems); both within TF32's error of float64."""
+    from tritonconv.geometry import make_geometry
+
+    launched, real = [], implicit_gemm.launch
+    monkeypatch.setattr(
+        implicit_gemm,
+        "launch",
+        lambda *a, **meta: launched.append(meta.get("DOT_PRECISION")) or real(*a, **meta),
+    )
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", True)
+    tritonconv.clear_caches()
+    cin, cout = channels
+    cl = torch.channels_last
+    x = random_tensor((2, cin, 6, 7), torch.float32, device).to(memory_format=cl)
+    dy = random_tensor((2, cout, 6, 7), torch.float32, device).to(memory_format=cl)
+    geometry = make_geometry((6, 7), (3, 3), (1, 1), (1, 1), (1, 1), (1, 1))
+    got = implicit_gemm.conv_grad_weight(dy, x, [cout, cin, 3, 3], geometry, 1)
+    assert launched[0] == expected, launched
+    want = torch.ops.aten.convolution_backward(
+        dy.double(), x.double(), torch.empty(cout, cin, 3, 3, dtype=torch.float64, device=device),
+        None, (1, 1), (1, 1), (1, 1), False, (0, 0), 1, (False, True, False),
+    )[1]  # fmt: skip
+    err = ((got.double() - want).abs().max() / want.abs().max()).item()
+    assert err < 2**-13, err  # (bf16x3: about 16 mantissa bits; ieee: fp32's)
+
+
 def test_tf32_off_weight_gradient_rule(monkeypatch):
     """With TF32 off, the weight gradient's GPU rule: ``bf16x6`` products for programs at
     least ``WGRAD_SPLIT_MIN_CHANNELS`` wide a side (packed groups counted together), fp32

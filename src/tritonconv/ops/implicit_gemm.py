@@ -6,8 +6,9 @@ padding). float16, bfloat16 and float32 run on tensor cores (:data:`DOT_DTYPES`)
 ``torch.backends.cudnn.allow_tf32`` (TF32, or when False ``precision.TF32_OFF_PRECISION``:
 three TF32 products at fp32 accuracy, ``tf32x3_rn``, or fp32 products and sums, ``ieee``),
 except fp32 weight gradients, which compute products of bfloat16 pieces, pairs with TF32
-allowed (:data:`WGRAD_TF32_PRECISION`), triples with it off (:data:`WGRAD_TF32_OFF_PRECISION`;
-``ieee`` for narrow programs: :func:`wgrad_precision`). float64 and the integer dtypes take the
+allowed (:data:`WGRAD_TF32_PRECISION`), triples with it off (:data:`WGRAD_TF32_OFF_PRECISION`),
+and fp32 products (``ieee``) for programs under 32 channels a side either way
+(:func:`wgrad_precision`). float64 and the integer dtypes take the
 kernels' exact outer-product path (int64 accumulation, wrapping like PyTorch), so every real
 dtype has a convolution of any rank.
 
@@ -908,8 +909,9 @@ WINDOW_TMA_MAX_WASTE = 1.35
 WINDOW_TMA_MAX_TAPS = 9
 #: Most taps of a window whose destination channels past 64 are not a multiple of 64 (144:
 #: three 64-channel tiles, one a quarter full, each reading the window's boxes again) that
-#: ``window_tma_kernel`` still takes; wider windows keep ``conv_igemm_kernel``'s second
-#: accumulator (128 + 16 channels). Measured (session 41, H200, bf16, ``probe_passes.py``,
+#: ``window_tma_kernel`` still takes (16-bit, 2 or 3 taps; not the TF32 path nor a strided
+#: 1x1 layer, neither measured); wider windows keep the pointer kernel (``conv_igemm_kernel``,
+#: 144 channels in its second accumulator, 128 + 16). Measured (session 41, H200, bf16, ``probe_passes.py``,
 #: batch 8 at 16 x 56²): r2plus1d's 3x1x1 144-channel input gradient (3 taps) 139.9 ->
 #: 110.1 µs on the window kernel (cuDNN 89.9); its 1x3x3 64 -> 144 forward (9 taps) 178.3
 #: -> 306.8 (cuDNN 172.5).
@@ -947,7 +949,8 @@ def window_tma_config(dtype, batch: int, src_channels: int, dst_channels: int,
     channel count under 2**31 (TMA itself takes 64-bit strides; a margin for the kernel's
     int32 tile arithmetic), at most 64 destination channels or a multiple of 64 (widths such
     as 144 keep ``conv_igemm_kernel``'s second accumulator instead of a padded column tile),
-    destination planes the rectangles cover with at most ``WINDOW_TMA_MAX_WASTE`` of
+    except windows of 2 to ``WINDOW_TMA_PADDED_TILE_MAX_TAPS`` taps in 16 bits (not a
+    strided 1x1 layer's: not measured), destination planes the rectangles cover with at most ``WINDOW_TMA_MAX_WASTE`` of
     overhang, on a GPU with TMA.
 
     Fitted to benchmarks/probe_tma_window.py (H200, bf16, batch 128 and 32 ResNet-50 3x3
@@ -982,7 +985,7 @@ def window_tma_config(dtype, batch: int, src_channels: int, dst_channels: int,
         or (
             dst_channels > 64
             and dst_channels % 64
-            and (geometry.kernel_numel > WINDOW_TMA_PADDED_TILE_MAX_TAPS or tf32)
+            and (geometry.kernel_numel > WINDOW_TMA_PADDED_TILE_MAX_TAPS or tf32 or strided)
         )
         or positions * max(src_channels, dst_channels) >= 2**31
         or not _has_tma(device)
@@ -2013,9 +2016,10 @@ WGRAD_TF32_OFF_PRECISION = "bf16x6"
 BF16_SPLITS = ("bf16x3", "bf16x6")
 # Programs narrower than this many channels a side (after packing groups) keep fp32 FMA
 # products (``ieee``), TF32 allowed or not: their tiles are mostly padding, and splitting
-# each operand into bfloat16 pieces costs more than the products it saves. Measured
-# (benchmarks/probe_wgrad_tiles.py --tf32-off and probe_passes.py, weight gradient alone), the
-# folded stems, 21 and 9 channels (ResNet-50's, VGG's first layer): with TF32 off (session
+# each operand into bfloat16 pieces costs more than the products it saves. It holds for every
+# narrow program (MobileNet's and EfficientNet's narrow 1x1 layers too), measured on the
+# folded stems only (benchmarks/probe_wgrad_tiles.py --tf32-off and probe_passes.py, weight
+# gradient alone), 21 and 9 channels (ResNet-50's, VGG's first layer): with TF32 off (session
 # 29, H100) 1234 / 406 µs with ``bf16x6`` against 572 / 282 with ``ieee``; with TF32 allowed
 # (session 41, H200) 1254.2 / 361.7 with ``bf16x3`` against 571.4 / 283.4 (plain ``tf32``
 # 722.0 / 390.8; cuDNN TF32 232.9 / 212.4).
