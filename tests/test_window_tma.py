@@ -133,18 +133,19 @@ def test_strided_pointwise_reads_a_strided_view(case, device, kernels, monkeypat
         # r2plus1d's temporal 3x1x1 (small): its input gradient into 144 channels (3-D boxes)
         ((1, 144, (3, 4, 5)), (32, 144, 3, 1, 1), (1, 0, 0), ["conv_igemm_kernel", WINDOW]),
         ((1, 144, (3, 4, 5)), (32, 144, 1, 1, 3), (0, 0, 1), ["conv_igemm_kernel", WINDOW]),
-        # a 1-D k3 layer channels-last into 144 (4-D boxes), its forward with bias (its input
-        # gradient reads 144 source channels: the pointer kernel's)
-        ((2, 64, (9,)), (144, 64, 3), 1, [WINDOW, "conv_igemm_kernel"]),
+        # a 1-D k3 layer channels-last from 144 channels (4-D boxes): its input gradient; its
+        # forward, from 144 source channels, keeps the pointer kernel
+        ((2, 144, (9,)), (64, 144, 3), 1, ["conv_igemm_kernel", WINDOW]),
+        # into 144: the forward (not measured there) keeps the pointer kernel too
+        ((2, 64, (9,)), (144, 64, 3), 1, ["conv_igemm_kernel", "conv_igemm_kernel"]),
     ],
     ids=str,
 )
 def test_three_taps_into_a_padded_column_tile(case, device, kernels):
-    """Windows of at most 3 taps into a width that is not a multiple of 64 take the window
-    kernel's 64-channel tiles (``WINDOW_TMA_PADDED_TILE_MAX_TAPS``), the last tile partly
-    empty: r2plus1d's 3x1x1 input gradient into 144 channels (its forward, from 144 source
-    channels, keeps the pointer kernel) and a k3 conv1d's forward into 144 with a bias.
-    Outputs land in poisoned memory: an element no tile writes shows as NaN."""
+    """The input gradients of windows of at most 3 taps into a width that is not a multiple
+    of 64 take the window kernel's 64-channel tiles (``WINDOW_TMA_PADDED_TILE_MAX_TAPS``),
+    the last tile partly empty: r2plus1d's 3x1x1 layer into 144 channels (3-D boxes), a k3
+    conv1d's (4-D boxes); forwards into such widths keep the pointer kernel. Outputs land in poisoned memory: an element no tile writes shows as NaN."""
     (n, c, spatial), weight, padding, expected = case
     for _ in range(3):
         poison_(torch.empty(1 << 16, device=device))
@@ -306,19 +307,21 @@ def test_tile_rule_on_the_measured_layers(gpu_rule):
     assert _rule((8, 48, 32, 32), 64) is None  # 48 source channels
     assert _rule((8, 64, 32, 32), 64, kernel=1, pad=0) is None  # the pointwise GEMM's
     assert _rule((8, 64, 56, 56), 144) is None  # the second accumulator's width
-    assert _rule((8, 64, 4096), 144) == cfg(1, 128, 64, 64, 4, 4, 2)  # 3 taps: 64-column tiles
-    assert _rule((8, 64, 4096), 144, kernel=4, pad=2) is None  # 4 taps: the pointer kernel's
+    # 3 taps: the input gradient into 144 in 64-column tiles; not the forward (not measured)
+    assert _rule((8, 144, 4096), 64, transposed=True) == cfg(1, 128, 64, 64, 4, 4, 2)
+    assert _rule((8, 64, 4096), 144) is None
+    assert _rule((8, 144, 4096), 64, kernel=4, pad=2, transposed=True) is None  # 4 taps
     assert _rule((8, 64, 56, 56), 144, kernel=1, pad=0) is None  # (1x1: pointwise_tma's)
     # a strided 1x1 layer (one tap over x's strided view) into 144: not measured, not taken;
     # TF32's path neither
     strided = make_geometry((56, 56), (1, 1), (2, 2), (0, 0), (0, 0), (1, 1))
     rule = implicit_gemm.window_tma_config
-    assert rule(torch.bfloat16, 8, 64, 144, strided, 1, False, "gpu") is None
+    assert rule(torch.bfloat16, 8, 64, 144, strided, 1, False, "gpu") is None  # (a forward)
     assert rule(torch.bfloat16, 8, 64, 128, strided, 1, False, "gpu") is not None
     one_d = make_geometry((4096,), (3,), (1,), (1,), (1,), (1,))
     with torch.backends.cudnn.flags(allow_tf32=True):
-        assert rule(torch.float32, 8, 64, 144, one_d, 1, False, "gpu") is None
-        assert rule(torch.float32, 8, 64, 128, one_d, 1, False, "gpu") is not None
+        assert rule(torch.float32, 8, 64, 144, one_d, 1, True, "gpu") is None
+        assert rule(torch.float32, 8, 64, 128, one_d, 1, True, "gpu") is not None
     assert _rule((8, 64, 56, 56), 192) == cfg(2, 64, 64, 64, 4, 4, 2)  # three 64-column tiles
     # more than 9 taps keep the pointer kernel (3x3x3: measured faster there, session 40)
     assert _rule((8, 64, 16, 56, 56), 64) is None

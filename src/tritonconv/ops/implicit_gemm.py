@@ -909,8 +909,8 @@ WINDOW_TMA_MAX_WASTE = 1.35
 WINDOW_TMA_MAX_TAPS = 9
 #: Most taps of a window whose destination channels past 64 are not a multiple of 64 (144:
 #: three 64-channel tiles, one a quarter full, each reading the window's boxes again) that
-#: ``window_tma_kernel`` still takes (16-bit, 2 or 3 taps; not the TF32 path nor a strided
-#: 1x1 layer, neither measured); wider windows keep the pointer kernel (``conv_igemm_kernel``,
+#: ``window_tma_kernel`` still takes, in a 16-bit input gradient (its forwards into such
+#: widths and the TF32 path are not measured); wider windows keep the pointer kernel (``conv_igemm_kernel``,
 #: 144 channels in its second accumulator, 128 + 16). Measured (session 41, H200, bf16, ``probe_passes.py``,
 #: batch 8 at 16 x 56²): r2plus1d's 3x1x1 144-channel input gradient (3 taps) 139.9 ->
 #: 110.1 µs on the window kernel (cuDNN 89.9); its 1x3x3 64 -> 144 forward (9 taps) 178.3
@@ -949,8 +949,8 @@ def window_tma_config(dtype, batch: int, src_channels: int, dst_channels: int,
     channel count under 2**31 (TMA itself takes 64-bit strides; a margin for the kernel's
     int32 tile arithmetic), at most 64 destination channels or a multiple of 64 (widths such
     as 144 keep ``conv_igemm_kernel``'s second accumulator instead of a padded column tile),
-    except windows of 2 to ``WINDOW_TMA_PADDED_TILE_MAX_TAPS`` taps in 16 bits (not a
-    strided 1x1 layer's: not measured), destination planes the rectangles cover with at most ``WINDOW_TMA_MAX_WASTE`` of
+    except the 16-bit input gradients of windows of 2 to ``WINDOW_TMA_PADDED_TILE_MAX_TAPS``
+    taps (forwards into such widths: not measured), destination planes the rectangles cover with at most ``WINDOW_TMA_MAX_WASTE`` of
     overhang, on a GPU with TMA.
 
     Fitted to benchmarks/probe_tma_window.py (H200, bf16, batch 128 and 32 ResNet-50 3x3
@@ -985,7 +985,7 @@ def window_tma_config(dtype, batch: int, src_channels: int, dst_channels: int,
         or (
             dst_channels > 64
             and dst_channels % 64
-            and (geometry.kernel_numel > WINDOW_TMA_PADDED_TILE_MAX_TAPS or tf32 or strided)
+            and (geometry.kernel_numel > WINDOW_TMA_PADDED_TILE_MAX_TAPS or tf32 or not transposed)
         )
         or positions * max(src_channels, dst_channels) >= 2**31
         or not _has_tma(device)
