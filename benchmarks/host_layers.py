@@ -58,7 +58,7 @@ def main() -> None:
     interpret = launch._interpret
 
     def spy(kernel, grid, args, meta):
-        names.append(getattr(getattr(kernel, "fn", kernel), "__name__", str(kernel)))
+        names.append(launch.kernel_name(kernel))
         return interpret(kernel, grid, args, meta)
 
     launch._interpret = spy

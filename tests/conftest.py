@@ -12,6 +12,7 @@ from hypothesis import settings
 os.environ.setdefault("TRITONCONV_CPU_KERNELS", "1")
 
 import tritonconv
+from tritonconv.launch import kernel_name
 from tritonconv.testing import DEVICE, exact_fp32
 
 settings.register_profile("ci", max_examples=25, deadline=None, derandomize=True)
@@ -66,7 +67,7 @@ def _spy_on_launches(monkeypatch, record, module=None) -> None:
     original = module.launch
 
     def spy(kernel, grid, *args, **meta):
-        record(kernel.fn.__name__ if hasattr(kernel, "fn") else kernel.__name__, meta)
+        record(kernel_name(kernel), meta)
         return original(kernel, grid, *args, **meta)
 
     monkeypatch.setattr(module, "launch", spy)

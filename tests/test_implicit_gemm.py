@@ -1279,7 +1279,7 @@ def test_folded_layers_weight_gradient_takes_the_weight_layout(weight_layout, de
 )
 @pytest.mark.parametrize("tf32_off", ["tf32x3_rn", "ieee"])
 def test_tf32_off_weight_gradient_is_fp32_accurate(
-    tf32_off, channels, groups, config, device, monkeypatch
+    tf32_off, channels, groups, config, device, launches
 ):
     """With TF32 off the fp32 weight gradient computes ``bf16x6`` products (three bfloat16
     pieces an operand, kernels/mma.py), or fp32 FMA ones where the TF32-off precision is
@@ -1289,12 +1289,6 @@ def test_tf32_off_weight_gradient_is_fp32_accurate(
     bfloat16 or TF32 product would drop; the kernel is launched with that precision."""
     from tritonconv.geometry import make_geometry
 
-    launched, real = [], implicit_gemm.launch
-    monkeypatch.setattr(
-        implicit_gemm,
-        "launch",
-        lambda *a, **meta: launched.append(meta.get("DOT_PRECISION")) or real(*a, **meta),
-    )
     cin, cout = channels
     with overridden(precision, TF32_OFF_PRECISION=tf32_off):
         narrow = min(cin, cout) < implicit_gemm.WGRAD_SPLIT_MIN_CHANNELS
@@ -1305,7 +1299,7 @@ def test_tf32_off_weight_gradient_is_fp32_accurate(
         geometry = make_geometry((6, 7), (3, 3), (1, 1), (1, 1), (1, 1), (1, 1))
         shape = [cout, cin // groups, 3, 3]
         got = implicit_gemm.conv_grad_weight(dy, x, shape, geometry, groups, config)
-    assert launched[0] == want_precision, launched
+    assert launches[0][1]["DOT_PRECISION"] == want_precision, launches
     want = torch.ops.aten.convolution_backward(
         dy.double(), x.double(), torch.empty(shape, dtype=torch.float64, device=device),
         None, (1, 1), (1, 1), (1, 1), False, (0, 0), groups, (False, True, False),
@@ -1319,27 +1313,20 @@ def test_tf32_off_weight_gradient_is_fp32_accurate(
 
 
 @pytest.mark.parametrize("channels, expected", [((16, 48), "ieee"), ((32, 48), "bf16x3")])
-def test_tf32_weight_gradient_products_by_width(channels, expected, device, monkeypatch):
+def test_tf32_weight_gradient_products_by_width(channels, expected, device, launches, monkeypatch):
     """With TF32 allowed, the fp32 weight gradient launches ``bf16x3`` products, except for
     programs under ``WGRAD_SPLIT_MIN_CHANNELS`` a side, which launch fp32 ones (``ieee``:
     measured faster on the folded stems); both within TF32's error of float64."""
     from tritonconv.geometry import make_geometry
 
-    launched, real = [], implicit_gemm.launch
-    monkeypatch.setattr(
-        implicit_gemm,
-        "launch",
-        lambda *a, **meta: launched.append(meta.get("DOT_PRECISION")) or real(*a, **meta),
-    )
     monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", True)
-    tritonconv.clear_caches()
     cin, cout = channels
     cl = torch.channels_last
     x = random_tensor((2, cin, 6, 7), torch.float32, device).to(memory_format=cl)
     dy = random_tensor((2, cout, 6, 7), torch.float32, device).to(memory_format=cl)
     geometry = make_geometry((6, 7), (3, 3), (1, 1), (1, 1), (1, 1), (1, 1))
     got = implicit_gemm.conv_grad_weight(dy, x, [cout, cin, 3, 3], geometry, 1)
-    assert launched[0] == expected, launched
+    assert launches[0][1]["DOT_PRECISION"] == expected, launches
     want = torch.ops.aten.convolution_backward(
         dy.double(), x.double(), torch.empty(cout, cin, 3, 3, dtype=torch.float64, device=device),
         None, (1, 1), (1, 1), (1, 1), False, (0, 0), 1, (False, True, False),

@@ -145,7 +145,8 @@ def test_three_taps_into_a_padded_column_tile(case, device, kernels):
     """The input gradients of windows of at most 3 taps into a width that is not a multiple
     of 64 take the window kernel's 64-channel tiles (``WINDOW_TMA_PADDED_TILE_MAX_TAPS``),
     the last tile partly empty: r2plus1d's 3x1x1 layer into 144 channels (3-D boxes), a k3
-    conv1d's (4-D boxes); forwards into such widths keep the pointer kernel. Outputs land in poisoned memory: an element no tile writes shows as NaN."""
+    conv1d's (4-D boxes); forwards into such widths keep the pointer kernel. Outputs land in
+    poisoned memory: an element no tile writes shows as NaN."""
     (n, c, spatial), weight, padding, expected = case
     for _ in range(3):
         poison_(torch.empty(1 << 16, device=device))

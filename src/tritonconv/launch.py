@@ -257,6 +257,12 @@ def _traced(kernel, meta: dict) -> tuple:
 GRID_YZ_LIMIT = 65535
 
 
+def kernel_name(kernel) -> str:
+    """A kernel's name: its function's (a ``JITFunction``, or one an ``Autotuner`` wraps), or
+    the object's text (a compiled kernel's name as given)."""
+    return getattr(getattr(kernel, "fn", kernel), "__name__", str(kernel))
+
+
 def _fold_y(kernel, grid, meta) -> tuple[tuple, dict]:
     """A grid with more than CUDA's 65535 programs along an axis after the first, folded for a
     kernel that can take it: a second axis over the second and third (``FOLD_Y``: the kernel
@@ -270,9 +276,8 @@ def _fold_y(kernel, grid, meta) -> tuple[tuple, dict]:
     if len(grid) == 3 and grid[1] <= GRID_YZ_LIMIT and meta.get("FOLD_Z") is False:
         rows = -(-grid[2] // GRID_YZ_LIMIT)
         return (grid[0] * rows, grid[1], -(-grid[2] // rows)), {**meta, "FOLD_Z": True}
-    name = getattr(getattr(kernel, "fn", kernel), "__name__", str(kernel))
     raise TritonConvError(
-        f"tritonconv cannot launch {name} on this input: its grid {tuple(grid)} has more than "
+        f"tritonconv cannot launch {kernel_name(kernel)} on this input: its grid {tuple(grid)} has more than "
         f"{GRID_YZ_LIMIT} programs along an axis after the first, more than CUDA allows; "
         "split the batch (or the image) into smaller calls"
     )

@@ -131,13 +131,13 @@ def launches_replaced(make: Callable[[Callable, str], Callable]):
         kept = kept_get(key)
         if kept is None:
             return None
-        return make(kept[0], _kernel_name(key[0].kernel)), kept[1]
+        return make(kept[0], launch.kernel_name(key[0].kernel)), kept[1]
 
     def first(step, kept):
-        make(kept[0], _kernel_name(step.kernel))(*kept[1])
+        make(kept[0], launch.kernel_name(step.kernel))(*kept[1])
 
     def compiled(entry, grid, stream, args):
-        name = _kernel_name(getattr(entry[0], "name", entry[0]))
+        name = launch.kernel_name(getattr(entry[0], "name", entry[0]))
         make(lambda *a: run_compiled(entry, grid, stream, args), name)()
 
     ready.get = get  # (the instance's, over BoundedCache.get)
@@ -150,11 +150,6 @@ def launches_replaced(make: Callable[[Callable, str], Callable]):
         else:
             ready.get = outer_get
         launch._run_compiled, launch._launch_kept = run_compiled, launch_kept
-
-
-def _kernel_name(kernel) -> str:
-    fn = getattr(kernel, "fn", kernel)
-    return getattr(fn, "__name__", str(fn))
 
 
 def make_case(case: HostCase, device: str, *, requires_grad: bool):

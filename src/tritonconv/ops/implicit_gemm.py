@@ -910,11 +910,11 @@ WINDOW_TMA_MAX_TAPS = 9
 #: Most taps of a window whose destination channels past 64 are not a multiple of 64 (144:
 #: three 64-channel tiles, one a quarter full, each reading the window's boxes again) that
 #: ``window_tma_kernel`` still takes, in a 16-bit input gradient (its forwards into such
-#: widths and the TF32 path are not measured); wider windows keep the pointer kernel (``conv_igemm_kernel``,
-#: 144 channels in its second accumulator, 128 + 16). Measured (session 41, H200, bf16, ``probe_passes.py``,
-#: batch 8 at 16 x 56²): r2plus1d's 3x1x1 144-channel input gradient (3 taps) 139.9 ->
-#: 110.1 µs on the window kernel (cuDNN 89.9); its 1x3x3 64 -> 144 forward (9 taps) 178.3
-#: -> 306.8 (cuDNN 172.5).
+#: widths and the TF32 path are not measured); wider windows keep the pointer kernel
+#: (``conv_igemm_kernel``, 144 channels in its second accumulator, 128 + 16). Measured
+#: (session 41, H200, bf16, ``probe_passes.py``, batch 8 at 16 x 56²): r2plus1d's 3x1x1
+#: 144-channel input gradient (3 taps) 139.9 -> 110.1 µs on the window kernel (cuDNN 89.9);
+#: its 1x3x3 64 -> 144 forward (9 taps) 178.3 -> 306.8 (cuDNN 172.5).
 WINDOW_TMA_PADDED_TILE_MAX_TAPS = 3
 
 
@@ -950,8 +950,8 @@ def window_tma_config(dtype, batch: int, src_channels: int, dst_channels: int,
     int32 tile arithmetic), at most 64 destination channels or a multiple of 64 (widths such
     as 144 keep ``conv_igemm_kernel``'s second accumulator instead of a padded column tile),
     except the 16-bit input gradients of windows of 2 to ``WINDOW_TMA_PADDED_TILE_MAX_TAPS``
-    taps (forwards into such widths: not measured), destination planes the rectangles cover with at most ``WINDOW_TMA_MAX_WASTE`` of
-    overhang, on a GPU with TMA.
+    taps (forwards into such widths: not measured), destination planes the rectangles cover
+    with at most ``WINDOW_TMA_MAX_WASTE`` of overhang, on a GPU with TMA.
 
     Fitted to benchmarks/probe_tma_window.py (H200, bf16, batch 128 and 32 ResNet-50 3x3
     layers at 56/28/14/7, UNet, dilation 2 and 12; session 36): 64 destination channels (and
