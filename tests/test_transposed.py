@@ -200,3 +200,40 @@ def test_pointwise_transposed_with_output_padding(dtype, device):
     ref = w.double().requires_grad_()
     (want,) = torch.autograd.grad(F.conv_transpose2d(x.double(), ref, **kw), ref, dy.double())
     assert_close(got, want, reduction=60, name="dW")
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_implicit_gemm_transposed_backward_relays_dy_once(bias, device, monkeypatch):
+    """The implicit GEMM's transposed convolution computes its gradients in one backward op
+    (``conv_transpose_implicit_gemm_backward``): an NCL output gradient is relaid channels-last
+    once for both the input gradient (a convolution of it) and the weight gradient (which
+    reads it as its input), the input gradient comes back in the input's layout, and a
+    repeated backward replays that op's launch plan with the same results."""
+    from tritonconv.ops import implicit_gemm
+
+    copies = []
+    relaid = implicit_gemm._relaid
+    monkeypatch.setattr(
+        implicit_gemm, "_relaid", lambda t, order: copies.append(tuple(t.shape)) or relaid(t, order)
+    )
+    x = random_tensor((2, 32, 9), torch.float32, device).requires_grad_()
+    w = random_tensor((32, 16, 4), torch.float32, device).requires_grad_()
+    b = random_tensor((16,), torch.float32, device).requires_grad_() if bias else None
+    leaves = [t for t in (x, w, b) if t is not None]
+    y = tc.conv_transpose1d(x, w, b, stride=2, padding=1, algo="implicit_gemm")
+    dy = random_tensor(y.shape, torch.float32, device)
+    copies.clear()
+    first = torch.autograd.grad(y, leaves, dy, retain_graph=True)
+    # (1-D tensors go to the kernels as (N, C, 1, L))
+    assert [tuple(n for n in c if n != 1) for c in copies].count(tuple(dy.shape)) == 1, copies
+    again = torch.autograd.grad(y, leaves, dy)
+    assert first[0].stride() == x.stride()
+    refs = [t.detach().double().requires_grad_() for t in leaves]
+    want = torch.autograd.grad(
+        F.conv_transpose1d(refs[0], refs[1], refs[2] if bias else None, stride=2, padding=1),
+        refs,
+        dy.double(),
+    )
+    for name, g, h, r in zip(("dx", "dW", "db"), first, again, want):
+        assert torch.equal(g, h), name
+        assert_close(g, r, reduction=32 * 4, name=name)

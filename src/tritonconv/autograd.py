@@ -322,11 +322,32 @@ ConvTranspose2dDirect = _differentiable(
     tensor_args=3,
 )
 
+
+def _conv_transpose_implicit_gemm_backward(ctx, grad_output):
+    """The implicit GEMM's transposed convolution: its three gradients from one backward op
+    (:func:`library.conv_transpose_implicit_gemm_backward`), replayed from the launch plan the
+    forward's plan keeps, as the convolutions' backward is."""
+    input, weight = ctx.saved_tensors
+    needs = ctx.needs_input_grad
+    mask = [needs[0], needs[1], ctx.has_bias and needs[2]]
+    if not any(mask):
+        return None, None, None, *([None] * 7)
+    if _recording(grad_output, input, weight):
+        form = lambda x, w: aten.conv_transpose(x, w, None, *ctx.params)  # noqa: E731
+        grads = _through_pytorch(form, [input, weight], mask[:2], grad_output)
+        grad_bias = _channel_sums(grad_output) if mask[2] else None
+        return *grads, grad_bias, *([None] * 7)
+    window = ctx.params[:5]  # (stride, pad_before, pad_after, dilation, groups)
+    backward_op = ops.conv_transpose_implicit_gemm_backward
+    grads = _backward_call(ctx, backward_op, grad_output, input, weight, *window, mask)
+    return *[g if wanted else None for g, wanted in zip(grads, mask, strict=True)], *([None] * 7)
+
+
 ConvTransposeImplicitGemm = _differentiable(
     "ConvTransposeImplicitGemm",
     ops.conv_transpose_implicit_gemm,
     _conv_setup,
-    _conv_transpose_backward(ops.conv_implicit_gemm, ops.conv_implicit_gemm_backward),
+    _conv_transpose_implicit_gemm_backward,
     tensor_args=3,
 )
 

@@ -358,6 +358,39 @@ def conv_transpose_implicit_gemm(
     )
 
 
+@custom_op("conv_transpose_implicit_gemm_backward")
+def conv_transpose_implicit_gemm_backward(
+    grad_output: Tensor,
+    input: Tensor,
+    weight: Tensor,
+    stride: list[int],
+    pad_before: list[int],
+    pad_after: list[int],
+    dilation: list[int],
+    groups: int,
+    output_mask: list[bool],
+) -> tuple[Tensor, Tensor, Tensor]:
+    """(grad_input, grad_weight, grad_bias) of :func:`conv_transpose_implicit_gemm`; one left
+    out by ``output_mask`` is an empty tensor. ``y = convT(x)`` is the input gradient of ``z =
+    conv(y, w)``: ``dx = conv(dy, w)``, ``dw`` that convolution's weight gradient with x as its
+    output gradient, ``db`` dy's channel sums. One op (one launch plan a backward replays) with
+    dy relaid channels-last once for both kernels where it is not."""
+    geometry = _conv_geometry(grad_output.shape, weight.shape, stride, pad_before, pad_after,
+                              dilation)  # fmt: skip
+    grad_input = grad_weight = None
+    if output_mask[0] and output_mask[1]:  # both kernels read it channels-last: one relayout
+        grad_output = implicit_gemm.channels_innermost(grad_output)
+    if output_mask[0]:
+        grad_input = implicit_gemm.conv_forward(
+            grad_output, weight, None, geometry, groups, None, input
+        )
+    if output_mask[1]:
+        grad_weight = implicit_gemm.conv_grad_weight(
+            input, grad_output, list(weight.shape), geometry, groups, None, weight.stride()
+        )
+    return _gradients(grad_output, input, grad_input, grad_weight, None, output_mask)
+
+
 @custom_op("channel_sum")
 def channel_sum(input: Tensor) -> Tensor:
     """``input.sum((0, 2, ...))`` in a fixed order: a transposed convolution's bias gradient

@@ -1738,10 +1738,16 @@ def folded_geometry(geometry: Geometry) -> Geometry:
     )  # fmt: skip
 
 
-def conv_forward(x, weight, bias, geometry: Geometry, groups: int, config=None) -> torch.Tensor:
-    """y = conv(x, weight, bias) for a batched (N, C, *spatial) input, in x's memory format."""
+def conv_forward(
+    x, weight, bias, geometry: Geometry, groups: int, config=None, like=None
+) -> torch.Tensor:
+    """y = conv(x, weight, bias) for a batched (N, C, *spatial) input, in x's memory format
+    (``like``'s where given: a transposed convolution's input gradient, computed from a
+    channels-last copy of its output gradient, in its input's)."""
     check_kernel_device(x, "input")
-    out = empty_like_format((x.shape[0], weight.shape[0], *geometry.output), x)
+    out = empty_like_format(
+        (x.shape[0], weight.shape[0], *geometry.output), x if like is None else like
+    )
     if out.numel() == 0:
         return out
     if config is None and foldable(x.dtype, x.shape[1], geometry, groups):
