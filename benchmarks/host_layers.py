@@ -35,6 +35,8 @@ LAYERS = {
                                       (1, 64, 5, 5), (64, 64, 3, 3), 0),
     "wav2vec first conv1d 1->512 k10 s5": (lambda x, w, b: tc.conv1d(x, w, b, stride=5),
                                            (1, 1, 160), (512, 1, 10), 0),
+    "wav2vec conv1d 512->512 k3 s2": (lambda x, w, b: tc.conv1d(x, w, b, stride=2),
+                                      (1, 512, 15), (512, 512, 3), 0),
     "unet up 2x2 s2 128->64": (lambda x, w, b: tc.conv_transpose2d(x, w, b, stride=2),
                                (1, 128, 4, 4), (128, 64, 2, 2), 64),
     "DCGAN 4x4 s2 p1 256->128": (lambda x, w, b: tc.conv_transpose2d(x, w, b, 2, 1),
