@@ -717,6 +717,11 @@ def test_tiles_for_short_reductions_and_64_columns(monkeypatch):
     assert tiles(bf16, 64, 64, 56, 3) == Config(128, 64, 64, 4, 3)
     assert tiles(bf16, 64, 64, 256, 3, transposed=True, batch=8) == Config(128, 64, 64, 4, 3)
     assert tiles(bf16, 96, 64, 56, 3) == Config(128, 64, 32, 4, 4)  # 32-channel steps
+    # 144 channels a tap: 64-channel steps (192 padded) rather than 32 (160; session 42)
+    assert tiles(bf16, 144, 64, 56, 3) == Config(128, 64, 64, 4, 3)
+    assert tiles(bf16, 160, 64, 56, 3) == Config(128, 64, 64, 4, 3)
+    assert tiles(bf16, 136, 64, 56, 3) == Config(128, 64, 16, 4, 4)  # (16-channel steps)
+    assert tiles(torch.float32, 144, 64, 56, 3) == Config(128, 64, 32, 4, 4)
     assert tiles(torch.float32, 64, 64, 56, 3) == Config(128, 64, 32, 4, 4)
     assert tiles(bf16, 64, 256, 56, 1) == Config(128, 128, 64, 8, 2)  # one step
     assert tiles(bf16, 128, 512, 28, 1) == Config(128, 128, 64, 8, 2)  # two
