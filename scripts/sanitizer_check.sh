@@ -25,6 +25,7 @@
 #   FUZZ_DRAWS=100 FUZZ_SEED=3 STAGES=fuzz scripts/sanitizer_check.sh
 #   PYTEST_K="implicit_gemm" STAGES=pytest scripts/sanitizer_check.sh   # another selection
 #   PYTEST_TOOL=racecheck STAGES=pytest PYTEST_K=... scripts/sanitizer_check.sh  # tests, racecheck
+#   PYTEST_SHARD=2/2 STAGES=pytest scripts/sanitizer_check.sh  # the subset's second half only
 #   SANITIZER_API_ERRORS=no ...   # do not count failed CUDA API calls (default: counted)
 #   WARM=0 ...                    # no warm-up of Triton's cache outside the sanitizer first
 #   WARM_WORKERS=8 ...            # xdist workers of the test subset's warm-up (default 8)
@@ -472,6 +473,21 @@ or causal_conv1d_update_matches or gradients_match_slicing \
 or pointwise_layers_match_float64 or windows_match_float64 or weight_gradient_from_row_boxes \
 or rows_exactly_a_box_wide or strided_pointwise_reads or transposed_kernel_equal_to_stride \
 or three_taps_into_a_padded_column_tile"}
+# PYTEST_SHARD=i/n: only the i-th of n contiguous slices of the subset (in collection
+# order), for a subset that does not finish within one call's budget (session 42: 168 of
+# its tests in 367 s under memcheck)
+PYTEST_SHARD=${PYTEST_SHARD:-}
+PYTEST_IDS=()
+if [ -n "$PYTEST_SHARD" ]; then
+    shard_i=${PYTEST_SHARD%/*} shard_n=${PYTEST_SHARD#*/}
+    mapfile -t all_ids < <(env HYPOTHESIS_PROFILE=ci python3 -m pytest -q --collect-only \
+        -p no:cacheprovider -o addopts="" $PYTEST_FILES -k "$PYTEST_K" 2>/dev/null | grep "::")
+    per=$(((${#all_ids[@]} + shard_n - 1) / shard_n))
+    PYTEST_IDS=("${all_ids[@]:$(((shard_i - 1) * per)):$per}")
+    echo "---- test subset shard $PYTEST_SHARD: ${#PYTEST_IDS[@]} of ${#all_ids[@]} tests"
+    if [ ${#PYTEST_IDS[@]} -eq 0 ]; then echo "shard $PYTEST_SHARD is empty"; exit 2; fi
+    PYTEST_FILES="" PYTEST_K=""
+fi
 PYTEST_WORKERS=${PYTEST_WORKERS:-4}
 # the tool the test subset runs under: memcheck, or racecheck for the kernels that use shared
 # memory (the TMA kernels' tests: their tiles land in shared memory through mbarriers)
@@ -502,7 +518,7 @@ if [ "${WARM:-1}" != 0 ]; then
                 --fuzz --draws "$FUZZ_DRAWS" --workers 1 --seed "$FUZZ_SEED" ;;
             pytest) timeout "$(warm_left)" env HYPOTHESIS_PROFILE=ci python3 -m pytest -q \
                 -p no:cacheprovider -W ignore::UserWarning -o addopts="" $warm_xdist \
-                $PYTEST_FILES -k "$PYTEST_K" ;;
+                $PYTEST_FILES ${PYTEST_K:+-k "$PYTEST_K"} "${PYTEST_IDS[@]}" ;;
         esac > "$OUT_DIR/warm-$s.log" 2>&1
     done
     echo "---- warmed Triton's cache outside the sanitizer in $(($(date +%s) - warm_start)) s"
@@ -516,7 +532,8 @@ for s in $STAGES; do
         fuzz) stage fuzz memcheck python3 -W ignore::UserWarning -m tritonconv.cli verify --fuzz \
             --draws "$FUZZ_DRAWS" --workers 1 --seed "$FUZZ_SEED" --json "$OUT_DIR/fuzz-sanitizer.json" ;;
         pytest) stage pytest "$PYTEST_TOOL" env HYPOTHESIS_PROFILE=ci python3 -m pytest -q -p no:cacheprovider \
-            -W ignore::UserWarning -o addopts="" -rfE $XDIST $PYTEST_FILES -k "$PYTEST_K" ;;
+            -W ignore::UserWarning -o addopts="" -rfE $XDIST $PYTEST_FILES ${PYTEST_K:+-k "$PYTEST_K"} \
+            "${PYTEST_IDS[@]}" ;;
     esac
 done
 
