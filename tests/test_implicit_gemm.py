@@ -962,6 +962,37 @@ def test_explicit_config(device):
             assert_close(y, F.conv2d(x.double(), w.double(), padding=1), reduction=180)
 
 
+@pytest.mark.parametrize("transposed", [False, True], ids=["forward", "input-gradient"])
+def test_64_channel_steps_over_144_channels(transposed, device, monkeypatch):
+    """``long_steps``' tiles on r2plus1d's 3x1x1 layer shape (shrunk): 144 channels a tap in
+    64-channel steps, the third step 16 channels of 64, forward and input gradient (144 dy
+    channels into 64), bf16 channels-last into poisoned outputs, against float64."""
+    empty, empty_strided = torch.empty, torch.empty_strided
+    monkeypatch.setattr(torch, "empty", lambda *a, **k: poison_(empty(*a, **k)))
+    monkeypatch.setattr(torch, "empty_strided", lambda *a, **k: poison_(empty_strided(*a, **k)))
+    cl = torch.channels_last_3d
+    x = random_tensor((1, 144 if not transposed else 64, 3, 2, 3), torch.bfloat16, device)
+    w = random_tensor((64 if not transposed else 144, x.shape[1], 3, 1, 1), torch.bfloat16, device)
+    x, w = x.to(memory_format=cl), w.to(memory_format=cl)
+    geometry = tritonconv.geometry.make_geometry(
+        (3, 2, 3), (3, 1, 1), (1, 1, 1), (1, 0, 0), (1, 0, 0), (1, 1, 1)
+    )
+    config = implicit_gemm.Config(16, 64, 64, 4, 1)
+    assert not implicit_gemm.long_steps(144, 64) and implicit_gemm.long_steps(144, 32)
+    if not transposed:
+        got = implicit_gemm.conv_forward(x, w, None, geometry, 1, config)
+        want = F.conv3d(x.double(), w.double(), padding=(1, 0, 0))
+    else:
+        dy = random_tensor((1, 144, 3, 2, 3), torch.bfloat16, device).to(memory_format=cl)
+        got = implicit_gemm.conv_grad_input(dy, w, x, geometry, 1, config=config)
+        want = torch.ops.aten.convolution_backward(
+            dy.double(), x.double(), w.double(), None, [1, 1, 1], [1, 0, 0], [1, 1, 1], False,
+            [0, 0, 0], 1, [True, False, False],
+        )[0]  # fmt: skip
+    assert got.is_contiguous(memory_format=cl)
+    assert_close(got, want, reduction=3 * 144)  # (both reduce over 3 taps of 144 channels)
+
+
 @pytest.mark.parametrize(
     "dtype, groups", [(torch.float32, 4), (torch.int32, 1)], ids=["packed", "int32"]
 )
