@@ -721,6 +721,10 @@ def test_tiles_for_short_reductions_and_64_columns(monkeypatch):
     assert tiles(bf16, 144, 64, 56, 3) == Config(128, 64, 64, 4, 3)
     assert tiles(bf16, 160, 64, 56, 3) == Config(128, 64, 64, 4, 3)
     assert tiles(bf16, 136, 64, 56, 3) == Config(128, 64, 16, 4, 4)  # (16-channel steps)
+    # only windows into 64 columns, as measured: 1x1 layers and narrower tiles keep theirs
+    assert tiles(bf16, 144, 64, 56, 1) == Config(128, 64, 32, 4, 4)
+    assert tiles(bf16, 144, 24, 56, 1) == Config(128, 32, 32, 4, 4)
+    assert tiles(bf16, 144, 32, 56, 3) == Config(128, 32, 32, 4, 4)
     assert tiles(torch.float32, 144, 64, 56, 3) == Config(128, 64, 32, 4, 4)
     assert tiles(torch.float32, 64, 64, 56, 3) == Config(128, 64, 32, 4, 4)
     assert tiles(bf16, 64, 256, 56, 1) == Config(128, 128, 64, 8, 2)  # one step
@@ -978,7 +982,7 @@ def test_64_channel_steps_over_144_channels(transposed, device, monkeypatch):
         (3, 2, 3), (3, 1, 1), (1, 1, 1), (1, 0, 0), (1, 0, 0), (1, 1, 1)
     )
     config = implicit_gemm.Config(16, 64, 64, 4, 1)
-    assert not implicit_gemm.long_steps(144, 64) and implicit_gemm.long_steps(144, 32)
+    assert implicit_gemm.long_steps(144, 32, 3, 64) and not implicit_gemm.long_steps(144, 64, 3, 64)
     if not transposed:
         got = implicit_gemm.conv_forward(x, w, None, geometry, 1, config)
         want = F.conv3d(x.double(), w.double(), padding=(1, 0, 0))

@@ -148,20 +148,23 @@ def forward_config(
     return tf32x3_step(config, dtype)
 
 
-# 16-bit reductions of at least this many channels a tap, which 32-channel steps pad least,
-# take 64-channel steps in 128 x 64 tiles (:func:`long_steps`).
+# 16-bit windowed reductions of at least this many channels a tap, which 32-channel steps pad
+# least, take 64-channel steps in 128 x 64 tiles (:func:`long_steps`).
 LONG_STEPS_MIN_CHANNELS = 128
 
 
-def long_steps(channels: int, block_k: int) -> bool:
-    """Whether a 16-bit reduction of ``channels`` a tap that :func:`_k_block` steps 32 at a
-    time runs 64-channel steps instead in 128 x 64 tiles (:func:`forward_config`): fewer
-    steps for more padding (at most a fifth more from 128 channels on: 160 -> 192 for 144 or 160).
-    Session 42 (H200, bf16 channels-last, ``benchmarks/probe_layer_tiles.py``): r2plus1d's
-    3x1x1 144 -> 64 forward at 16x56², batch 8, 112.7 µs in 32-channel steps of 4 stages
-    (5 steps a tap) against 97.6 in 64-channel steps of 3 (3 steps; cuDNN 81.6), the best
-    of 19 tiles."""
-    return block_k == 32 and channels >= LONG_STEPS_MIN_CHANNELS
+def long_steps(channels: int, block_k: int, taps: int, block_n: int) -> bool:
+    """Whether a 16-bit reduction over ``taps`` taps of ``channels`` each, which
+    :func:`_k_block` steps 32 at a time, runs 64-channel steps instead in its 128-row tiles
+    of ``block_n`` columns (:func:`forward_config`): fewer steps for more padding (at most a
+    fifth more from 128 channels on: 160 -> 192 for 144 or 160). Session 42 (H200, bf16
+    channels-last, ``benchmarks/probe_layer_tiles.py``): r2plus1d's 3x1x1 144 -> 64 forward
+    at 16x56², batch 8, 112.7 µs in 32-channel steps of 4 stages (5 steps a tap) against
+    97.6 in 64-channel steps of 3 (3 steps; cuDNN 81.6), the best of 19 tiles; its 1x3x3
+    64 -> 144's input gradient (144 channels into 64) 210.2 -> 212.1, unchanged. Only what
+    was measured: windows (more than one tap) into 64-column tiles; 1x1 layers (MobileNet's
+    and EfficientNet's 144 -> 24, 240 -> 40) and narrower tiles keep 32-channel steps."""
+    return block_k == 32 and channels >= LONG_STEPS_MIN_CHANNELS and taps > 1 and block_n == 64
 
 
 def tf32x3_step(config: Config, dtype) -> Config:
@@ -222,7 +225,7 @@ def _forward_config(
         # (96 KB: two). Session 18's probe (probe_swap_tiles.py, H100, bf16 channels-last):
         # UNet's 3x3 64 -> 64 at 256x256 133.9 -> 118.9 µs forward, 136.2 -> 120.2 input
         # gradient; ResNet-50's 3x3 64 -> 64 at 56x56 27.0 -> 24.9 / 27.0 -> 25.5.
-        if not fp32 and long_steps(src_per_group, block_k):
+        if not fp32 and long_steps(src_per_group, block_k, taps, block_n):
             block_k = 64
         stages = 3 if not fp32 and block_k == 64 else 4
         return Config(128, block_n, block_k, 4, stages)
