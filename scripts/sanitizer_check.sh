@@ -480,6 +480,9 @@ PYTEST_SHARD=${PYTEST_SHARD:-}
 PYTEST_IDS=()
 if [ -n "$PYTEST_SHARD" ]; then
     shard_i=${PYTEST_SHARD%/*} shard_n=${PYTEST_SHARD#*/}
+    if ! [[ "$PYTEST_SHARD" =~ ^[0-9]+/[0-9]+$ ]] || [ "$shard_i" -lt 1 ] || [ "$shard_i" -gt "$shard_n" ]; then
+        echo "PYTEST_SHARD=$PYTEST_SHARD: expected i/n with 1 <= i <= n"; exit 2
+    fi
     mapfile -t all_ids < <(env HYPOTHESIS_PROFILE=ci python3 -m pytest -q --collect-only \
         -p no:cacheprovider -o addopts="" $PYTEST_FILES -k "$PYTEST_K" 2>/dev/null | grep "::")
     per=$(((${#all_ids[@]} + shard_n - 1) / shard_n))
