@@ -14,27 +14,17 @@ import os
 import sys
 
 import torch
-import torch.nn.functional as F
 
 from tritonconv import library as ops
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from probe_passes import LAYERS
+from probe_passes import LAYERS, layer_inputs
 
 
 def main(name: str) -> None:
     key = next(k for k in LAYERS if name in k)
     xs, ws, stride, pad, dilation, groups = LAYERS[key]
-    rank = len(ws) - 2
-    layout = torch.channels_last_3d if rank == 3 else torch.channels_last
-    conv = F.conv3d if rank == 3 else F.conv2d
-
-    def per_axis(v):
-        return list(v) if isinstance(v, tuple | list) else [v] * rank
-
-    stride, pad, dilation = per_axis(stride), per_axis(pad), per_axis(dilation)
-    x = torch.randn(xs, device="cuda", dtype=torch.bfloat16).to(memory_format=layout)
-    w = (torch.randn(ws, device="cuda", dtype=torch.bfloat16) * 0.05).to(memory_format=layout)
+    x, w, conv, stride, pad, dilation = layer_inputs(xs, ws, stride, pad, dilation, torch.bfloat16)
     torch.backends.cudnn.benchmark = True
 
     def ours():

@@ -27,7 +27,7 @@ from tritonconv import library as ops
 from tritonconv.ops import implicit_gemm as ig
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from probe_passes import DEVICE, GPU, LAYERS, _toy, graph_us
+from probe_passes import GPU, LAYERS, graph_us, layer_inputs
 
 C = ig.Config
 CANDIDATES = [
@@ -40,20 +40,8 @@ CANDIDATES = [
 
 
 def probe(name, xs, ws, stride, pad, dilation, groups, candidates, rows) -> None:
-    if not GPU:
-        xs, ws = _toy(xs, ws)
-    rank = len(ws) - 2
-    layout = torch.channels_last_3d if rank == 3 else torch.channels_last
-    conv = torch.nn.functional.conv3d if rank == 3 else torch.nn.functional.conv2d
-
-    def per_axis(v):
-        return list(v) if isinstance(v, tuple | list) else [v] * rank
-
-    stride, pad, dilation = per_axis(stride), per_axis(pad), per_axis(dilation)
-    torch.manual_seed(0)
-    dt = torch.bfloat16
-    x = torch.randn(xs, device=DEVICE, dtype=dt).to(memory_format=layout)
-    w = (torch.randn(ws, device=DEVICE, dtype=dt) * 0.05).to(memory_format=layout)
+    x, w, conv, stride, pad, dilation = layer_inputs(xs, ws, stride, pad, dilation, torch.bfloat16)
+    rank = w.dim() - 2
     y = conv(x, w, stride=stride, padding=pad, dilation=dilation, groups=groups)
     dy = torch.randn_like(y)
     window = (stride, pad, pad, dilation)
@@ -70,7 +58,7 @@ def probe(name, xs, ws, stride, pad, dilation, groups, candidates, rows) -> None
     def dx(config):
         # the input gradient is the transposed convolution of dy (output size: x's)
         return lambda: ops.conv_transpose_implicit_gemm(
-            dy, w, None, *window, groups, list(xs[2:]), list(config)
+            dy, w, None, *window, groups, list(x.shape[2:]), list(config)
         )
 
     library = {

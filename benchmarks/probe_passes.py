@@ -94,8 +94,10 @@ def _toy(xs, ws):
     return (1, c_in, *spatial), (c_out, per_group, *ws[2:])
 
 
-def probe_layer(name, xs, ws, stride, pad, dilation, groups, dtype, variants, rows) -> None:
-    """Every variant's three passes of one layer against cuDNN's (appended to ``rows``)."""
+def layer_inputs(xs, ws, stride, pad, dilation, dtype) -> tuple:
+    """(x, w, F.conv2d or F.conv3d, stride, pad, dilation as per-axis lists) of a layer of
+    :data:`LAYERS`, channels-last (a toy size without a GPU), seeded: the probes' common
+    set-up."""
     if not GPU:
         xs, ws = _toy(xs, ws)
     rank = len(ws) - 2
@@ -105,11 +107,17 @@ def probe_layer(name, xs, ws, stride, pad, dilation, groups, dtype, variants, ro
     def per_axis(v):
         return list(v) if isinstance(v, tuple | list) else [v] * rank
 
-    stride, pad, dilation = per_axis(stride), per_axis(pad), per_axis(dilation)
-    kwargs = {"stride": stride, "padding": pad, "dilation": dilation, "groups": groups}
     torch.manual_seed(0)
     x = torch.randn(xs, device=DEVICE, dtype=dtype).to(memory_format=layout)
     w = (torch.randn(ws, device=DEVICE, dtype=dtype) * 0.05).to(memory_format=layout)
+    return x, w, conv, per_axis(stride), per_axis(pad), per_axis(dilation)
+
+
+def probe_layer(name, xs, ws, stride, pad, dilation, groups, dtype, variants, rows) -> None:
+    """Every variant's three passes of one layer against cuDNN's (appended to ``rows``)."""
+    x, w, conv, stride, pad, dilation = layer_inputs(xs, ws, stride, pad, dilation, dtype)
+    rank = w.dim() - 2
+    kwargs = {"stride": stride, "padding": pad, "dilation": dilation, "groups": groups}
     y = conv(x, w, **kwargs)
     dy = torch.randn_like(y)
     geo = (stride, pad, pad, dilation, groups)
