@@ -970,14 +970,26 @@ def test_explicit_config(device):
 def test_64_channel_steps_over_144_channels(transposed, device, monkeypatch):
     """``long_steps``' tiles on r2plus1d's 3x1x1 layer shape (shrunk): 144 channels a tap in
     64-channel steps, the third step 16 channels of 64, forward and input gradient (144 dy
-    channels into 64), bf16 channels-last into poisoned outputs, against float64."""
+    channels into 64), bf16 channels-last into poisoned outputs, against float64. The 144
+    channels are a view of 192 whose last 48 hold Inf: a step that read past the view's
+    channels would make NaN even where the weight's masked values are zeros."""
+
+    def wide_view(shape):  # (the 144 channels of a 192-channel channels-last tensor)
+        big = random_tensor((shape[0], 192, *shape[2:]), torch.bfloat16, device)
+        big = big.to(memory_format=torch.channels_last_3d)
+        big[:, 144:] = float("inf")
+        return big[:, :144]
+
     empty, empty_strided = torch.empty, torch.empty_strided
     monkeypatch.setattr(torch, "empty", lambda *a, **k: poison_(empty(*a, **k)))
     monkeypatch.setattr(torch, "empty_strided", lambda *a, **k: poison_(empty_strided(*a, **k)))
     cl = torch.channels_last_3d
-    x = random_tensor((1, 144 if not transposed else 64, 3, 2, 3), torch.bfloat16, device)
+    if transposed:
+        x = random_tensor((1, 64, 3, 2, 3), torch.bfloat16, device).to(memory_format=cl)
+    else:
+        x = wide_view((1, 144, 3, 2, 3))
     w = random_tensor((64 if not transposed else 144, x.shape[1], 3, 1, 1), torch.bfloat16, device)
-    x, w = x.to(memory_format=cl), w.to(memory_format=cl)
+    w = w.to(memory_format=cl)
     geometry = tritonconv.geometry.make_geometry(
         (3, 2, 3), (3, 1, 1), (1, 1, 1), (1, 0, 0), (1, 0, 0), (1, 1, 1)
     )
@@ -987,13 +999,12 @@ def test_64_channel_steps_over_144_channels(transposed, device, monkeypatch):
         got = implicit_gemm.conv_forward(x, w, None, geometry, 1, config)
         want = F.conv3d(x.double(), w.double(), padding=(1, 0, 0))
     else:
-        dy = random_tensor((1, 144, 3, 2, 3), torch.bfloat16, device).to(memory_format=cl)
+        dy = wide_view((1, 144, 3, 2, 3))
         got = implicit_gemm.conv_grad_input(dy, w, x, geometry, 1, config=config)
         want = torch.ops.aten.convolution_backward(
             dy.double(), x.double(), w.double(), None, [1, 1, 1], [1, 0, 0], [1, 1, 1], False,
             [0, 0, 0], 1, [True, False, False],
         )[0]  # fmt: skip
-    assert got.is_contiguous(memory_format=cl)
     assert_close(got, want, reduction=3 * 144)  # (both reduce over 3 taps of 144 channels)
 
 
