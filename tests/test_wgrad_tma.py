@@ -67,7 +67,9 @@ def test_weight_gradient_from_row_boxes(case, splits, mask_x, device, launches, 
     monkeypatch.setattr(implicit_gemm, "wgrad_tma_splits", lambda *args: splits)
     sums = []
     summed = implicit_gemm.sum_partials
-    monkeypatch.setattr(implicit_gemm, "sum_partials", lambda p, out: sums.append(summed(p, out)))
+    monkeypatch.setattr(
+        implicit_gemm, "sum_partials", lambda p, out, **k: sums.append(summed(p, out, **k))
+    )
     for _ in range(3):  # dW comes from these blocks: an unwritten element shows as NaN
         poison_(torch.empty(1 << 16, device=device))
     x = rows_layout(random_tensor((N, C, *spatial), torch.bfloat16, device))
