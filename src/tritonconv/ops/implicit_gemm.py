@@ -2326,6 +2326,7 @@ def _into_weight_layout(weight_shape, x, layout: tuple, kernel_layout: tuple, sp
     moved = (
         splits > 1
         and not fold_width
+        and kernel_layout != layout
         and _channels_last_into_contiguous(weight_shape, kernel_layout, layout)
     )
     grad_weight = result
