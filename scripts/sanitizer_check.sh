@@ -47,6 +47,13 @@ STAGES=${STAGES:-"huge racecheck fuzz pytest"}
 for s in $STAGES; do
     case $s in huge | racecheck | fuzz | pytest) ;; *) echo "unknown stage $s (huge, racecheck, fuzz, pytest)"; exit 2 ;; esac
 done
+PYTEST_SHARD=${PYTEST_SHARD:-}
+if [ -n "$PYTEST_SHARD" ]; then
+    shard_i=${PYTEST_SHARD%/*} shard_n=${PYTEST_SHARD#*/}
+    if ! [[ "$PYTEST_SHARD" =~ ^[0-9]+/[0-9]+$ ]] || [ "$shard_i" -lt 1 ] || [ "$shard_i" -gt "$shard_n" ]; then
+        echo "PYTEST_SHARD=$PYTEST_SHARD: expected i/n with 1 <= i <= n"; exit 2
+    fi
+fi
 FUZZ_DRAWS=${FUZZ_DRAWS:-30}
 FUZZ_SEED=${FUZZ_SEED:-0}
 START=$(date +%s)
@@ -476,15 +483,10 @@ or three_taps_into_a_padded_column_tile"}
 # PYTEST_SHARD=i/n: only the i-th of n contiguous slices of the subset (in collection
 # order), for a subset that does not finish within one call's budget (session 42: 168 of
 # its tests in 367 s under memcheck)
-PYTEST_SHARD=${PYTEST_SHARD:-}
 PYTEST=(env HYPOTHESIS_PROFILE=ci python3 -m pytest -q -p no:cacheprovider -W ignore::UserWarning
     -o addopts="")
 SELECTION=($PYTEST_FILES -k "$PYTEST_K")  # (the files' names split into words)
 if [ -n "$PYTEST_SHARD" ]; then
-    shard_i=${PYTEST_SHARD%/*} shard_n=${PYTEST_SHARD#*/}
-    if ! [[ "$PYTEST_SHARD" =~ ^[0-9]+/[0-9]+$ ]] || [ "$shard_i" -lt 1 ] || [ "$shard_i" -gt "$shard_n" ]; then
-        echo "PYTEST_SHARD=$PYTEST_SHARD: expected i/n with 1 <= i <= n"; exit 2
-    fi
     mapfile -t all_ids < <("${PYTEST[@]}" --collect-only "${SELECTION[@]}" 2>/dev/null | grep "::")
     per=$(((${#all_ids[@]} + shard_n - 1) / shard_n))
     SELECTION=("${all_ids[@]:$(((shard_i - 1) * per)):$per}")
