@@ -23,7 +23,7 @@ import torch.nn.functional as F
 
 import tritonconv as tc
 from tritonconv import launch
-from tritonconv.bench import loop_us
+from tritonconv.bench import kernel_times, loop_us
 from tritonconv.bench.host import HOST_CASES, make_case
 
 
@@ -31,20 +31,6 @@ def stub_launches() -> None:
     """Interpret no kernel (every interpreter launch, planned or not, goes through
     ``launch._interpret``); only meaningful under the interpreter."""
     launch._interpret = lambda *args: None
-
-
-def kernels(fn) -> list[tuple[str, float]]:
-    """(kernel name, µs) of the GPU kernels one call of ``fn`` runs."""
-    fn()
-    torch.cuda.synchronize()
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        fn()
-        torch.cuda.synchronize()
-    return [
-        (e.key[:70], e.self_device_time_total)
-        for e in prof.key_averages()
-        if e.self_device_time_total > 0
-    ]
 
 
 def algorithms(case) -> list[str]:
@@ -79,8 +65,8 @@ def profile_case(case, opts) -> None:
         both = loop_us(forward_backward, max(10, opts.calls // 4))
         print(f"  {name:12s} fwd {fwd:7.1f} µs   fwd+bwd {both:7.1f} µs")
         if opts.kernels and device == "cuda":
-            for kernel, us in kernels(forward_backward):
-                print(f"      {us:8.1f} µs  {kernel}")
+            for kernel, _, us in kernel_times(forward_backward):
+                print(f"      {us:8.1f} µs  {kernel[:70]}")
     if opts.profile:
         profiler = cProfile.Profile()
         profiler.enable()

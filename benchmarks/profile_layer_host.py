@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 
 import tritonconv as tc
-from tritonconv.bench import loop_us, profile_calls
+from tritonconv.bench import kernel_times, loop_us, profile_calls
 
 LAYERS = {
     "3x3": ((32, 256, 14, 14), (256, 256, 3, 3), 1),
@@ -53,14 +53,9 @@ def main() -> None:
         print(f"{name:18} fwd+bwd {loop_us(fn, args.calls):8.1f} µs/call")
     print("dW layout:", w.grad.stride(), "weight:", w.stride())
     for name, fn in runs[:2]:
-        fn()
-        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-            fn()
-            torch.cuda.synchronize()
-        events = [e for e in prof.key_averages() if e.self_device_time_total > 0]
         print(f"{name} kernels:")
-        for e in events:
-            print(f"   {e.count}x {e.self_device_time_total:8.1f} µs  {e.key[:90]}")
+        for kernel, count, us in kernel_times(fn):
+            print(f"   {count}x {us:8.1f} µs  {kernel[:90]}")
     ours()
     profile_calls(ours, args.calls, 25)
 

@@ -17,20 +17,8 @@ import argparse
 
 import torch
 
-from tritonconv.bench import loop_us, profile_calls
+from tritonconv.bench import kernel_times, loop_us, profile_calls
 from tritonconv.bench.more import CASES
-
-
-def kernels(fn) -> list[str]:
-    fn()
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        fn()
-        torch.cuda.synchronize()
-    return [
-        f"   {e.count}x {e.self_device_time_total:8.1f} µs  {e.key[:90]}"
-        for e in prof.key_averages()
-        if e.self_device_time_total > 0
-    ]
 
 
 def main() -> None:
@@ -62,7 +50,8 @@ def main() -> None:
             print(f"{name:6} {loop_us(runs[name], args.calls):8.1f} µs a call (loop)")
         for name in ("ours", "torch"):
             print(f"{name} kernels:")
-            print("\n".join(kernels(runs[name])))
+            for kernel, count, us in kernel_times(runs[name]):
+                print(f"   {count}x {us:8.1f} µs  {kernel[:90]}")
         profile_calls(runs["ours"], args.calls, args.top)
 
 

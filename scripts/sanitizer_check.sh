@@ -47,6 +47,13 @@ STAGES=${STAGES:-"huge racecheck fuzz pytest"}
 for s in $STAGES; do
     case $s in huge | racecheck | fuzz | pytest) ;; *) echo "unknown stage $s (huge, racecheck, fuzz, pytest)"; exit 2 ;; esac
 done
+PYTEST_SHARD=${PYTEST_SHARD:-}
+if [ -n "$PYTEST_SHARD" ]; then
+    shard_i=${PYTEST_SHARD%/*} shard_n=${PYTEST_SHARD#*/}
+    if ! [[ "$PYTEST_SHARD" =~ ^[0-9]+/[0-9]+$ ]] || [ "$shard_i" -lt 1 ] || [ "$shard_i" -gt "$shard_n" ]; then
+        echo "PYTEST_SHARD=$PYTEST_SHARD: expected i/n with 1 <= i <= n"; exit 2
+    fi
+fi
 FUZZ_DRAWS=${FUZZ_DRAWS:-30}
 FUZZ_SEED=${FUZZ_SEED:-0}
 START=$(date +%s)
@@ -476,20 +483,15 @@ or three_taps_into_a_padded_column_tile"}
 # PYTEST_SHARD=i/n: only the i-th of n contiguous slices of the subset (in collection
 # order), for a subset that does not finish within one call's budget (session 42: 168 of
 # its tests in 367 s under memcheck)
-PYTEST_SHARD=${PYTEST_SHARD:-}
-PYTEST_IDS=()
+PYTEST=(env HYPOTHESIS_PROFILE=ci python3 -m pytest -q -p no:cacheprovider -W ignore::UserWarning
+    -o addopts="")
+SELECTION=($PYTEST_FILES -k "$PYTEST_K")  # (the files' names split into words)
 if [ -n "$PYTEST_SHARD" ]; then
-    shard_i=${PYTEST_SHARD%/*} shard_n=${PYTEST_SHARD#*/}
-    if ! [[ "$PYTEST_SHARD" =~ ^[0-9]+/[0-9]+$ ]] || [ "$shard_i" -lt 1 ] || [ "$shard_i" -gt "$shard_n" ]; then
-        echo "PYTEST_SHARD=$PYTEST_SHARD: expected i/n with 1 <= i <= n"; exit 2
-    fi
-    mapfile -t all_ids < <(env HYPOTHESIS_PROFILE=ci python3 -m pytest -q --collect-only \
-        -p no:cacheprovider -o addopts="" $PYTEST_FILES -k "$PYTEST_K" 2>/dev/null | grep "::")
+    mapfile -t all_ids < <("${PYTEST[@]}" --collect-only "${SELECTION[@]}" 2>/dev/null | grep "::")
     per=$(((${#all_ids[@]} + shard_n - 1) / shard_n))
-    PYTEST_IDS=("${all_ids[@]:$(((shard_i - 1) * per)):$per}")
-    echo "---- test subset shard $PYTEST_SHARD: ${#PYTEST_IDS[@]} of ${#all_ids[@]} tests"
-    if [ ${#PYTEST_IDS[@]} -eq 0 ]; then echo "shard $PYTEST_SHARD is empty"; exit 2; fi
-    PYTEST_FILES="" PYTEST_K=""
+    SELECTION=("${all_ids[@]:$(((shard_i - 1) * per)):$per}")
+    echo "---- test subset shard $PYTEST_SHARD: ${#SELECTION[@]} of ${#all_ids[@]} tests"
+    if [ ${#SELECTION[@]} -eq 0 ]; then echo "shard $PYTEST_SHARD is empty"; exit 2; fi
 fi
 PYTEST_WORKERS=${PYTEST_WORKERS:-4}
 # the tool the test subset runs under: memcheck, or racecheck for the kernels that use shared
@@ -519,9 +521,7 @@ if [ "${WARM:-1}" != 0 ]; then
             racecheck) timeout "$(warm_left)" python3 "$WORKLOAD" shared ;;
             fuzz) timeout "$(warm_left)" python3 -W ignore::UserWarning -m tritonconv.cli verify \
                 --fuzz --draws "$FUZZ_DRAWS" --workers 1 --seed "$FUZZ_SEED" ;;
-            pytest) timeout "$(warm_left)" env HYPOTHESIS_PROFILE=ci python3 -m pytest -q \
-                -p no:cacheprovider -W ignore::UserWarning -o addopts="" $warm_xdist \
-                $PYTEST_FILES ${PYTEST_K:+-k "$PYTEST_K"} "${PYTEST_IDS[@]}" ;;
+            pytest) timeout "$(warm_left)" "${PYTEST[@]}" $warm_xdist "${SELECTION[@]}" ;;
         esac > "$OUT_DIR/warm-$s.log" 2>&1
     done
     echo "---- warmed Triton's cache outside the sanitizer in $(($(date +%s) - warm_start)) s"
@@ -534,9 +534,7 @@ for s in $STAGES; do
         racecheck) stage racecheck racecheck python3 "$WORKLOAD" shared ;;
         fuzz) stage fuzz memcheck python3 -W ignore::UserWarning -m tritonconv.cli verify --fuzz \
             --draws "$FUZZ_DRAWS" --workers 1 --seed "$FUZZ_SEED" --json "$OUT_DIR/fuzz-sanitizer.json" ;;
-        pytest) stage pytest "$PYTEST_TOOL" env HYPOTHESIS_PROFILE=ci python3 -m pytest -q -p no:cacheprovider \
-            -W ignore::UserWarning -o addopts="" -rfE $XDIST $PYTEST_FILES ${PYTEST_K:+-k "$PYTEST_K"} \
-            "${PYTEST_IDS[@]}" ;;
+        pytest) stage pytest "$PYTEST_TOOL" "${PYTEST[@]}" -rfE $XDIST "${SELECTION[@]}" ;;
     esac
 done
 

@@ -229,20 +229,27 @@ def _conv_setup(ctx, inputs, output):
     ctx.save_for_backward(input, weight)
 
 
-def _conv_backward(backward_op: ops.Op):
+def _conv_backward(backward_op: ops.Op, form=aten.conv, op_params=None):
+    """The backward of a forward op taking ``(input, weight, bias, *params)``: its three
+    gradients from ``backward_op(grad_output, input, weight, *op_params(params), mask)``
+    (``op_params``: the params it takes, all by default), replayed from the launch plan the
+    forward's plan keeps; recorded through ``form`` (the op's PyTorch form, ``aten.py``) when
+    the backward itself is differentiated."""
+
     def backward(ctx, grad_output):
         input, weight = ctx.saved_tensors
         needs = ctx.needs_input_grad
         mask = [needs[0], needs[1], ctx.has_bias and needs[2]]
         grads = [None, None, None]
         if any(mask) and _recording(grad_output, input, weight):
-            form = lambda x, w: aten.conv(x, w, None, *ctx.params)  # noqa: E731
-            grads = _through_pytorch(form, [input, weight], mask[:2], grad_output)
+            differentiable = lambda x, w: form(x, w, None, *ctx.params)  # noqa: E731
+            grads = _through_pytorch(differentiable, [input, weight], mask[:2], grad_output)
             grads.append(_channel_sums(grad_output) if mask[2] else None)
         elif any(mask):  # the bias gradient too: fused into the weight gradient where it can be
-            grads = _backward_call(ctx, backward_op, grad_output, input, weight, *ctx.params, mask)
+            params = ctx.params if op_params is None else op_params(ctx.params)
+            grads = _backward_call(ctx, backward_op, grad_output, input, weight, *params, mask)
             grads = [g if wanted else None for g, wanted in zip(grads, mask, strict=True)]
-        return *grads, None, None, None, None, None, None
+        return *grads, *([None] * len(ctx.params))
 
     return backward
 
@@ -323,31 +330,15 @@ ConvTranspose2dDirect = _differentiable(
 )
 
 
-def _conv_transpose_implicit_gemm_backward(ctx, grad_output):
-    """The implicit GEMM's transposed convolution: its three gradients from one backward op
-    (:func:`library.conv_transpose_implicit_gemm_backward`), replayed from the launch plan the
-    forward's plan keeps, as the convolutions' backward is."""
-    input, weight = ctx.saved_tensors
-    needs = ctx.needs_input_grad
-    mask = [needs[0], needs[1], ctx.has_bias and needs[2]]
-    if not any(mask):
-        return None, None, None, *([None] * 7)
-    if _recording(grad_output, input, weight):
-        form = lambda x, w: aten.conv_transpose(x, w, None, *ctx.params)  # noqa: E731
-        grads = _through_pytorch(form, [input, weight], mask[:2], grad_output)
-        grad_bias = _channel_sums(grad_output) if mask[2] else None
-        return *grads, grad_bias, *([None] * 7)
-    window = ctx.params[:5]  # (stride, pad_before, pad_after, dilation, groups)
-    backward_op = ops.conv_transpose_implicit_gemm_backward
-    grads = _backward_call(ctx, backward_op, grad_output, input, weight, *window, mask)
-    return *[g if wanted else None for g, wanted in zip(grads, mask, strict=True)], *([None] * 7)
-
-
 ConvTransposeImplicitGemm = _differentiable(
     "ConvTransposeImplicitGemm",
     ops.conv_transpose_implicit_gemm,
     _conv_setup,
-    _conv_transpose_implicit_gemm_backward,
+    # its three gradients from one backward op (dy relaid once), the backward op taking the
+    # window alone (no output size, no tiles: its kernels' sides are the forward's swapped)
+    _conv_backward(
+        ops.conv_transpose_implicit_gemm_backward, aten.conv_transpose, lambda params: params[:5]
+    ),
     tensor_args=3,
 )
 

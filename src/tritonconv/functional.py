@@ -860,7 +860,7 @@ def _gemm_tiles(input, args, transposed: bool, measured, channels_last: bool) ->
     if measured:
         return f"{implicit_gemm.describe(input.dtype, measured)} (measured)"
     if not channels_last:
-        return _pointer_tiles(input, args, transposed)
+        return _pointer_tiles(input, args, transposed, sides)
     tap = transposed and implicit_gemm.tap_gemm_config(
         input.dtype, args.batch, *sides, g, args.groups, input.device
     )
@@ -885,7 +885,7 @@ def _gemm_tiles(input, args, transposed: bool, measured, channels_last: bool) ->
             f"{window} as TMA boxes, the padding the hardware's zero fill (a stride-1 window: "
             "where input and output are dense channels-last and 16-byte aligned)"
         )
-    return _pointer_tiles(input, args, transposed)
+    return _pointer_tiles(input, args, transposed, sides)
 
 
 def _channels_innermost(input, ndim: int) -> bool:
@@ -896,11 +896,11 @@ def _channels_innermost(input, ndim: int) -> bool:
     return input.stride(channel_axis) == 1 or input.shape[channel_axis] == 1
 
 
-def _pointer_tiles(input, args, transposed: bool) -> str:
-    """The pointer-load kernel's tiles for the call's convolution (``transposed`` as in
-    :func:`_gemm_tiles`), with the width taps or stride phases folded where they are."""
+def _pointer_tiles(input, args, transposed: bool, sides: tuple) -> str:
+    """The pointer-load kernel's tiles for the call's convolution (``transposed`` and
+    ``sides``, the GEMM's (source, destination) channels, as in :func:`_gemm_tiles`), with
+    the width taps or stride phases folded where they are."""
     g = args.geometry
-    sides = (args.in_per_group, args.out_per_group)[:: -1 if transposed else 1]
     if not transposed and implicit_gemm.foldable(input.dtype, args.in_per_group, g, args.groups):
         folded, fg = g.kernel[-1] * args.in_per_group, implicit_gemm.folded_geometry(g)
         tiles = implicit_gemm.launch_config(

@@ -264,14 +264,31 @@ def conv_implicit_gemm_backward(
     """(grad_input, grad_weight, grad_bias); one left out by ``output_mask`` is an empty
     tensor. ``config`` is the forward's: the gradients use their own heuristic tiles."""
     geometry = _conv_geometry(input.shape, weight.shape, stride, pad_before, pad_after, dilation)
+    return _implicit_gemm_gradients(grad_output, input, weight, geometry, groups, output_mask,
+                                    transposed=False)  # fmt: skip
+
+
+def _implicit_gemm_gradients(
+    grad_output, input, weight, geometry, groups: int, output_mask, transposed: bool
+) -> tuple[Tensor, Tensor, Tensor]:
+    """The implicit GEMM's backward of a convolution of ``geometry`` or (``transposed``) of
+    the transposed convolution that is its input gradient: ``dx`` the convolution's input
+    gradient (transposed: the convolution itself, of dy), ``dw`` its weight gradient (with the
+    roles of x and dy swapped when transposed); dy relaid channels-last once for both
+    kernels where it is not."""
     grad_input = grad_weight = None
     if output_mask[0] and output_mask[1]:  # both kernels read it channels-last: one relayout
         grad_output = implicit_gemm.channels_innermost(grad_output)
-    if output_mask[0]:
+    if output_mask[0] and transposed:
+        grad_input = implicit_gemm.conv_forward(
+            grad_output, weight, None, geometry, groups, None, input
+        )
+    elif output_mask[0]:
         grad_input = implicit_gemm.conv_grad_input(grad_output, weight, input, geometry, groups)
     if output_mask[1]:
+        dy, x = (input, grad_output) if transposed else (grad_output, input)
         grad_weight = implicit_gemm.conv_grad_weight(
-            grad_output, input, list(weight.shape), geometry, groups, None, weight.stride()
+            dy, x, list(weight.shape), geometry, groups, None, weight.stride()
         )
     return _gradients(grad_output, input, grad_input, grad_weight, None, output_mask)
 
@@ -377,18 +394,8 @@ def conv_transpose_implicit_gemm_backward(
     dy relaid channels-last once for both kernels where it is not."""
     geometry = _conv_geometry(grad_output.shape, weight.shape, stride, pad_before, pad_after,
                               dilation)  # fmt: skip
-    grad_input = grad_weight = None
-    if output_mask[0] and output_mask[1]:  # both kernels read it channels-last: one relayout
-        grad_output = implicit_gemm.channels_innermost(grad_output)
-    if output_mask[0]:
-        grad_input = implicit_gemm.conv_forward(
-            grad_output, weight, None, geometry, groups, None, input
-        )
-    if output_mask[1]:
-        grad_weight = implicit_gemm.conv_grad_weight(
-            input, grad_output, list(weight.shape), geometry, groups, None, weight.stride()
-        )
-    return _gradients(grad_output, input, grad_input, grad_weight, None, output_mask)
+    return _implicit_gemm_gradients(grad_output, input, weight, geometry, groups, output_mask,
+                                    transposed=True)  # fmt: skip
 
 
 @custom_op("channel_sum")

@@ -172,6 +172,21 @@ def profile_calls(fn: Callable[[], object], calls: int, top: int) -> pstats.Stat
     return stats
 
 
+def kernel_times(fn: Callable[[], object]) -> list[tuple[str, int, float]]:
+    """(kernel name, launches, µs in all) of the GPU kernels one call of ``fn`` runs, after a
+    warm-up call (torch.profiler; the probes of the host path list them beside their loops)."""
+    fn()
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return [
+        (e.key, e.count, e.self_device_time_total)
+        for e in prof.key_averages()
+        if e.self_device_time_total > 0
+    ]
+
+
 @contextlib.contextmanager
 def overridden(module, **values) -> Iterator[None]:
     """``module``'s constants set to ``values`` for a probe's variant (a tile rule's knob),
