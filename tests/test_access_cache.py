@@ -51,7 +51,8 @@ with FakeTensorMode():
 
 def kwargs(splits=3, numel=1000, two=True, out=bf16):
     return dict(partial_ptr=fp32, out_ptr=out, out2_ptr=out, splits=splits, numel=numel,
-                split_at=7, BLOCK=1024, SPLIT_BLOCK=4, TWO_OUTPUTS=two, INDEX_64=False)
+                split_at=7, taps=9, channels=40, BLOCK=1024, SPLIT_BLOCK=4, TWO_OUTPUTS=two,
+                CHANNELS_TO_TAPS=False, INDEX_64=False)
 """
 
 

@@ -9,16 +9,17 @@ from pathlib import Path
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "compile_check.py"
 
-# sum_partials_kernel(partial_ptr, out_ptr, out2_ptr, splits, numel, split_at, BLOCK,
-# SPLIT_BLOCK, TWO_OUTPUTS, INDEX_64), as recorded
+# sum_partials_kernel(partial_ptr, out_ptr, out2_ptr, splits, numel, split_at, taps, channels,
+# BLOCK, SPLIT_BLOCK, TWO_OUTPUTS, CHANNELS_TO_TAPS, INDEX_64), as recorded
 GOOD = {
     "module": "tritonconv.kernels.reduce",
     "name": "sum_partials_kernel",
-    "args": ["*fp32", "*bf16", "*bf16", "i32", "i32", "i32"],
+    "args": ["*fp32", "*bf16", "*bf16", "i32", "i32", "i32", "i32", "i32"],
     "meta": {
         "BLOCK": 1024,
         "SPLIT_BLOCK": 4,
         "TWO_OUTPUTS": True,
+        "CHANNELS_TO_TAPS": False,
         "INDEX_64": False,
         "num_warps": 4,
     },

@@ -499,6 +499,37 @@ def test_weight_gradient_takes_the_weights_layout(dims, device):
     assert_close(results["channels-last"], reference, reduction=2 * 5**dims, name="dW")
 
 
+@pytest.mark.parametrize("dims", [1, 2, 3])
+def test_split_weight_gradient_sums_into_a_contiguous_weight(dims, device, monkeypatch):
+    """Split partials (written channels-last) summed straight into a contiguous weight's
+    layout (``sum_partials``' ``channels_to_taps``): no copy and no channels-last dW between,
+    the same bits as a channels-last weight's dW, transposed; against float64."""
+    from tritonconv.geometry import make_geometry
+
+    monkeypatch.setattr(implicit_gemm, "_splits", lambda *a: 3)
+    copies = []
+    real_call = implicit_gemm.call
+    monkeypatch.setattr(
+        implicit_gemm, "call", lambda fn, *a, **k: copies.append(fn) or real_call(fn, *a, **k)
+    )
+    tritonconv.clear_caches()
+    spatial, kernel = (5,) * dims, (3,) * dims
+    geometry = make_geometry(spatial, kernel, (1,) * dims, (1,) * dims, (1,) * dims, (1,) * dims)
+    x = _channels_innermost(random_tensor((2, 24, *spatial), torch.bfloat16, device))
+    dy = _channels_innermost(random_tensor((2, 16, *spatial), torch.bfloat16, device))
+    w = random_tensor((16, 24, *kernel), torch.bfloat16, device)  # contiguous
+    got = implicit_gemm.conv_grad_weight(dy, x, list(w.shape), geometry, 1, None, w.stride())
+    assert got.stride() == w.stride() and copies == []
+    last = _channels_innermost(w)
+    want = implicit_gemm.conv_grad_weight(dy, x, list(w.shape), geometry, 1, None, last.stride())
+    assert torch.equal(got.cpu(), want.cpu())
+    reference = torch.ops.aten.convolution_backward(
+        dy.double(), x.double(), w.double(), None, (1,) * dims, (1,) * dims, (1,) * dims,
+        False, (0,) * dims, 1, (False, True, False),
+    )[1]  # fmt: skip
+    assert_close(got, reference, reduction=2 * 5**dims, name="dW")
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int32])
 def test_weight_gradient_of_one_split_is_stored_directly(dtype, device, monkeypatch):
     """With one split the weight-gradient kernel writes dW itself (cast on store, no partial

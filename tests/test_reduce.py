@@ -104,6 +104,39 @@ def test_sum_partials_into_two_outputs(device):
     assert_close(bias, total[27:], reduction=7)
 
 
+@pytest.mark.parametrize(
+    "shape, splits, dtype",
+    [
+        ((5, 3, 7), 4, torch.float32),  # (rows, taps, channels): primes
+        ((3, 9, 16), 13, torch.bfloat16),  # 3x3 taps, several split steps
+        ((2, 1, 5), 2, torch.float32),  # one tap: the layouts coincide
+        ((4, 27, 3), 3, torch.int32),  # integers: exact int64 partials, wrapped on store
+    ],
+    ids=("primes", "3x3-bf16", "one-tap", "int32"),
+)
+def test_sum_partials_from_channels_last_into_contiguous(shape, splits, dtype, device):
+    """``channels_to_taps``: splits laid out ``[rows, taps, channels]`` (a weight gradient's
+    channels-last partials) summed into a poisoned ``[rows, channels, taps]`` output (the
+    contiguous weight's layout), every element written, the same sums as the plain path."""
+    rows, taps, channels = shape
+    if dtype == torch.int32:
+        partial = random_tensor((splits, *shape), torch.int64, device, low=-(2**40), high=2**40)
+    else:
+        partial = random_tensor((splits, *shape), torch.float32, device)
+    out = poison_(torch.empty((rows, channels, taps), dtype=dtype, device=device))
+    common.sum_partials(partial, out, channels_to_taps=(taps, channels))
+    plain = poison_(torch.empty(shape, dtype=dtype, device=device))
+    common.sum_partials(partial, plain)
+    assert torch.equal(out.cpu(), plain.cpu().transpose(1, 2))  # (the same sums, moved)
+    if dtype == torch.int32:
+        assert torch.equal(out.cpu(), partial.cpu().sum(0).to(dtype).transpose(1, 2))
+    else:
+        want = partial.cpu().double().sum(0).transpose(1, 2)
+        assert_close(out, want, reduction=splits)
+    with pytest.raises(ValueError, match="one output"):
+        common.sum_partials(partial, out, out[:, 0], channels_to_taps=(taps, channels))
+
+
 def test_channel_sum_op_passes_opcheck(device):
     t = random_tensor((2, 3, 5, 4), torch.float64, device)
     torch.library.opcheck(torch.ops.tritonconv.channel_sum, (t,))

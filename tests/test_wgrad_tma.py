@@ -67,7 +67,9 @@ def test_weight_gradient_from_row_boxes(case, splits, mask_x, device, launches, 
     monkeypatch.setattr(implicit_gemm, "wgrad_tma_splits", lambda *args: splits)
     sums = []
     summed = implicit_gemm.sum_partials
-    monkeypatch.setattr(implicit_gemm, "sum_partials", lambda p, out: sums.append(summed(p, out)))
+    monkeypatch.setattr(
+        implicit_gemm, "sum_partials", lambda p, out, **k: sums.append(summed(p, out, **k))
+    )
     for _ in range(3):  # dW comes from these blocks: an unwritten element shows as NaN
         poison_(torch.empty(1 << 16, device=device))
     x = rows_layout(random_tensor((N, C, *spatial), torch.bfloat16, device))
@@ -127,8 +129,9 @@ def test_rows_exactly_a_box_wide_read_dy_flat(case, device, monkeypatch, launche
 
 @pytest.mark.parametrize("layout", ["contiguous weight", "nchw input"])
 def test_other_layouts_are_read_or_written_through_copies(layout, device, kernels):
-    """A contiguous weight gets a contiguous dW (the kernel's channels-last one copied); NCHW
-    x and dy are read from channels-last copies. Replayed plans give the same result."""
+    """A contiguous weight gets a contiguous dW (the kernel's channels-last one copied, or its
+    split partials summed into it); NCHW x and dy are read from channels-last copies.
+    Replayed plans give the same result."""
     x = random_tensor((2, 32, 7, 9), torch.float16, device)
     w = random_tensor((32, 32, 3, 3), torch.float16, device)
     if layout == "contiguous weight":

@@ -15,15 +15,21 @@ def sum_partials_kernel(
     splits,
     numel,
     split_at,
+    taps,
+    channels,
     BLOCK: tl.constexpr,
     SPLIT_BLOCK: tl.constexpr,
     TWO_OUTPUTS: tl.constexpr,
+    CHANNELS_TO_TAPS: tl.constexpr,
     INDEX_64: tl.constexpr,
 ):
     """``out[i] = sum over s of partial[s * numel + i]``, cast to out's dtype (integers wrap
     like the dtype: the partials are exact int64). With ``TWO_OUTPUTS`` the sums from
     ``split_at`` on go to ``out2[i - split_at]`` instead (a weight gradient and its bias
-    gradient reduced together).
+    gradient reduced together). ``CHANNELS_TO_TAPS``: each partial row is laid out
+    ``[rows, taps, channels]`` and ``out`` ``[rows, channels, taps]`` (a weight gradient
+    written channels-last by its kernel, summed straight into a contiguous weight's layout:
+    ``out`` then takes the first output's elements only, no ``TWO_OUTPUTS``).
 
     Each step loads ``SPLIT_BLOCK`` partials of ``BLOCK`` elements and sums them as a tree
     (``tl.sum``): the order depends on the launch configuration alone, so the result is
@@ -50,6 +56,11 @@ def sum_partials_kernel(
         tl.store(out_ptr + offsets, acc.to(out_ptr.dtype.element_ty), mask=mask & first)
         second = out2_ptr + (offsets - split_at)
         tl.store(second, acc.to(out2_ptr.dtype.element_ty), mask=mask & (offsets >= split_at))
+    elif CHANNELS_TO_TAPS:  # (rows, tap, channel) -> (rows, channel, tap)
+        row_size = taps * channels
+        within = offsets % row_size
+        moved = offsets - within + (within % channels) * taps + within // channels
+        tl.store(out_ptr + moved, acc.to(out_ptr.dtype.element_ty), mask=mask)
     else:
         tl.store(out_ptr + offsets, acc.to(out_ptr.dtype.element_ty), mask=mask)
 

@@ -70,13 +70,21 @@ def empty_like_format(shape, like: torch.Tensor, *, zero: bool = False) -> torch
 
 
 def sum_partials(
-    partial: torch.Tensor, out: torch.Tensor, out2: torch.Tensor | None = None
+    partial: torch.Tensor,
+    out: torch.Tensor,
+    out2: torch.Tensor | None = None,
+    channels_to_taps: tuple[int, int] | None = None,
 ) -> None:
     """``out = partial.sum(0)`` for a ``(splits, *out.shape)`` partial whose splits are each
     laid out as ``out`` (dense, any order of dimensions) one after the other, summed in a
     fixed order (bitwise reproducible) and cast to out's dtype in one pass. With ``out2`` each
     partial row holds ``out``'s elements then ``out2``'s (a weight gradient and its bias
-    gradient, reduced by one launch)."""
+    gradient, reduced by one launch). ``channels_to_taps=(taps, channels)``: each split laid
+    out ``[..., taps, channels]`` while ``out`` is ``[..., channels, taps]`` (a channels-last
+    weight gradient summed into a contiguous weight's layout, the copy between them saved)."""
+    if channels_to_taps is not None and out2 is not None:
+        raise ValueError("sum_partials: channels_to_taps takes one output")
+    taps, channels = channels_to_taps or (1, 1)
     split_at = out.numel()
     numel = split_at + (0 if out2 is None else out2.numel())
     if numel == 0:
@@ -95,9 +103,12 @@ def sum_partials(
         splits,
         numel,
         split_at,
+        taps,
+        channels,
         BLOCK=block,
         SPLIT_BLOCK=split_block,
         TWO_OUTPUTS=out2 is not None,
+        CHANNELS_TO_TAPS=channels_to_taps is not None,
         INDEX_64=needs_int64(partial, out) or reach > INDEX32_LIMIT,
         num_warps=num_warps,
     )

@@ -2302,17 +2302,35 @@ def conv_grad_weight(
     )  # fmt: skip
 
 
+def _channels_last_into_contiguous(weight_shape, kernel_layout: tuple, layout: tuple) -> bool:
+    """Whether ``kernel_layout`` is the weight's channels-last layout and ``layout`` its
+    contiguous one (what ``sum_partials``' ``channels_to_taps`` moves between)."""
+    order = (0, *range(2, len(weight_shape)), 1)
+    return kernel_layout == dense_strides(weight_shape, order) and layout == dense_strides(
+        weight_shape, tuple(range(len(weight_shape)))
+    )
+
+
 def _into_weight_layout(weight_shape, x, layout: tuple, kernel_layout: tuple, splits: int,
                         launch_into, fold_width: int = 0) -> torch.Tensor:  # fmt: skip
     """dW (x's dtype and device) in the dense ``layout``: ``launch_into(parts)`` writes it as
     ``[splits, *weight_shape]`` in ``kernel_layout`` (with ``fold_width``, through the folded
     view of each), straight into dW with one split (cast on store), else into partials
     (:func:`partial_dtype`) summed in split order; copied into ``layout`` where the two
-    differ."""
+    differ, except a channels-last ``kernel_layout``'s partials for a contiguous ``layout``,
+    which the sum itself writes in it (no fold)."""
     weight_numel = math.prod(weight_shape)
     result = allocate(weight_shape, x.dtype, x.device, layout)
+    # split partials written channels-last, summed straight into a contiguous weight's layout
+    # (1-D weights, NCHW models' weights): the copy's launch and dW-sized buffer saved
+    moved = (
+        splits > 1
+        and not fold_width
+        and kernel_layout != layout
+        and _channels_last_into_contiguous(weight_shape, kernel_layout, layout)
+    )
     grad_weight = result
-    if kernel_layout != layout:
+    if kernel_layout != layout and not moved:
         grad_weight = allocate(weight_shape, x.dtype, x.device, kernel_layout)
     target = _folded(grad_weight, fold_width, 1) if fold_width else grad_weight  # the kernel's dW
     if splits == 1:  # the one split is the sum: written straight into dW, cast on store
@@ -2328,7 +2346,11 @@ def _into_weight_layout(weight_shape, x, layout: tuple, kernel_layout: tuple, sp
         if fold_width:  # each split's partial laid out as dW: the same view of each
             parts = partial.as_strided((splits, *target.shape), (weight_numel, *target.stride()))
         launch_into(parts)
-        sum_partials(partial, grad_weight)
+        if moved:
+            taps = weight_numel // (weight_shape[0] * weight_shape[1])
+            sum_partials(partial, result, channels_to_taps=(taps, weight_shape[1]))
+        else:
+            sum_partials(partial, grad_weight)
     if result is not grad_weight:
         call(torch.Tensor.copy_, result, grad_weight)
     return result
