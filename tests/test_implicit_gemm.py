@@ -29,7 +29,7 @@ from tritonconv.kernels.mma import (
     split_tf32_finite,
 )
 from tritonconv.ops import direct, implicit_gemm
-from tritonconv.testing import assert_close, exact_fp32, poison_, random_tensor
+from tritonconv.testing import DEVICE, assert_close, exact_fp32, poison_, random_tensor
 
 # (N, C, H, W, K, kernel, stride, padding, dilation, groups)
 GEOMETRIES = [
@@ -155,6 +155,8 @@ def test_phases_foldable_rule(device):
         (1, 2, (9, 11), 5, (4, 6), (2, 3), (1, 2)),  # a different stride per axis
         (2, 3, (10, 9), 4, (4, 4), (2, 2), (1, 1)),  # DCGAN's last layer, transposed
         (2, 3, (17,), 6, (6,), (3,), (1,)),  # 1-D
+        (2, 1, (12, 10), 4, (4, 2), (2, 2), (0, 0)),  # one channel, nothing cropped
+        (2, 1, (40,), 8, (10,), (5,), (0,)),  # wav2vec's first conv1d: phases written into dx
     ],
     ids=str,
 )
@@ -205,6 +207,86 @@ def test_input_gradient_with_phases_folded(case, device, monkeypatch):
                                           padding, stride[0] - 1)  # fmt: skip
                 assert_close(got, want, reduction=K * kernel[0], name="transposed")
     assert runs
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        # (x shape, weight shape, stride, channels-last): one input channel
+        ((2, 1, 40), (8, 1, 10), 5, False),  # wav2vec's first conv1d
+        ((2, 1, 12, 10), (4, 1, 3, 3), 1, True),
+        ((2, 1, 12, 10), (4, 1, 3, 3), 1, False),
+    ],
+    ids=str,
+)
+def test_one_channel_is_not_relaid(case, device, monkeypatch):
+    """A one-channel input, its input gradient and weight gradient are alike channels-first
+    and channels-last (``same_layout``): the forward runs the convolution alone (no copy of
+    x or of the weight), the backward relays only dy (and moves the input gradient's phases
+    straight into dx), and dW comes out in the weight's layout without a copy; results
+    against float64, dx and dW poisoned first."""
+    xs, ws, stride, channels_last = case
+    moves, copies = [], []
+    empty_strided = torch.empty_strided  # (every allocation poisoned: NaN where unwritten)
+    monkeypatch.setattr(torch, "empty_strided", lambda *a, **k: poison_(empty_strided(*a, **k)))
+    real_crop = implicit_gemm.crop_into
+    monkeypatch.setattr(
+        implicit_gemm, "crop_into", lambda *a: moves.append(a[1].shape) or real_crop(*a)
+    )
+    real_call = implicit_gemm.call
+    monkeypatch.setattr(
+        implicit_gemm, "call", lambda fn, *a, **k: copies.append(fn) or real_call(fn, *a, **k)
+    )
+    tritonconv.clear_caches()
+    conv = tritonconv.conv1d if len(xs) == 3 else tritonconv.conv2d
+    ref = F.conv1d if len(xs) == 3 else F.conv2d
+    with exact_fp32():
+        x = random_tensor(xs, torch.float32, device)
+        if channels_last:
+            x = x.to(memory_format=torch.channels_last)
+        w = random_tensor(ws, torch.float32, device)
+        x.requires_grad_(), w.requires_grad_()
+        y = conv(x, w, stride=stride, algo="implicit_gemm")
+        assert moves == []  # the forward: the convolution's kernel alone
+        dy = random_tensor(y.shape, torch.float32, device)
+        dx, dw = torch.autograd.grad(y, [x, w], dy)
+    x64, w64 = x.detach().double().requires_grad_(), w.detach().double().requires_grad_()
+    y64 = ref(x64, w64, stride=stride)
+    assert_close(y, y64, reduction=math.prod(ws[1:]), name="y")
+    want_dx, want_dw = torch.autograd.grad(y64, [x64, w64], dy.double())
+    assert_close(dx, want_dx, reduction=ws[0] * math.prod(ws[2:]), name="dx")
+    assert_close(dw, want_dw, reduction=xs[0] * math.prod(y.shape[2:]), name="dw")
+    assert torch.Tensor.copy_ not in copies  # dW written in the weight's layout
+    # dy relaid channels-last, and then either the weight relaid for the input gradient
+    # (output channels innermost) or (stride phases) the phases moved into dx itself
+    assert len(moves) == 2
+
+
+@pytest.mark.skipif(DEVICE != "cuda", reason="CUDA graphs")
+def test_phase_weight_first_built_inside_graph_capture(device):
+    """The phase weight's gather index (cached per shape) first built while a CUDA graph is
+    captured: its kernels are recorded there, not run, so it must not be cached then. The
+    graph's replays and eager calls after it match float64 (a GAN's last transposed layer,
+    its forward the phase-folded input gradient)."""
+    with exact_fp32():
+        x = random_tensor((2, 16, 9, 7), torch.float32, device)
+        w = random_tensor((16, 3, 4, 4), torch.float32, device)
+        kw = dict(stride=2, padding=1, algo="implicit_gemm")
+        want = F.conv_transpose2d(x.double(), w.double(), stride=2, padding=1)
+        tritonconv.conv_transpose2d(x, w, **kw)  # (Triton compiles outside the capture)
+        torch.cuda.synchronize()
+        tritonconv.clear_caches()  # (the index, the plans: built again inside it)
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.stream(stream), torch.cuda.graph(graph, stream=stream):
+            y = tritonconv.conv_transpose2d(x, w, **kw)
+        torch.cuda.current_stream().wait_stream(stream)
+        for _ in range(2):
+            poison_(y)
+            graph.replay()
+            assert_close(y, want, reduction=16 * 4, name="graph replay")
+        assert_close(tritonconv.conv_transpose2d(x, w, **kw), want, reduction=16 * 4)
 
 
 @pytest.mark.parametrize("kernel", [(4, 4), (3, 3)], ids=["folded", "phases"])

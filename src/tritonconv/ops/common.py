@@ -61,6 +61,14 @@ def dense_strides(shape, order) -> tuple:
     return tuple(strides)
 
 
+def same_layout(shape, strides, other) -> bool:
+    """Whether ``strides`` and ``other`` lay a tensor of ``shape`` out alike: equal on every
+    dimension longer than 1 (a size-1 dimension's stride never moves an address). A
+    convolution of one channel has its channels-first and channels-last layouts alike, so it
+    needs no relayout copy between them."""
+    return all(n == 1 or a == b for n, a, b in zip(shape, strides, other, strict=True))
+
+
 def empty_like_format(shape, like: torch.Tensor, *, zero: bool = False) -> torch.Tensor:
     """An output of ``shape`` in ``like``'s dtype and device, channels-last when ``like`` is
     (as PyTorch's convolutions do), contiguous otherwise; zero-filled if ``zero``."""

@@ -33,6 +33,7 @@ from typing import NamedTuple
 import torch
 
 from .._runtime import INTERPRETER, check_kernel_device
+from ..caches import BoundedCache
 from ..geometry import FLOAT_DTYPES, INT_DTYPES, Geometry, make_geometry
 from ..kernels.implicit_gemm import (
     conv_igemm_kernel,
@@ -61,6 +62,7 @@ from .common import (
     multiprocessor_count,
     needs_int64,
     partial_dtype,
+    same_layout,
     sum_partials,
 )
 from .crop import crop_into, empty_in_order
@@ -1713,10 +1715,11 @@ def foldable(dtype: torch.dtype, channels: int, geometry: Geometry, groups: int)
 
 
 def _channels_last(t: torch.Tensor) -> torch.Tensor:
-    """``t`` if it is dense channels-last (channels innermost, then the spatial axes in order),
-    else such a copy (by the crop kernel: launch plans replay it)."""
+    """``t`` if it is dense channels-last (channels innermost, then the spatial axes in order;
+    :func:`same_layout`: a one-channel ``t`` in either format), else such a copy (by the crop
+    kernel: launch plans replay it)."""
     order = (0, *range(2, t.dim()), 1)
-    if t.stride() == dense_strides(t.shape, order):
+    if same_layout(t.shape, t.stride(), dense_strides(t.shape, order)):
         return t
     copy = empty_in_order(t, t.shape, order)
     crop_into(t, copy, [0] * t.dim())
@@ -1737,12 +1740,17 @@ def _folded(t: torch.Tensor, width: int, step: int) -> torch.Tensor:
 
 def _fold_input(x: torch.Tensor, geometry: Geometry) -> tuple[torch.Tensor, Geometry]:
     """(x folded, the convolution's geometry over it): x padded along its width first (one
-    channels-last copy) unless it is dense channels-last and its windows stay inside it."""
+    channels-last copy) unless it is dense channels-last (:func:`same_layout`) and its windows
+    stay inside it."""
     kw, sw = geometry.kernel[-1], geometry.stride[-1]
     before = geometry.pad_before[-1]
     width = (geometry.output[-1] - 1) * sw + kw  # the padded width the windows cover
     order = (0, *range(2, x.dim()), 1)
-    if before or width > x.shape[-1] or x.stride() != dense_strides(x.shape, order):
+    if (
+        before
+        or width > x.shape[-1]
+        or not same_layout(x.shape, x.stride(), dense_strides(x.shape, order))
+    ):
         padded = empty_in_order(x, (*x.shape[:-1], width), order)
         crop_into(x, padded, [0] * (x.dim() - 1) + [-before])
         x = padded
@@ -1858,14 +1866,40 @@ def phase_weight(weight: torch.Tensor, stride, taps) -> torch.Tensor:
     """The folded convolution's weight ``[C_in * phases, C_out, *taps]`` from a convolution's
     ``[C_out, C_in, *kernel]`` whose kernel is ``taps * stride`` long: destination channel
     ``(c, r_1, ...)`` (phase ``r`` of input channel ``c``, phases innermost) at tap ``t`` of
-    an axis of stride ``s`` takes the kernel's tap ``r + s * (taps - 1 - t)``."""
+    an axis of stride ``s`` takes the kernel's tap ``r + s * (taps - 1 - t)``. Laid out with
+    ``C_out`` innermost, as the kernel reads it: one gather (where a flip, a permuting copy
+    and a relayout were three kernels)."""
     c_out, c_in = weight.shape[:2]
+    index = _phase_index(c_in, tuple(stride), tuple(taps), weight.device)
+    rows = weight.reshape(c_out, -1).t().index_select(0, index)  # [(c, r, t), C_out]
+    return rows.view(c_in * math.prod(stride), *taps, c_out).movedim(-1, 1)
+
+
+_phase_indices = BoundedCache("phase weight indices", 64)
+
+
+def _phase_index(c_in: int, stride: tuple, taps: tuple, device) -> torch.Tensor:
+    """For each row ``(c, r_1, ..., t_1, ...)`` of :func:`phase_weight`, the column of the
+    weight's ``[C_out, C_in * kernel]`` it takes, built on the device by PyTorch ops (no host
+    copy) once per shape and device; not kept when built inside CUDA-graph capture, where its
+    kernels are recorded, not run (the graph's replays build it again)."""
+    key = (c_in, stride, taps, device)
+    index = _phase_indices.get(key)
+    if index is None:
+        index = _build_phase_index(c_in, stride, taps, device)
+        if device.type != "cuda" or not torch.cuda.is_current_stream_capturing():
+            _phase_indices.put(key, index)
+    return index
+
+
+def _build_phase_index(c_in: int, stride: tuple, taps: tuple, device) -> torch.Tensor:
     split = [size for t, s in zip(taps, stride, strict=True) for size in (t, s)]
-    w = weight.reshape(c_out, c_in, *split)  # (tap j, phase r) pairs: kernel tap r + s * j
+    kernel = math.prod(split)
+    columns = torch.arange(c_in * kernel, device=device).view(c_in, *split)
     rank = len(taps)
-    tap_axes = [2 + 2 * a for a in range(rank)]
-    w = w.flip(tap_axes).permute(1, *(a + 1 for a in tap_axes), 0, *tap_axes)
-    return w.reshape(c_in * math.prod(stride), c_out, *taps).contiguous()
+    tap_axes = [1 + 2 * a for a in range(rank)]  # (tap j, phase r) pairs: kernel tap r + s * j
+    columns = columns.flip(tap_axes).permute(0, *(a + 1 for a in tap_axes), *tap_axes)
+    return columns.reshape(-1)
 
 
 @launch_plan
@@ -1890,13 +1924,20 @@ def _launch_grad_input_phases_folded(grad_out, weight, bias, grad_in, geometry: 
     z = empty_in_order(grad_in, (N, C * phases, *positions), range(rank + 2))
     _launch_conv(grad_out, w, b, z, folded, 1, False, None)
     padded = tuple(q * s for q, s in zip(positions, stride, strict=True))
-    zpad = empty_in_order(grad_in, (N, C, *padded), range(rank + 2))
+    # grad_in is zpad itself where nothing is cropped and it is channel-major (one channel in
+    # either format: wav2vec's first conv1d): one move and one buffer fewer
+    direct = not any(pad) and padded == tuple(grad_in.shape[2:])
+    direct = direct and same_layout(
+        grad_in.shape, grad_in.stride(), dense_strides(grad_in.shape, range(rank + 2))
+    )
+    zpad = grad_in if direct else empty_in_order(grad_in, (N, C, *padded), range(rank + 2))
     # z as [N, C, q_1, r_1, ...] (phases beside their axes), zpad as the same
     interleaved = [size for q, s in zip(positions, stride, strict=True) for size in (q, s)]
     z_phases = z.view(N, C, *stride, *positions)
     z_phases = z_phases.permute(0, 1, *(a for d in range(rank) for a in (2 + rank + d, 2 + d)))
     crop_into(z_phases, zpad.view(N, C, *interleaved), [0] * (2 + 2 * rank))
-    crop_into(zpad, grad_in, [0, 0, *pad])
+    if not direct:
+        crop_into(zpad, grad_in, [0, 0, *pad])
 
 
 @launch_plan
@@ -2278,7 +2319,8 @@ def conv_grad_weight(
         # view of a channels-last dW (and of each split's partial)
         x, geometry = _fold_input(x, geometry)
         C = x.shape[1]
-        kernel_layout = channels_last
+        if not same_layout(weight_shape, layout, channels_last):  # (one channel: no copy)
+            kernel_layout = channels_last
     in_per_group, out_per_group = pack * C // groups, pack * C_out // groups  # a program's
     kw = geometry.kernel[-1]
     tiles = cdiv(out_per_group, config.block_m) * cdiv(in_per_group, config.block_n)
