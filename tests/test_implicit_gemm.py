@@ -226,18 +226,14 @@ def test_one_channel_is_not_relaid(case, device, monkeypatch):
     straight into dx), and dW comes out in the weight's layout without a copy; results
     against float64, dx and dW poisoned first."""
     xs, ws, stride, channels_last = case
-    moves, copies = [], []
+    moves = []
     empty_strided = torch.empty_strided  # (every allocation poisoned: NaN where unwritten)
     monkeypatch.setattr(torch, "empty_strided", lambda *a, **k: poison_(empty_strided(*a, **k)))
     real_crop = implicit_gemm.crop_into
     monkeypatch.setattr(
         implicit_gemm, "crop_into", lambda *a: moves.append(a[1].shape) or real_crop(*a)
     )
-    real_call = implicit_gemm.call
-    monkeypatch.setattr(
-        implicit_gemm, "call", lambda fn, *a, **k: copies.append(fn) or real_call(fn, *a, **k)
-    )
-    tritonconv.clear_caches()
+    copies = _spy_on_calls(monkeypatch)
     conv = tritonconv.conv1d if len(xs) == 3 else tritonconv.conv2d
     ref = F.conv1d if len(xs) == 3 else F.conv2d
     with exact_fp32():
@@ -581,25 +577,40 @@ def test_weight_gradient_takes_the_weights_layout(dims, device):
     assert_close(results["channels-last"], reference, reduction=2 * 5**dims, name="dW")
 
 
+def _spy_on_calls(monkeypatch) -> list:
+    """The functions ``ops.implicit_gemm`` runs through ``launch.call`` (PyTorch calls such
+    as a dW copy), recorded in order; plans cleared first, so none replays."""
+    called = []
+    real_call = implicit_gemm.call
+    monkeypatch.setattr(
+        implicit_gemm, "call", lambda fn, *a, **k: called.append(fn) or real_call(fn, *a, **k)
+    )
+    tritonconv.clear_caches()
+    return called
+
+
+def _weight_gradient_case(dims: int, device):
+    """(geometry, x, dy, w) of a 3-tap 24 -> 16 convolution over ``dims`` axes of 5 (bf16; x
+    and dy channels innermost, w contiguous)."""
+    from tritonconv.geometry import make_geometry
+
+    spatial, kernel = (5,) * dims, (3,) * dims
+    geometry = make_geometry(spatial, kernel, (1,) * dims, (1,) * dims, (1,) * dims, (1,) * dims)
+    x = _channels_innermost(random_tensor((2, 24, *spatial), torch.bfloat16, device))
+    dy = _channels_innermost(random_tensor((2, 16, *spatial), torch.bfloat16, device))
+    w = random_tensor((16, 24, *kernel), torch.bfloat16, device)
+    return geometry, x, dy, w
+
+
 @pytest.mark.parametrize("dims", [1, 2, 3])
 def test_split_weight_gradient_sums_into_a_contiguous_weight(dims, device, monkeypatch):
     """Split partials (written channels-last) summed straight into a contiguous weight's
     layout (``sum_partials``' ``channels_to_taps``): no copy and no channels-last dW between,
     the same bits as a channels-last weight's dW, transposed; against float64."""
-    from tritonconv.geometry import make_geometry
 
     monkeypatch.setattr(implicit_gemm, "_splits", lambda *a: 3)
-    copies = []
-    real_call = implicit_gemm.call
-    monkeypatch.setattr(
-        implicit_gemm, "call", lambda fn, *a, **k: copies.append(fn) or real_call(fn, *a, **k)
-    )
-    tritonconv.clear_caches()
-    spatial, kernel = (5,) * dims, (3,) * dims
-    geometry = make_geometry(spatial, kernel, (1,) * dims, (1,) * dims, (1,) * dims, (1,) * dims)
-    x = _channels_innermost(random_tensor((2, 24, *spatial), torch.bfloat16, device))
-    dy = _channels_innermost(random_tensor((2, 16, *spatial), torch.bfloat16, device))
-    w = random_tensor((16, 24, *kernel), torch.bfloat16, device)  # contiguous
+    copies = _spy_on_calls(monkeypatch)
+    geometry, x, dy, w = _weight_gradient_case(dims, device)
     got = implicit_gemm.conv_grad_weight(dy, x, list(w.shape), geometry, 1, None, w.stride())
     assert got.stride() == w.stride() and copies == []
     last = _channels_innermost(w)
@@ -1650,7 +1661,6 @@ def test_weight_gradient_kernel_writes_input_channels_innermost(dims, device, mo
     """Whatever layout dW is asked in, the weight-gradient kernel's output (dW itself or each
     split's partial) has input channels innermost: laid out as a contiguous weight, its tile
     stores were one element per 32-byte sector (2x the kernel's time on the H100)."""
-    from tritonconv.geometry import make_geometry
 
     outputs = []
     original = implicit_gemm.launch
@@ -1662,11 +1672,7 @@ def test_weight_gradient_kernel_writes_input_channels_innermost(dims, device, mo
 
     monkeypatch.setattr(implicit_gemm, "launch", spy)
     tritonconv.clear_caches()
-    spatial, kernel = (5,) * dims, (3,) * dims
-    geometry = make_geometry(spatial, kernel, (1,) * dims, (1,) * dims, (1,) * dims, (1,) * dims)
-    x = _channels_innermost(random_tensor((2, 24, *spatial), torch.bfloat16, device))
-    dy = _channels_innermost(random_tensor((2, 16, *spatial), torch.bfloat16, device))
-    w = random_tensor((16, 24, *kernel), torch.bfloat16, device)  # contiguous
+    geometry, x, dy, w = _weight_gradient_case(dims, device)
     got = implicit_gemm.conv_grad_weight(dy, x, list(w.shape), geometry, 1, None, w.stride())
     assert got.stride() == w.stride()
     (partial,) = outputs
