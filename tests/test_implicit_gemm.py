@@ -285,6 +285,61 @@ def test_phase_weight_first_built_inside_graph_capture(device):
         assert_close(tritonconv.conv_transpose2d(x, w, **kw), want, reduction=16 * 4)
 
 
+@pytest.mark.skipif(DEVICE != "cuda", reason="CUDA graphs")
+def test_graph_captured_after_the_phase_index_survives_clear_caches(device):
+    """A CUDA graph captured once the phase weight's gather index is built reads it by
+    address: ``clear_caches`` and new allocations afterwards must not free or reuse it (the
+    replay would gather through freed memory: a relative error of 1.05 when it did)."""
+    with exact_fp32():
+        x = random_tensor((2, 16, 9, 7), torch.float32, device)
+        w = random_tensor((16, 3, 4, 4), torch.float32, device)
+        kw = dict(stride=2, padding=1, algo="implicit_gemm")
+        want = F.conv_transpose2d(x.double(), w.double(), stride=2, padding=1)
+        tritonconv.conv_transpose2d(x, w, **kw)  # (the index built and kept, outside)
+        torch.cuda.synchronize()
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.stream(stream), torch.cuda.graph(graph, stream=stream):
+            y = tritonconv.conv_transpose2d(x, w, **kw)
+        torch.cuda.current_stream().wait_stream(stream)
+        tritonconv.clear_caches()
+        junk = [torch.full((n,), 10**6, dtype=torch.int64, device=device) for n in range(1, 400)]
+        poison_(y)
+        graph.replay()
+        del junk
+        assert_close(y, want, reduction=16 * 4, name="graph replay")
+
+
+@pytest.mark.parametrize("order", ["fake, eager", "eager, fake", "eager, compiled"])
+def test_phase_index_is_not_shared_with_tracers(order, device):
+    """The phase weight's gather index (kept per shape) is built afresh for a tracer: a fake
+    index kept would meet real tensors in later eager calls, a real one fake tensors under
+    ``torch.compile`` (both raised before)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    tritonconv.clear_caches()
+    implicit_gemm._phase_indices.clear()
+    x = random_tensor((1, 4, 3, 3), torch.float32, device)
+    w = random_tensor((4, 3, 4, 4), torch.float32, device)
+    want = F.conv_transpose2d(x.double(), w.double(), stride=2, padding=1)
+
+    def conv(x, w):
+        return tritonconv.conv_transpose2d(x, w, stride=2, padding=1, algo="implicit_gemm")
+
+    for step in order.split(", "):
+        if step == "fake":
+            with FakeTensorMode() as mode:
+                assert conv(mode.from_tensor(x), mode.from_tensor(w)).shape == want.shape
+        else:
+            run = (
+                conv
+                if step == "eager"
+                else torch.compile(conv, backend="aot_eager", fullgraph=True)
+            )
+            assert_close(run(x, w), want, reduction=4 * 4, name=step)
+
+
 @pytest.mark.parametrize("kernel", [(4, 4), (3, 3)], ids=["folded", "phases"])
 def test_input_gradient_keeps_pytorch_infinities(kernel, device):
     """An infinite ``grad_out`` value gives infinities where float64 PyTorch has them and

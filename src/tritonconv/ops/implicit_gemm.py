@@ -33,7 +33,6 @@ from typing import NamedTuple
 import torch
 
 from .._runtime import INTERPRETER, check_kernel_device
-from ..caches import BoundedCache
 from ..geometry import FLOAT_DTYPES, INT_DTYPES, Geometry, make_geometry
 from ..kernels.implicit_gemm import (
     conv_igemm_kernel,
@@ -1870,25 +1869,32 @@ def phase_weight(weight: torch.Tensor, stride, taps) -> torch.Tensor:
     ``C_out`` innermost, as the kernel reads it: one gather (where a flip, a permuting copy
     and a relayout were three kernels)."""
     c_out, c_in = weight.shape[:2]
-    index = _phase_index(c_in, tuple(stride), tuple(taps), weight.device)
+    index = _phase_index(c_in, tuple(stride), tuple(taps), weight)
     rows = weight.reshape(c_out, -1).t().index_select(0, index)  # [(c, r, t), C_out]
     return rows.view(c_in * math.prod(stride), *taps, c_out).movedim(-1, 1)
 
 
-_phase_indices = BoundedCache("phase weight indices", 64)
+# Phase weights' gather indices by (C_in, stride, taps, device): constants, a few a process,
+# kept for the process's life. Not a BoundedCache, which drops entries (by size or
+# ``clear_caches``): a CUDA graph captured after an index was cached reads it by address,
+# and would gather through freed memory once the cache let go of it.
+_phase_indices: dict = {}
 
 
-def _phase_index(c_in: int, stride: tuple, taps: tuple, device) -> torch.Tensor:
+def _phase_index(c_in: int, stride: tuple, taps: tuple, weight: torch.Tensor) -> torch.Tensor:
     """For each row ``(c, r_1, ..., t_1, ...)`` of :func:`phase_weight`, the column of the
-    weight's ``[C_out, C_in * kernel]`` it takes, built on the device by PyTorch ops (no host
-    copy) once per shape and device; not kept when built inside CUDA-graph capture, where its
-    kernels are recorded, not run (the graph's replays build it again)."""
-    key = (c_in, stride, taps, device)
+    weight's ``[C_out, C_in * kernel]`` it takes, built on ``weight``'s device by PyTorch ops
+    (no host copy) once per shape and device. Built afresh, not kept, for a tracer (fake
+    tensors must not meet real ones, either way) and inside CUDA-graph capture (where its
+    kernels are recorded, not run: the graph's replays build it)."""
+    if tracing(weight):
+        return _build_phase_index(c_in, stride, taps, weight.device)
+    key = (c_in, stride, taps, weight.device)
     index = _phase_indices.get(key)
     if index is None:
-        index = _build_phase_index(c_in, stride, taps, device)
-        if device.type != "cuda" or not torch.cuda.is_current_stream_capturing():
-            _phase_indices.put(key, index)
+        index = _build_phase_index(c_in, stride, taps, weight.device)
+        if weight.device.type != "cuda" or not torch.cuda.is_current_stream_capturing():
+            _phase_indices.setdefault(key, index)
     return index
 
 
