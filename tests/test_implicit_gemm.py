@@ -261,9 +261,10 @@ def test_one_channel_is_not_relaid(case, device, monkeypatch):
 @pytest.mark.skipif(DEVICE != "cuda", reason="CUDA graphs")
 def test_phase_weight_first_built_inside_graph_capture(device):
     """The phase weight's gather index (cached per shape) first built while a CUDA graph is
-    captured: its kernels are recorded there, not run, so it must not be cached then. The
-    graph's replays and eager calls after it match float64 (a GAN's last transposed layer,
-    its forward the phase-folded input gradient)."""
+    captured: its kernels are recorded there, not run, so it must not be cached then (an
+    eager call before the first replay would gather through its unwritten memory). That
+    call, then the graph's replays, match float64 (a GAN's last transposed layer, its
+    forward the phase-folded input gradient)."""
     with exact_fp32():
         x = random_tensor((2, 16, 9, 7), torch.float32, device)
         w = random_tensor((16, 3, 4, 4), torch.float32, device)
@@ -271,18 +272,20 @@ def test_phase_weight_first_built_inside_graph_capture(device):
         want = F.conv_transpose2d(x.double(), w.double(), stride=2, padding=1)
         tritonconv.conv_transpose2d(x, w, **kw)  # (Triton compiles outside the capture)
         torch.cuda.synchronize()
-        tritonconv.clear_caches()  # (the index, the plans: built again inside it)
+        tritonconv.clear_caches()  # (the plans, and the index: built again inside it)
+        implicit_gemm._phase_indices.clear()
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.stream(stream), torch.cuda.graph(graph, stream=stream):
             y = tritonconv.conv_transpose2d(x, w, **kw)
         torch.cuda.current_stream().wait_stream(stream)
+        eager = tritonconv.conv_transpose2d(x, w, **kw)  # (before any replay)
+        assert_close(eager, want, reduction=16 * 4, name="eager after the capture")
         for _ in range(2):
             poison_(y)
             graph.replay()
             assert_close(y, want, reduction=16 * 4, name="graph replay")
-        assert_close(tritonconv.conv_transpose2d(x, w, **kw), want, reduction=16 * 4)
 
 
 @pytest.mark.skipif(DEVICE != "cuda", reason="CUDA graphs")
