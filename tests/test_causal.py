@@ -355,9 +355,12 @@ def test_a_causal_repro_refuses_other_algorithms():
     assert "a causal case runs algo 'causal', not ['direct']" in result.problems[0]
 
 
-@pytest.mark.parametrize("width", [1, 2, 4, 5])
-@pytest.mark.parametrize("silu", [False, True])
-def test_forward_with_x_loaded_once_is_bitwise_the_same(width, silu, device, monkeypatch):
+@pytest.mark.parametrize("width", [1, 2, 3, 4, 5])
+@pytest.mark.parametrize(
+    "dtype, silu", [(torch.float32, False), (torch.float32, True), (torch.bfloat16, True),
+                    (torch.int32, False)], ids=str,
+)  # fmt: skip
+def test_forward_with_x_loaded_once_is_bitwise_the_same(width, dtype, silu, device, monkeypatch):
     """The forward's ``X_ONCE`` form (x loaded once a block, each tap's shifted set gathered
     from it and the neighbouring blocks' edge positions) gives the same bits as the per-tap
     loads, for every window shift (``pad``: the causal ``width - 1``, after
@@ -373,9 +376,9 @@ def test_forward_with_x_loaded_once_is_bitwise_the_same(width, silu, device, mon
         lambda kernel, grid, *a, **m: launched.append(m["X_ONCE"]) or real(kernel, grid, *a, **m),
     )
     batch, dim, seqlen = 2, 19, 300
-    x = random_tensor((batch, dim, seqlen), torch.float32, device)
-    w = random_tensor((dim, width), torch.float32, device)
-    b = random_tensor((dim,), torch.float32, device)
+    x = random_tensor((batch, dim, seqlen), dtype, device)
+    w = random_tensor((dim, width), dtype, device)
+    b = random_tensor((dim,), dtype, device)
     for pad in sorted({0, width // 2, width - 1}):
         results = {}
         for once in (False, True):
@@ -384,6 +387,7 @@ def test_forward_with_x_loaded_once_is_bitwise_the_same(width, silu, device, mon
             results[once] = library.causal_conv1d(x, w, b, pad, silu)
         assert launched[-2:] == [False, True]
         assert torch.equal(results[True], results[False]), f"pad {pad}"
-        want = F.conv1d(x.double(), w.double()[:, None], b.double(), padding=pad, groups=dim)
+        xd, wd, bd = (t.cpu().double() for t in (x, w, b))
+        want = F.conv1d(xd, wd[:, None], bd, padding=pad, groups=dim)
         want = want[..., : seqlen - (width - 1) + pad]
         assert_close(results[True], F.silu(want) if silu else want, reduction=width)
