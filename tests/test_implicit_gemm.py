@@ -258,6 +258,31 @@ def test_one_channel_is_not_relaid(case, device, monkeypatch):
     assert len(moves) == 2
 
 
+def _gan_last_layer(device):
+    """(a call of a GAN's last transposed layer, 16 -> 3 channels 4x4 stride 2, whose forward
+    is the phase-folded input gradient; its float64 result), called once and synchronised."""
+    x = random_tensor((2, 16, 9, 7), torch.float32, device)
+    w = random_tensor((16, 3, 4, 4), torch.float32, device)
+
+    def conv():
+        return tritonconv.conv_transpose2d(x, w, stride=2, padding=1, algo="implicit_gemm")
+
+    conv()
+    torch.cuda.synchronize()
+    return conv, F.conv_transpose2d(x.double(), w.double(), stride=2, padding=1)
+
+
+def _captured(conv):
+    """(a CUDA graph of ``conv()`` captured on a side stream, its output)."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(stream), torch.cuda.graph(graph, stream=stream):
+        y = conv()
+    torch.cuda.current_stream().wait_stream(stream)
+    return graph, y
+
+
 @pytest.mark.skipif(DEVICE != "cuda", reason="CUDA graphs")
 def test_phase_weight_first_built_inside_graph_capture(device):
     """The phase weight's gather index (cached per shape) first built while a CUDA graph is
@@ -266,21 +291,11 @@ def test_phase_weight_first_built_inside_graph_capture(device):
     call, then the graph's replays, match float64 (a GAN's last transposed layer, its
     forward the phase-folded input gradient)."""
     with exact_fp32():
-        x = random_tensor((2, 16, 9, 7), torch.float32, device)
-        w = random_tensor((16, 3, 4, 4), torch.float32, device)
-        kw = dict(stride=2, padding=1, algo="implicit_gemm")
-        want = F.conv_transpose2d(x.double(), w.double(), stride=2, padding=1)
-        tritonconv.conv_transpose2d(x, w, **kw)  # (Triton compiles outside the capture)
-        torch.cuda.synchronize()
+        conv, want = _gan_last_layer(device)  # (Triton compiles outside the capture)
         tritonconv.clear_caches()  # (the plans, and the index: built again inside it)
         implicit_gemm._phase_indices.clear()
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.stream(stream), torch.cuda.graph(graph, stream=stream):
-            y = tritonconv.conv_transpose2d(x, w, **kw)
-        torch.cuda.current_stream().wait_stream(stream)
-        eager = tritonconv.conv_transpose2d(x, w, **kw)  # (before any replay)
+        graph, y = _captured(conv)
+        eager = conv()  # (before any replay)
         assert_close(eager, want, reduction=16 * 4, name="eager after the capture")
         for _ in range(2):
             poison_(y)
@@ -294,18 +309,8 @@ def test_graph_captured_after_the_phase_index_survives_clear_caches(device):
     address: ``clear_caches`` and new allocations afterwards must not free or reuse it (the
     replay would gather through freed memory: a relative error of 1.05 when it did)."""
     with exact_fp32():
-        x = random_tensor((2, 16, 9, 7), torch.float32, device)
-        w = random_tensor((16, 3, 4, 4), torch.float32, device)
-        kw = dict(stride=2, padding=1, algo="implicit_gemm")
-        want = F.conv_transpose2d(x.double(), w.double(), stride=2, padding=1)
-        tritonconv.conv_transpose2d(x, w, **kw)  # (the index built and kept, outside)
-        torch.cuda.synchronize()
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.stream(stream), torch.cuda.graph(graph, stream=stream):
-            y = tritonconv.conv_transpose2d(x, w, **kw)
-        torch.cuda.current_stream().wait_stream(stream)
+        conv, want = _gan_last_layer(device)  # (the index built and kept, outside)
+        graph, y = _captured(conv)
         tritonconv.clear_caches()
         junk = [torch.full((n,), 10**6, dtype=torch.int64, device=device) for n in range(1, 400)]
         poison_(y)

@@ -69,6 +69,12 @@ def same_layout(shape, strides, other) -> bool:
     return all(n == 1 or a == b for n, a, b in zip(shape, strides, other, strict=True))
 
 
+def laid_out(t: torch.Tensor, order) -> bool:
+    """Whether ``t`` is dense with its dimensions, outermost first, in ``order``
+    (:func:`same_layout`: strides of size-1 dimensions aside)."""
+    return same_layout(t.shape, t.stride(), dense_strides(t.shape, order))
+
+
 def empty_like_format(shape, like: torch.Tensor, *, zero: bool = False) -> torch.Tensor:
     """An output of ``shape`` in ``like``'s dtype and device, channels-last when ``like`` is
     (as PyTorch's convolutions do), contiguous otherwise; zero-filled if ``zero``."""

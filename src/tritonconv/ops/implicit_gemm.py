@@ -58,6 +58,7 @@ from .common import (
     clamped_power_of_2,
     dense_strides,
     empty_like_format,
+    laid_out,
     multiprocessor_count,
     needs_int64,
     partial_dtype,
@@ -1718,7 +1719,7 @@ def _channels_last(t: torch.Tensor) -> torch.Tensor:
     :func:`same_layout`: a one-channel ``t`` in either format), else such a copy (by the crop
     kernel: launch plans replay it)."""
     order = (0, *range(2, t.dim()), 1)
-    if same_layout(t.shape, t.stride(), dense_strides(t.shape, order)):
+    if laid_out(t, order):
         return t
     copy = empty_in_order(t, t.shape, order)
     crop_into(t, copy, [0] * t.dim())
@@ -1745,11 +1746,7 @@ def _fold_input(x: torch.Tensor, geometry: Geometry) -> tuple[torch.Tensor, Geom
     before = geometry.pad_before[-1]
     width = (geometry.output[-1] - 1) * sw + kw  # the padded width the windows cover
     order = (0, *range(2, x.dim()), 1)
-    if (
-        before
-        or width > x.shape[-1]
-        or not same_layout(x.shape, x.stride(), dense_strides(x.shape, order))
-    ):
+    if before or width > x.shape[-1] or not laid_out(x, order):
         padded = empty_in_order(x, (*x.shape[:-1], width), order)
         crop_into(x, padded, [0] * (x.dim() - 1) + [-before])
         x = padded
@@ -1933,9 +1930,7 @@ def _launch_grad_input_phases_folded(grad_out, weight, bias, grad_in, geometry: 
     # grad_in is zpad itself where nothing is cropped and it is channel-major (one channel in
     # either format: wav2vec's first conv1d): one move and one buffer fewer
     direct = not any(pad) and padded == tuple(grad_in.shape[2:])
-    direct = direct and same_layout(
-        grad_in.shape, grad_in.stride(), dense_strides(grad_in.shape, range(rank + 2))
-    )
+    direct = direct and laid_out(grad_in, range(rank + 2))
     zpad = grad_in if direct else empty_in_order(grad_in, (N, C, *padded), range(rank + 2))
     # z as [N, C, q_1, r_1, ...] (phases beside their axes), zpad as the same
     interleaved = [size for q, s in zip(positions, stride, strict=True) for size in (q, s)]
