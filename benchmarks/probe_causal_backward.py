@@ -4,7 +4,7 @@ seqlen 4096, width 4, SiLU, bf16), both layouts: GPU time (``timing.device_ms``)
 bandwidth (x and dy read, dx written once), and the results of the two compared.
 ``--forward``: the forward, x loaded once a block (``ops.causal.X_ONCE``) against each tap's
 own loads (x read, y written once; channel-first, the layout ``X_ONCE`` serves), results
-compared bitwise.
+compared (bf16 outputs: bitwise equal on the H200, session 44).
 
     PYTHONPATH=src python3 benchmarks/probe_causal_backward.py [--forward] [--json PATH]
 """
@@ -55,8 +55,8 @@ def forward(reps: int) -> list:
         print(f"forward x_once={x_once!s:5s} {ms:8.4f} ms {rows[-1]['gb_s']:7.0f} GB/s", flush=True)
         results[x_once] = call(0)
     causal.X_ONCE = True
-    print("forward: bitwise equal" if torch.equal(results[False], results[True]) else
-          "forward: RESULTS DIFFER")  # fmt: skip
+    apart = (results[True].float() - results[False].float()).abs().max().item()
+    print(f"forward: results {'bitwise equal' if apart == 0 else f'{apart:.3g} apart at most'}")
     return rows
 
 

@@ -168,7 +168,8 @@ def causal_conv1d_kernel(
     shapes); each tap's shifted set is gathered from the three in registers. Otherwise each
     tap loads its shifted set itself: addresses one element off the block's alignment, which
     the compiler cannot vectorise, and the neighbouring taps' loads hit L1. The same products
-    are summed in the same order either way (bitwise equal results)."""
+    are summed in the same order either way: integers are bit for bit the same, fp32 may
+    differ in the last bit or two where the compiler fuses multiply-adds differently."""
     b, d, pos = _tile(tl.program_id(0), L_in, D, BLOCK_D, BLOCK_L, INDEX_64)
     d_ok = d < D
     bias = tl.zeros([BLOCK_D], dtype=ACC_DTYPE)
