@@ -2,8 +2,11 @@
 version (g recomputed for every shifted set), on issue 12's Mamba shape (batch 8, dim 2048,
 seqlen 4096, width 4, SiLU, bf16), both layouts: GPU time (``timing.device_ms``), achieved
 bandwidth (x and dy read, dx written once), and the results of the two compared.
+``--forward``: the forward, x loaded once a block (``ops.causal.X_ONCE``) against each tap's
+own loads (x read, y written once; channel-first, the layout ``X_ONCE`` serves), results
+compared (bf16 outputs: bitwise equal on the H200, session 44).
 
-    PYTHONPATH=src python3 benchmarks/probe_causal_backward.py [--json PATH]
+    PYTHONPATH=src python3 benchmarks/probe_causal_backward.py [--forward] [--json PATH]
 """
 
 from __future__ import annotations
@@ -26,7 +29,38 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json")
     parser.add_argument("--reps", type=int, default=30)
+    parser.add_argument("--forward", action="store_true", help="the forward's two forms")
     opts = parser.parse_args()
+    rows = forward(opts.reps) if opts.forward else backward(opts.reps)
+    if opts.json:
+        with open(opts.json, "w") as f:
+            json.dump(rows, f, indent=1)
+
+
+def forward(reps: int) -> list:
+    x = torch.randn(SHAPE, device="cuda", dtype=torch.bfloat16)
+    w = (torch.randn(SHAPE[1], WIDTH, device="cuda") * 0.5).to(torch.bfloat16)
+    b = torch.randn(SHAPE[1], device="cuda", dtype=torch.bfloat16)
+    rows, results = [], {}
+    for x_once in (False, True):
+        causal.X_ONCE = x_once
+        tritonconv.clear_caches()
+
+        def call(_, args=(x, w, b)):
+            return library.causal_conv1d(*args, WIDTH - 1, True)
+
+        ms = device_ms(call, reps)
+        floor = 2 * x.numel() * x.element_size()
+        rows.append(dict(x_once=x_once, ms=ms, gb_s=floor / (ms * 1e-3) / 1e9))
+        print(f"forward x_once={x_once!s:5s} {ms:8.4f} ms {rows[-1]['gb_s']:7.0f} GB/s", flush=True)
+        results[x_once] = call(0)
+    causal.X_ONCE = True
+    apart = (results[True].float() - results[False].float()).abs().max().item()
+    print(f"forward: results {'bitwise equal' if apart == 0 else f'{apart:.3g} apart at most'}")
+    return rows
+
+
+def backward(reps: int) -> list:
     rows = []
     for layout in ("channel_first", "channel_last"):
         x = torch.randn(SHAPE, device="cuda", dtype=torch.bfloat16)
@@ -44,7 +78,7 @@ def main() -> None:
                 def call(_, mask=mask, args=(dy, x, w, b)):
                     return library.causal_conv1d_backward(*args, WIDTH - 1, True, mask)
 
-                ms = device_ms(call, opts.reps)
+                ms = device_ms(call, reps)
                 floor = 3 * x.numel() * x.element_size()
                 row = dict(
                     layout=layout, g_once=g_once, grads=mask_name, ms=ms,
@@ -62,9 +96,7 @@ def main() -> None:
             scale = old.float().abs().max().item()
             print(f"{layout:14s} {name}: max |old - new| {diff:.3g} (max |old| {scale:.3g})")
     causal.G_ONCE = True
-    if opts.json:
-        with open(opts.json, "w") as f:
-            json.dump(rows, f, indent=1)
+    return rows
 
 
 if __name__ == "__main__":

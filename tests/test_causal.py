@@ -353,3 +353,49 @@ def test_a_causal_repro_refuses_other_algorithms():
     (result,) = fuzz.check_case(case, ["direct"])
     assert isinstance(result, fuzz.Failure)
     assert "a causal case runs algo 'causal', not ['direct']" in result.problems[0]
+
+
+@pytest.mark.parametrize("width", [1, 2, 3, 4, 5])
+@pytest.mark.parametrize(
+    "dtype, silu", [(torch.float32, False), (torch.float32, True), (torch.bfloat16, True),
+                    (torch.int32, False)], ids=str,
+)  # fmt: skip
+def test_forward_with_x_loaded_once_matches_per_tap_loads(width, dtype, silu, device, monkeypatch):
+    """The forward's ``X_ONCE`` form (x loaded once a block, each tap's shifted set gathered
+    from it and the neighbouring blocks' edge positions) gives the per-tap loads' values, for
+    every window shift (``pad``: the causal ``width - 1``, after ``initial_states`` 0, and
+    between), over several position blocks (300 positions: the halos cross blocks) and a
+    partial channel block; and float64's values. Integers bit for bit; floats to an output
+    rounding: the same products in the same order, but on an H200 the compiler fuses fp32
+    multiply-adds differently in the two forms (session 44: up to 2 ulp of the largest value,
+    equal error against float64), which can move a rounded bf16 output by one."""
+    from tritonconv.ops import causal
+
+    launched = []
+    real = causal.launch
+    monkeypatch.setattr(
+        causal,
+        "launch",
+        lambda kernel, grid, *a, **m: launched.append(m["X_ONCE"]) or real(kernel, grid, *a, **m),
+    )
+    batch, dim, seqlen = 2, 19, 300
+    x = random_tensor((batch, dim, seqlen), dtype, device)
+    w = random_tensor((dim, width), dtype, device)
+    b = random_tensor((dim,), dtype, device)
+    for pad in sorted({0, width // 2, width - 1}):
+        results = {}
+        for once in (False, True):
+            monkeypatch.setattr(causal, "X_ONCE", once)
+            tc.clear_caches()
+            results[once] = library.causal_conv1d(x, w, b, pad, silu)
+        assert launched[-2:] == [False, True]
+        if dtype.is_floating_point:
+            ulp = torch.finfo(dtype).eps * results[False].abs().max().item()
+            apart = (results[True].double() - results[False].double()).abs().max().item()
+            assert apart <= 2 * ulp, f"pad {pad}: {apart} apart"
+        else:
+            assert torch.equal(results[True], results[False]), f"pad {pad}"
+        xd, wd, bd = (t.cpu().double() for t in (x, w, b))
+        want = F.conv1d(xd, wd[:, None], bd, padding=pad, groups=dim)
+        want = want[..., : seqlen - (width - 1) + pad]
+        assert_close(results[True], F.silu(want) if silu else want, reduction=width)

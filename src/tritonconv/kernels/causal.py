@@ -157,19 +157,50 @@ def causal_conv1d_kernel(
     BLOCK_D: tl.constexpr,
     BLOCK_L: tl.constexpr,
     INDEX_64: tl.constexpr,
+    X_ONCE: tl.constexpr = False,
 ):
     """y = act(z) on one ``[BLOCK_D, BLOCK_L]`` tile (module docstring); position blocks tile
-    ``L_in`` (at least ``L_out``), the store is masked to ``L_out``."""
+    ``L_in`` (at least ``L_out``), the store is masked to ``L_out``.
+
+    ``X_ONCE`` (``PAD`` and ``WIDTH - 1 - PAD`` under ``BLOCK_L``): x is loaded once, at the
+    block's own positions (block-aligned: vector loads), with the few positions the taps
+    reach before and after it as tiles masked to those positions (:func:`_shifted`'s equal
+    shapes); each tap's shifted set is gathered from the three in registers. Otherwise each
+    tap loads its shifted set itself: addresses one element off the block's alignment, which
+    the compiler cannot vectorise, and the neighbouring taps' loads hit L1. The same products
+    are summed in the same order either way: integers are bit for bit the same, fp32 may
+    differ in the last bit or two where the compiler fuses multiply-adds differently."""
     b, d, pos = _tile(tl.program_id(0), L_in, D, BLOCK_D, BLOCK_L, INDEX_64)
     d_ok = d < D
     bias = tl.zeros([BLOCK_D], dtype=ACC_DTYPE)
     if HAS_BIAS:
         bias = tl.load(b_ptr + d, mask=d_ok, other=0).to(ACC_DTYPE)
     x_base = x_ptr + b * x_sb + d[:, None] * x_sd
-    z = _pre_activation(
-        x_base, x_sl, w_ptr, w_sd, w_sk, bias, d, d_ok, pos, L_in,
-        PAD, WIDTH, ACC_DTYPE, BLOCK_D, BLOCK_L,
-    )  # fmt: skip
+    if X_ONCE:
+        x_cur = _x_at(x_base, x_sl, d_ok, pos, L_in, ACC_DTYPE)
+        x_prev = x_cur
+        x_next = x_cur
+        offs = tl.arange(0, BLOCK_L)
+        if PAD > 0:  # the last PAD positions of the block before (zeros before the start)
+            before = pos - BLOCK_L
+            reach = d_ok[:, None] & ((before >= 0) & (offs >= BLOCK_L - PAD))[None, :]
+            x_prev = tl.load(x_base + before[None, :] * x_sl, mask=reach, other=0)
+            x_prev = x_prev.to(ACC_DTYPE)
+        if WIDTH - 1 - PAD > 0:  # the first positions of the block after (zeros past the end)
+            after = pos + BLOCK_L
+            reach = d_ok[:, None] & ((after < L_in) & (offs < WIDTH - 1 - PAD))[None, :]
+            x_next = tl.load(x_base + after[None, :] * x_sl, mask=reach, other=0)
+            x_next = x_next.to(ACC_DTYPE)
+        z = tl.zeros([BLOCK_D, BLOCK_L], dtype=ACC_DTYPE) + bias[:, None]
+        for k in tl.static_range(WIDTH):
+            xs = _shifted(x_prev, x_cur, x_next, k - PAD, BLOCK_D, BLOCK_L)
+            wk = tl.load(w_ptr + d * w_sd + k * w_sk, mask=d_ok, other=0).to(ACC_DTYPE)
+            z += xs * wk[:, None]
+    else:
+        z = _pre_activation(
+            x_base, x_sl, w_ptr, w_sd, w_sk, bias, d, d_ok, pos, L_in,
+            PAD, WIDTH, ACC_DTYPE, BLOCK_D, BLOCK_L,
+        )  # fmt: skip
     if SILU:
         z = z / (1.0 + tl.exp(-z))
     y = y_ptr + b * y_sb + d[:, None] * y_sd + pos[None, :] * y_sl

@@ -40,6 +40,11 @@ PROGRAMS_PER_SM = 4
 # registers (True, channel-first x), or recomputes each set from dy and x (False; always for
 # channel-last x). benchmarks/probe_causal_backward.py compares the two.
 G_ONCE = True
+# The forward loads x once per block (block-aligned, vector loads) and gathers each tap's
+# shifted set in registers (True, channel-first x: positions contiguous), or loads each tap's
+# set itself, one element off the alignment (False; always for channel-last x, whose tiles
+# are 16 positions long). benchmarks/probe_causal_backward.py --forward compares the two.
+X_ONCE = True
 # Warps of a backward program: its tile holds g of three blocks, dx and (widths up to 4) five
 # elementwise dW/db accumulators; eight warps keep that in registers.
 BACKWARD_WARPS = 8
@@ -101,6 +106,8 @@ def causal_conv1d(x, weight, bias, pad: int, silu: bool) -> torch.Tensor:
     if y.numel() == 0:
         return y
     block_d, block_l = _tiles(x, dim, length)
+    channel_last = x.stride(1) == 1 and dim > 1
+    x_once = X_ONCE and not channel_last and max(pad, width - 1 - pad) < block_l
     launch(
         causal_conv1d_kernel,
         (batch * cdiv(length, block_l), cdiv(dim, block_d)),
@@ -122,6 +129,7 @@ def causal_conv1d(x, weight, bias, pad: int, silu: bool) -> torch.Tensor:
         BLOCK_D=block_d,
         BLOCK_L=block_l,
         INDEX_64=needs_int64(x, y),
+        X_ONCE=x_once,
         num_warps=4,
     )
     return y
