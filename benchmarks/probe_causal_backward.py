@@ -5,8 +5,9 @@ bandwidth (x and dy read, dx written once), and the results of the two compared.
 ``--forward``: the forward, x loaded once a block (``ops.causal.X_ONCE``) against each tap's
 own loads (x read, y written once; channel-first, the layout ``X_ONCE`` serves), results
 compared (bf16 outputs: bitwise equal on the H200, session 44). ``--tiles 16x256:8
-16x128:8``: the channel-first backward (g once) again with these tiles (``BLOCK_D x BLOCK_L``)
-and warps (``ops.causal._BACKWARD_TILES``, ``BACKWARD_WARPS``).
+cl:64x16:8:once``: the backward again with these tiles (``BLOCK_D x BLOCK_L``) and warps
+(``ops.causal._BACKWARD_TILES``, ``BACKWARD_WARPS``), channel-first x (g once), or
+channel-last (``cl:``) with g once (``:once``, ``G_ONCE_CHANNEL_LAST``) or recomputed.
 
     PYTHONPATH=src python3 benchmarks/probe_causal_backward.py [--forward] [--tiles T ...]
         [--json PATH]
@@ -105,31 +106,37 @@ def backward(reps: int, tiles: list[str]) -> list:
 
 
 def backward_tiles(reps: int, tiles: list[str]) -> list:
-    """The channel-first backward (dx, dW, db; g once) with each ``DxL:warps`` tile."""
+    """The backward (dx, dW, db) with each ``[cl:]DxL:warps[:once]`` tile: channel-first x
+    (g once), or with ``cl:`` channel-last x, g once with ``:once`` (else recomputed)."""
     rows, results = [], {}
     x = torch.randn(SHAPE, device="cuda", dtype=torch.bfloat16)
     w = (torch.randn(SHAPE[1], WIDTH, device="cuda") * 0.5).to(torch.bfloat16)
     b = torch.randn(SHAPE[1], device="cuda", dtype=torch.bfloat16)
     dy = torch.randn_like(x)
-    default = causal._BACKWARD_TILES["channel_first"], causal.BACKWARD_WARPS
+    inputs = {"channel_first": x, "channel_last": x.transpose(1, 2).contiguous().transpose(1, 2)}
+    default = dict(causal._BACKWARD_TILES), causal.BACKWARD_WARPS, causal.G_ONCE_CHANNEL_LAST
     for spec in tiles:
-        tile, warps = spec.split(":")
-        causal._BACKWARD_TILES["channel_first"] = tuple(int(v) for v in tile.split("x"))
-        causal.BACKWARD_WARPS = int(warps)
+        fields = spec.split(":")
+        layout = "channel_last" if fields[0] == "cl" else "channel_first"
+        fields = fields[1:] if fields[0] == "cl" else fields
+        causal._BACKWARD_TILES[layout] = tuple(int(v) for v in fields[0].split("x"))
+        causal.BACKWARD_WARPS = int(fields[1])
+        causal.G_ONCE_CHANNEL_LAST = fields[2:] == ["once"]
         tritonconv.clear_caches()
 
-        def call(_, args=(dy, x, w, b)):
+        def call(_, args=(dy, inputs[layout], w, b)):
             return library.causal_conv1d_backward(*args, WIDTH - 1, True, [True] * 3)
 
         ms = device_ms(call, reps)
         gb_s = 3 * x.numel() * x.element_size() / (ms * 1e-3) / 1e9
-        rows.append(dict(layout="channel_first", tile=spec, ms=ms, gb_s=gb_s))
+        rows.append(dict(layout=layout, tile=spec, ms=ms, gb_s=gb_s))
         results[spec] = call(0)
         apart = max((r.float() - f.float()).abs().max().item()
                     for r, f in zip(results[spec], results[tiles[0]], strict=True))  # fmt: skip
-        print(f"channel_first tile {spec:10s} {ms:8.4f} ms {gb_s:7.0f} GB/s "
+        print(f"{layout:14s} tile {spec:14s} {ms:8.4f} ms {gb_s:7.0f} GB/s "
               f"(dx, dW, db {apart:.3g} from {tiles[0]}'s at most)", flush=True)  # fmt: skip
-    causal._BACKWARD_TILES["channel_first"], causal.BACKWARD_WARPS = default
+    tiles_before, causal.BACKWARD_WARPS, causal.G_ONCE_CHANNEL_LAST = default
+    causal._BACKWARD_TILES.update(tiles_before)
     return rows
 
 

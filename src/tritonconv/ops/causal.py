@@ -37,9 +37,13 @@ from .crop import dim_order, empty_in_order
 # Backward programs per SM the position chunks aim for (see ``_chunk_blocks``).
 PROGRAMS_PER_SM = 4
 # The backward computes g = dy * act'(z) once per block and gathers its shifted sets in
-# registers (True, channel-first x), or recomputes each set from dy and x (False; always for
-# channel-last x). benchmarks/probe_causal_backward.py compares the two.
+# registers (True, channel-first x), or recomputes each set from dy and x (False).
+# benchmarks/probe_causal_backward.py compares the two.
 G_ONCE = True
+# The same for channel-last x (False: recompute). Its 16-position tiles made the gathers
+# slower than the recompute in session 6 (H100), before the weight gradient's products were
+# formed from z's loads; benchmarks/probe_causal_backward.py --tiles cl:... compares them.
+G_ONCE_CHANNEL_LAST = False
 # The forward loads x once per block (block-aligned, vector loads) and gathers each tap's
 # shifted set in registers (True, channel-first x: positions contiguous), or loads each tap's
 # set itself, one element off the alignment (False; always for channel-last x, whose tiles
@@ -202,7 +206,7 @@ def causal_conv1d_backward(grad_output, x, weight, bias, pad: int, silu: bool, o
         SILU=silu,
         GRAD_INPUT=want_x,
         GRAD_PARAMS=params,
-        G_ONCE=G_ONCE and width - 1 < block_l and not channel_last,
+        G_ONCE=G_ONCE and width - 1 < block_l and (G_ONCE_CHANNEL_LAST or not channel_last),
         ACC_DTYPE=accumulator_dtype(x.dtype),
         BLOCK_D=block_d,
         BLOCK_L=block_l,
