@@ -4,9 +4,13 @@ seqlen 4096, width 4, SiLU, bf16), both layouts: GPU time (``timing.device_ms``)
 bandwidth (x and dy read, dx written once), and the results of the two compared.
 ``--forward``: the forward, x loaded once a block (``ops.causal.X_ONCE``) against each tap's
 own loads (x read, y written once; channel-first, the layout ``X_ONCE`` serves), results
-compared (bf16 outputs: bitwise equal on the H200, session 44).
+compared (bf16 outputs: bitwise equal on the H200, session 44). ``--tiles 16x256:8
+cl:64x16:8:once``: the backward again with these tiles (``BLOCK_D x BLOCK_L``) and warps
+(``ops.causal._BACKWARD_TILES``, ``BACKWARD_WARPS``), channel-first x (g once), or
+channel-last (``cl:``) with g once (``:once``, ``G_ONCE_CHANNEL_LAST``) or recomputed.
 
-    PYTHONPATH=src python3 benchmarks/probe_causal_backward.py [--forward] [--json PATH]
+    PYTHONPATH=src python3 benchmarks/probe_causal_backward.py [--forward] [--tiles T ...]
+        [--json PATH]
 """
 
 from __future__ import annotations
@@ -30,8 +34,9 @@ def main() -> None:
     parser.add_argument("--json")
     parser.add_argument("--reps", type=int, default=30)
     parser.add_argument("--forward", action="store_true", help="the forward's two forms")
+    parser.add_argument("--tiles", nargs="*", default=[], help="backward tiles: DxL:warps")
     opts = parser.parse_args()
-    rows = forward(opts.reps) if opts.forward else backward(opts.reps)
+    rows = forward(opts.reps) if opts.forward else backward(opts.reps, opts.tiles)
     if opts.json:
         with open(opts.json, "w") as f:
             json.dump(rows, f, indent=1)
@@ -60,7 +65,7 @@ def forward(reps: int) -> list:
     return rows
 
 
-def backward(reps: int) -> list:
+def backward(reps: int, tiles: list[str]) -> list:
     rows = []
     for layout in ("channel_first", "channel_last"):
         x = torch.randn(SHAPE, device="cuda", dtype=torch.bfloat16)
@@ -96,6 +101,42 @@ def backward(reps: int) -> list:
             scale = old.float().abs().max().item()
             print(f"{layout:14s} {name}: max |old - new| {diff:.3g} (max |old| {scale:.3g})")
     causal.G_ONCE = True
+    rows += backward_tiles(reps, tiles)
+    return rows
+
+
+def backward_tiles(reps: int, tiles: list[str]) -> list:
+    """The backward (dx, dW, db) with each ``[cl:]DxL:warps[:once]`` tile: channel-first x
+    (g once), or with ``cl:`` channel-last x, g once with ``:once`` (else recomputed)."""
+    rows, results = [], {}
+    x = torch.randn(SHAPE, device="cuda", dtype=torch.bfloat16)
+    w = (torch.randn(SHAPE[1], WIDTH, device="cuda") * 0.5).to(torch.bfloat16)
+    b = torch.randn(SHAPE[1], device="cuda", dtype=torch.bfloat16)
+    dy = torch.randn_like(x)
+    inputs = {"channel_first": x, "channel_last": x.transpose(1, 2).contiguous().transpose(1, 2)}
+    default = dict(causal._BACKWARD_TILES), causal.BACKWARD_WARPS, causal.G_ONCE_CHANNEL_LAST
+    for spec in tiles:
+        fields = spec.split(":")
+        layout = "channel_last" if fields[0] == "cl" else "channel_first"
+        fields = fields[1:] if fields[0] == "cl" else fields
+        causal._BACKWARD_TILES[layout] = tuple(int(v) for v in fields[0].split("x"))
+        causal.BACKWARD_WARPS = int(fields[1])
+        causal.G_ONCE_CHANNEL_LAST = fields[2:] == ["once"]
+        tritonconv.clear_caches()
+
+        def call(_, args=(dy, inputs[layout], w, b)):
+            return library.causal_conv1d_backward(*args, WIDTH - 1, True, [True] * 3)
+
+        ms = device_ms(call, reps)
+        gb_s = 3 * x.numel() * x.element_size() / (ms * 1e-3) / 1e9
+        rows.append(dict(layout=layout, tile=spec, ms=ms, gb_s=gb_s))
+        results[spec] = call(0)
+        apart = max((r.float() - f.float()).abs().max().item()
+                    for r, f in zip(results[spec], results[tiles[0]], strict=True))  # fmt: skip
+        print(f"{layout:14s} tile {spec:14s} {ms:8.4f} ms {gb_s:7.0f} GB/s "
+              f"(dx, dW, db {apart:.3g} from {tiles[0]}'s at most)", flush=True)  # fmt: skip
+    tiles_before, causal.BACKWARD_WARPS, causal.G_ONCE_CHANNEL_LAST = default
+    causal._BACKWARD_TILES.update(tiles_before)
     return rows
 
 

@@ -102,6 +102,85 @@ def _output_grad(
 
 
 @triton.jit
+def _grad_and_inputs(
+    dy_base,
+    dy_sl,
+    x_base,
+    x_sl,
+    w_ptr,
+    w_sd,
+    w_sk,
+    bias,
+    d,
+    d_ok,
+    at,
+    L_in,
+    L_out,
+    PAD: tl.constexpr,
+    WIDTH: tl.constexpr,
+    SILU: tl.constexpr,
+    ACC_DTYPE: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_L: tl.constexpr,
+):
+    """:func:`_output_grad`, and for widths up to 4 the tap sets of x it read
+    (``x[at - PAD + k]``; zeros for ``k >= WIDTH``, and all zeros above width 4), from which
+    the weight gradient's products at positions ``at`` are formed without loading x again."""
+    x0 = tl.zeros([BLOCK_D, BLOCK_L], dtype=ACC_DTYPE)
+    x1 = tl.zeros([BLOCK_D, BLOCK_L], dtype=ACC_DTYPE)
+    x2 = tl.zeros([BLOCK_D, BLOCK_L], dtype=ACC_DTYPE)
+    x3 = tl.zeros([BLOCK_D, BLOCK_L], dtype=ACC_DTYPE)
+    if WIDTH > 4:
+        g = _output_grad(
+            dy_base, dy_sl, x_base, x_sl, w_ptr, w_sd, w_sk, bias, d, d_ok, at, L_in, L_out,
+            PAD, WIDTH, SILU, ACC_DTYPE, BLOCK_D, BLOCK_L,
+        )  # fmt: skip
+    else:
+        at_ok = d_ok[:, None] & ((at >= 0) & (at < L_out))[None, :]
+        g = tl.load(dy_base + at[None, :] * dy_sl, mask=at_ok, other=0).to(ACC_DTYPE)
+        x0 = _x_at(x_base, x_sl, d_ok, at - PAD, L_in, ACC_DTYPE)
+        if WIDTH > 1:
+            x1 = _x_at(x_base, x_sl, d_ok, at - PAD + 1, L_in, ACC_DTYPE)
+        if WIDTH > 2:
+            x2 = _x_at(x_base, x_sl, d_ok, at - PAD + 2, L_in, ACC_DTYPE)
+        if WIDTH > 3:
+            x3 = _x_at(x_base, x_sl, d_ok, at - PAD + 3, L_in, ACC_DTYPE)
+        if SILU:  # z summed as _pre_activation sums it: bias, then the taps in order
+            z = tl.zeros([BLOCK_D, BLOCK_L], dtype=ACC_DTYPE) + bias[:, None]
+            z += x0 * _tap_weight(w_ptr, w_sd, w_sk, d, d_ok, 0, ACC_DTYPE)[:, None]
+            if WIDTH > 1:
+                z += x1 * _tap_weight(w_ptr, w_sd, w_sk, d, d_ok, 1, ACC_DTYPE)[:, None]
+            if WIDTH > 2:
+                z += x2 * _tap_weight(w_ptr, w_sd, w_sk, d, d_ok, 2, ACC_DTYPE)[:, None]
+            if WIDTH > 3:
+                z += x3 * _tap_weight(w_ptr, w_sd, w_sk, d, d_ok, 3, ACC_DTYPE)[:, None]
+            s = 1.0 / (1.0 + tl.exp(-z))
+            g = g * s * (1.0 + z * (1.0 - s))
+    return g, x0, x1, x2, x3
+
+
+@triton.jit
+def _tap_weight(w_ptr, w_sd, w_sk, d, d_ok, k: tl.constexpr, ACC_DTYPE: tl.constexpr):
+    """Tap ``k``'s weights of channels ``d``, in the accumulator dtype."""
+    return tl.load(w_ptr + d * w_sd + k * w_sk, mask=d_ok, other=0).to(ACC_DTYPE)
+
+
+@triton.jit
+def _add_products(a_bias, a0, a1, a2, a3, g, x0, x1, x2, x3, WIDTH: tl.constexpr):
+    """The bias and weight gradients' elementwise sums, plus one block's ``g`` and
+    ``g * x_k``."""
+    a_bias += g
+    a0 += g * x0
+    if WIDTH > 1:
+        a1 += g * x1
+    if WIDTH > 2:
+        a2 += g * x2
+    if WIDTH > 3:
+        a3 += g * x3
+    return a_bias, a0, a1, a2, a3
+
+
+@triton.jit
 def _x_at(x_base, x_sl, d_ok, src, L_in, ACC_DTYPE: tl.constexpr):
     """x at input positions ``src`` (0 outside the sequence), in the accumulator dtype."""
     ok = d_ok[:, None] & ((src >= 0) & (src < L_in))[None, :]
@@ -256,9 +335,10 @@ def causal_conv1d_backward_kernel(
     recomputed from dy and x (WIDTH + 1 loads and a sigmoid per set: the first version, kept
     to compare). From g at the block's own positions
     the chunk's sums ``dw[d, k] = sum_l g[l] * x[l - PAD + k]`` and
-    ``db[d] = sum_l g[l]`` accumulate in registers (elementwise over the chunk for widths up
-    to 4, reduced once at the end; per block above), stored once at partial index ``pid`` for a
-    fixed-order sum afterwards (bitwise reproducible; no atomics)."""
+    ``db[d] = sum_l g[l]`` accumulate in registers (widths up to 4: elementwise over the
+    chunk, reduced once at the end, the products formed where g is computed, from the x tap
+    sets its z read; per block above), stored once at partial index ``pid`` for a fixed-order
+    sum afterwards (bitwise reproducible; no atomics)."""
     pid = tl.program_id(0)
     if INDEX_64:
         pid = pid.to(tl.int64)
@@ -297,41 +377,48 @@ def causal_conv1d_backward_kernel(
             (first_block - 1) * BLOCK_L + offsets, L_in, L_out,
             PAD, WIDTH, SILU, ACC_DTYPE, BLOCK_D, BLOCK_L,
         )  # fmt: skip
+    # Widths up to 4: the weight gradient's products are formed where g is, from the x tap
+    # sets g's recomputed z read (each x element loaded WIDTH times a block, not 2 * WIDTH).
+    FUSED: tl.constexpr = GRAD_PARAMS and WIDTH <= 4
+    last_block = tl.minimum(first_block + chunk_blocks, l_blocks) - 1
     if AHEAD:
-        g_cur = _output_grad(
+        g_cur, f0, f1, f2, f3 = _grad_and_inputs(
             dy_base, dy_sl, x_base, x_sl, w_ptr, w_sd, w_sk, bias, d, d_ok,
             first_block * BLOCK_L + offsets, L_in, L_out,
             PAD, WIDTH, SILU, ACC_DTYPE, BLOCK_D, BLOCK_L,
         )  # fmt: skip
-    for block in range(first_block, tl.minimum(first_block + chunk_blocks, l_blocks)):
+        if FUSED:  # the chunk's first block
+            a_bias, a0, a1, a2, a3 = _add_products(
+                a_bias, a0, a1, a2, a3, g_cur, f0, f1, f2, f3, WIDTH
+            )
+    for block in range(first_block, last_block + 1):
         pos = block * BLOCK_L + offsets
         # g at the block's own positions (as output positions)
         if not AHEAD:
-            g_cur = _output_grad(
+            g_cur, c0, c1, c2, c3 = _grad_and_inputs(
                 dy_base, dy_sl, x_base, x_sl, w_ptr, w_sd, w_sk, bias, d, d_ok, pos, L_in,
                 L_out, PAD, WIDTH, SILU, ACC_DTYPE, BLOCK_D, BLOCK_L,
             )  # fmt: skip
+            if FUSED:
+                a_bias, a0, a1, a2, a3 = _add_products(
+                    a_bias, a0, a1, a2, a3, g_cur, c0, c1, c2, c3, WIDTH
+                )
         g_next = tl.zeros([BLOCK_D, BLOCK_L], dtype=ACC_DTYPE)
         if AHEAD:
-            g_next = _output_grad(
+            g_next, n0, n1, n2, n3 = _grad_and_inputs(
                 dy_base, dy_sl, x_base, x_sl, w_ptr, w_sd, w_sk, bias, d, d_ok,
                 pos + BLOCK_L, L_in, L_out, PAD, WIDTH, SILU, ACC_DTYPE, BLOCK_D, BLOCK_L,
             )  # fmt: skip
-        if GRAD_PARAMS:
+            if FUSED and block < last_block:  # (the next chunk's first block: not ours)
+                a_bias, a0, a1, a2, a3 = _add_products(
+                    a_bias, a0, a1, a2, a3, g_next, n0, n1, n2, n3, WIDTH
+                )
+        if GRAD_PARAMS and not FUSED:
             a_bias += g_cur
-            if WIDTH <= 4:  # per-tap products summed elementwise, reduced once at the end
-                a0 += g_cur * _x_at(x_base, x_sl, d_ok, pos - PAD, L_in, ACC_DTYPE)
-                if WIDTH > 1:
-                    a1 += g_cur * _x_at(x_base, x_sl, d_ok, pos - PAD + 1, L_in, ACC_DTYPE)
-                if WIDTH > 2:
-                    a2 += g_cur * _x_at(x_base, x_sl, d_ok, pos - PAD + 2, L_in, ACC_DTYPE)
-                if WIDTH > 3:
-                    a3 += g_cur * _x_at(x_base, x_sl, d_ok, pos - PAD + 3, L_in, ACC_DTYPE)
-            else:
-                for k in tl.static_range(WIDTH):
-                    xs = _x_at(x_base, x_sl, d_ok, pos - PAD + k, L_in, ACC_DTYPE)
-                    term = tl.sum(g_cur * xs, 1)
-                    dw_acc += tl.where(taps[None, :] == k, term[:, None], 0)
+            for k in tl.static_range(WIDTH):
+                xs = _x_at(x_base, x_sl, d_ok, pos - PAD + k, L_in, ACC_DTYPE)
+                term = tl.sum(g_cur * xs, 1)
+                dw_acc += tl.where(taps[None, :] == k, term[:, None], 0)
         if GRAD_INPUT:
             dx = tl.zeros([BLOCK_D, BLOCK_L], dtype=ACC_DTYPE)
             for j in tl.static_range(WIDTH):

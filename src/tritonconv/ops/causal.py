@@ -37,9 +37,13 @@ from .crop import dim_order, empty_in_order
 # Backward programs per SM the position chunks aim for (see ``_chunk_blocks``).
 PROGRAMS_PER_SM = 4
 # The backward computes g = dy * act'(z) once per block and gathers its shifted sets in
-# registers (True, channel-first x), or recomputes each set from dy and x (False; always for
-# channel-last x). benchmarks/probe_causal_backward.py compares the two.
+# registers (True, channel-first x), or recomputes each set from dy and x (False).
+# benchmarks/probe_causal_backward.py compares the two.
 G_ONCE = True
+# The same for channel-last x (False: recompute). Its 16-position tiles made the gathers
+# slower than the recompute in session 6 (H100), before the weight gradient's products were
+# formed from z's loads; benchmarks/probe_causal_backward.py --tiles cl:... compares them.
+G_ONCE_CHANNEL_LAST = False
 # The forward loads x once per block (block-aligned, vector loads) and gathers each tap's
 # shifted set in registers (True, channel-first x: positions contiguous), or loads each tap's
 # set itself, one element off the alignment (False; always for channel-last x, whose tiles
@@ -48,8 +52,11 @@ X_ONCE = True
 # Warps of a backward program: its tile holds g of three blocks, dx and (widths up to 4) five
 # elementwise dW/db accumulators; eight warps keep that in registers.
 BACKWARD_WARPS = 8
-# (BLOCK_D, BLOCK_L) caps per layout: the long axis is the contiguous one.
+# (BLOCK_D, BLOCK_L) caps per layout: the long axis is the contiguous one. The backward's
+# own (benchmarks/probe_causal_backward.py --tiles compares them): its gathers and carried
+# tiles need about 250 registers a thread whatever the tile (ptxas, sm_90).
 _TILES = {"channel_first": (16, 256), "channel_last": (128, 16)}
+_BACKWARD_TILES = {"channel_first": (16, 256), "channel_last": (128, 16)}
 _INTERPRETER_TILE = (64, 256)
 
 
@@ -58,11 +65,11 @@ def output_length(length: int, width: int, pad: int) -> int:
     return max(0, length - (width - 1) + pad)
 
 
-def _tiles(x: torch.Tensor, dim: int, length: int) -> tuple[int, int]:
+def _tiles(x: torch.Tensor, dim: int, length: int, caps: dict = _TILES) -> tuple[int, int]:
     if INTERPRETER:
         cap_d, cap_l = _INTERPRETER_TILE
     else:
-        cap_d, cap_l = _TILES["channel_last" if x.stride(1) == 1 and dim > 1 else "channel_first"]
+        cap_d, cap_l = caps["channel_last" if x.stride(1) == 1 and dim > 1 else "channel_first"]
     return clamped_power_of_2(dim, 16, cap_d), clamped_power_of_2(length, 16, cap_l)
 
 
@@ -163,7 +170,7 @@ def causal_conv1d_backward(grad_output, x, weight, bias, pad: int, silu: bool, o
     params = want_w or want_b
     if nothing or not (want_x or params):
         return grad_x, grad_w, grad_b
-    block_d, block_l = _tiles(x, dim, length)
+    block_d, block_l = _tiles(x, dim, length, _BACKWARD_TILES)
     # g once per block pays along positions (256-long tiles); channel-last tiles are 16
     # positions long, where the gathers' layout conversions cost more than recomputing g
     # (H100, benchmarks/NOTES.md); the shifts must stay within one block either side.
@@ -199,7 +206,7 @@ def causal_conv1d_backward(grad_output, x, weight, bias, pad: int, silu: bool, o
         SILU=silu,
         GRAD_INPUT=want_x,
         GRAD_PARAMS=params,
-        G_ONCE=G_ONCE and width - 1 < block_l and not channel_last,
+        G_ONCE=G_ONCE and width - 1 < block_l and (G_ONCE_CHANNEL_LAST or not channel_last),
         ACC_DTYPE=accumulator_dtype(x.dtype),
         BLOCK_D=block_d,
         BLOCK_L=block_l,
