@@ -71,7 +71,7 @@ def test_small_groups_run_on_the_implicit_gemm(tf32, cache_dir, device, monkeypa
     """Groups of 4 to 15 channels (ResNeXt's) run on the implicit GEMM, packed into
     block-diagonal tiles, in 16-bit, channels-last, or fp32 with TF32 allowed; fp32 NCHW
     with TF32 off and groups under 4 channels keep the direct kernel. The result matches
-    float64."""
+    float64 (to TF32's accuracy where it is allowed: the GPU's, not the interpreter's)."""
     monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", tf32)
     cl = torch.channels_last
     x = torch.randn(2, 32, 6, 5, device=device)
@@ -95,7 +95,11 @@ def test_small_groups_run_on_the_implicit_gemm(tf32, cache_dir, device, monkeypa
         assert tc.explain(xs, ws, groups=8).algo == "direct", (in_per_group, out_per_group)
     y = tc.conv2d(x.to(memory_format=cl), w, padding=1, groups=4)
     want = F.conv2d(x.cpu().double(), w.cpu().double(), padding=1, groups=4)
-    assert_close(y, want, reduction=72, name="grouped 8 channels, fp32 channels-last")
+    if tf32:  # TF32 products (10-bit mantissas), as cuDNN's: a relative error near 1e-3
+        error = (y.cpu().double() - want).abs().max() / want.abs().max()
+        assert error < 1e-2, error
+    else:  # fp32 accuracy (three TF32 products)
+        assert_close(y, want, reduction=72, name="grouped 8 channels, fp32 channels-last")
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
