@@ -66,6 +66,42 @@ def test_heuristic_measured_rules(dtype, cache_dir, device):
     assert head.algo == ("implicit_gemm" if half else "direct"), head
 
 
+@pytest.mark.parametrize("tf32", [True, False])
+def test_small_groups_run_on_the_implicit_gemm(tf32, cache_dir, device, monkeypatch):
+    """Groups of 4 to 15 channels (ResNeXt's) run on the implicit GEMM, packed into
+    block-diagonal tiles, in 16-bit, channels-last, or fp32 with TF32 allowed; fp32 NCHW
+    with TF32 off and groups under 4 channels keep the direct kernel. The result matches
+    float64 (to TF32's accuracy where it is allowed: the GPU's, not the interpreter's)."""
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", tf32)
+    cl = torch.channels_last
+    x = torch.randn(2, 32, 6, 5, device=device)
+    w = torch.randn(32, 8, 3, 3, device=device)  # 4 groups of 8
+    for dtype, layout, want in (
+        (torch.bfloat16, torch.contiguous_format, "implicit_gemm"),
+        (torch.float16, cl, "implicit_gemm"),
+        (torch.float32, cl, "implicit_gemm"),
+        (torch.float32, torch.contiguous_format, "implicit_gemm" if tf32 else "direct"),
+    ):
+        xs, ws = (t.to(dtype).to(memory_format=layout) for t in (x, w))
+        found = tc.explain(xs, ws, padding=1, groups=4)
+        assert found.algo == want, (dtype, layout, found)
+        if want == "implicit_gemm":
+            assert "4 groups a program as one block-diagonal" in found.reason
+    four = tc.explain(x.bfloat16(), torch.randn(32, 4, 3, 3, device=device).bfloat16(), groups=8)
+    assert four.algo == "implicit_gemm"
+    for in_per_group, out_per_group in ((2, 2), (3, 8), (8, 3)):
+        xs = torch.randn(1, 8 * in_per_group, 5, 5, device=device, dtype=torch.bfloat16)
+        ws = torch.randn(8 * out_per_group, in_per_group, 3, 3, device=device).bfloat16()
+        assert tc.explain(xs, ws, groups=8).algo == "direct", (in_per_group, out_per_group)
+    y = tc.conv2d(x.to(memory_format=cl), w, padding=1, groups=4)
+    want = F.conv2d(x.cpu().double(), w.cpu().double(), padding=1, groups=4)
+    if tf32:  # TF32 products (10-bit mantissas), as cuDNN's: a relative error near 1e-3
+        error = (y.cpu().double() - want).abs().max() / want.abs().max()
+        assert error < 1e-2, error
+    else:  # fp32 accuracy (three TF32 products)
+        assert_close(y, want, reduction=72, name="grouped 8 channels, fp32 channels-last")
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 def test_pointwise_layers_in_graphs_run_as_one_gemm(dtype, cache_dir, device):
     """16-bit channels-last 1x1 stride-1 convolutions: one cuBLAS GEMM per pass (im2col +
