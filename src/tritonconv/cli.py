@@ -707,8 +707,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default="bench-out", help="folder for bench.json and bench.md")
     p.add_argument(
         "--models", "--model", dest="models", action="append",
-        help="suites models/layers: model names, comma-separated or repeated (default: all "
-        "for models, resnet50 for layers; unet needs no torchvision)",
+        help="suites models/layers: model names, comma-separated or repeated (default: the "
+        "seven of issue 14 for models, resnet50 for layers; resnext50_32x4d when named; unet "
+        "needs no torchvision)",
     )  # fmt: skip
     p.add_argument(
         "--batch", type=_positive(int), default=None, help="models/layers: every model's batch"
