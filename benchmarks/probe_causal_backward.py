@@ -62,6 +62,14 @@ def forward(reps: int) -> list:
     causal.X_ONCE = True
     apart = (results[True].float() - results[False].float()).abs().max().item()
     print(f"forward: results {'bitwise equal' if apart == 0 else f'{apart:.3g} apart at most'}")
+    # channel-last x (dim innermost: each tap's load a vector along the channels; X_ONCE
+    # does not apply)
+    x_last = x.transpose(1, 2).contiguous().transpose(1, 2)
+    tritonconv.clear_caches()
+    ms = device_ms(lambda _: library.causal_conv1d(x_last, w, b, WIDTH - 1, True), reps)
+    floor = 2 * x.numel() * x.element_size()
+    rows.append(dict(layout="channel_last", ms=ms, gb_s=floor / (ms * 1e-3) / 1e9))
+    print(f"forward channel-last  {ms:8.4f} ms {rows[-1]['gb_s']:7.0f} GB/s", flush=True)
     return rows
 
 
