@@ -29,6 +29,11 @@ SHAPE = (8, 2048, 4096)
 WIDTH = 4
 
 
+def _channel_last(t: torch.Tensor) -> torch.Tensor:
+    """A copy of ``(batch, dim, L)`` ``t`` with dim innermost, the same shape."""
+    return t.transpose(1, 2).contiguous().transpose(1, 2)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json")
@@ -64,7 +69,7 @@ def forward(reps: int) -> list:
     print(f"forward: results {'bitwise equal' if apart == 0 else f'{apart:.3g} apart at most'}")
     # channel-last x (dim innermost: each tap's load a vector along the channels; X_ONCE
     # does not apply)
-    x_last = x.transpose(1, 2).contiguous().transpose(1, 2)
+    x_last = _channel_last(x)
     tritonconv.clear_caches()
     ms = device_ms(lambda _: library.causal_conv1d(x_last, w, b, WIDTH - 1, True), reps)
     floor = 2 * x.numel() * x.element_size()
@@ -78,7 +83,7 @@ def backward(reps: int, tiles: list[str]) -> list:
     for layout in ("channel_first", "channel_last"):
         x = torch.randn(SHAPE, device="cuda", dtype=torch.bfloat16)
         if layout == "channel_last":
-            x = x.transpose(1, 2).contiguous().transpose(1, 2)
+            x = _channel_last(x)
         w = (torch.randn(SHAPE[1], WIDTH, device="cuda") * 0.5).to(torch.bfloat16)
         b = torch.randn(SHAPE[1], device="cuda", dtype=torch.bfloat16)
         dy = torch.randn_like(x)
@@ -121,13 +126,8 @@ def backward_tiles(reps: int, tiles: list[str]) -> list:
     w = (torch.randn(SHAPE[1], WIDTH, device="cuda") * 0.5).to(torch.bfloat16)
     b = torch.randn(SHAPE[1], device="cuda", dtype=torch.bfloat16)
     dy = torch.randn_like(x)
-
-    def laid_out(t, layout):
-        return t.transpose(1, 2).contiguous().transpose(1, 2) if layout == "channel_last" else t
-
     # dy laid out as x (session 44's run paired channel-last x with a channel-first dy)
-    inputs = {layout: (laid_out(dy, layout), laid_out(x, layout))
-              for layout in ("channel_first", "channel_last")}  # fmt: skip
+    inputs = {"channel_first": (dy, x), "channel_last": (_channel_last(dy), _channel_last(x))}
     default = dict(causal._BACKWARD_TILES), causal.BACKWARD_WARPS, causal.G_ONCE_CHANNEL_LAST
     for spec in tiles:
         fields = spec.split(":")

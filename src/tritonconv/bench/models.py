@@ -2,9 +2,9 @@
 
 ``models``: torchvision's resnet50, mobilenet_v3_large, convnext_tiny, regnet_y_800mf,
 efficientnet_b0 and video.r2plus1d_18 (built with ``weights=None``: random weights, nothing
-downloaded), and the small standard :class:`UNet` below; ``resnext50_32x4d`` when named. Each model is copied and every
-convolution of the copy swapped by :func:`tritonconv.nn.convert` (the number swapped is in
-the rows' notes). Per model:
+downloaded), and the small standard :class:`UNet` below; ``resnext50_32x4d`` when named.
+Each model is copied and every convolution of the copy swapped by
+:func:`tritonconv.nn.convert` (the number swapped is in the rows' notes). Per model:
 
 * **fp32 accuracy** (TF32 off), eval mode: the output and every parameter's gradient (of
   ``(output * probe).sum()``, one fixed random probe) of ours and of the torch model, each

@@ -65,11 +65,16 @@ def output_length(length: int, width: int, pad: int) -> int:
     return max(0, length - (width - 1) + pad)
 
 
+def _channel_last(x: torch.Tensor, dim: int) -> bool:
+    """Whether x's channels are innermost (a one-channel x counts as channel-first)."""
+    return x.stride(1) == 1 and dim > 1
+
+
 def _tiles(x: torch.Tensor, dim: int, length: int, caps: dict = _TILES) -> tuple[int, int]:
     if INTERPRETER:
         cap_d, cap_l = _INTERPRETER_TILE
     else:
-        cap_d, cap_l = caps["channel_last" if x.stride(1) == 1 and dim > 1 else "channel_first"]
+        cap_d, cap_l = caps["channel_last" if _channel_last(x, dim) else "channel_first"]
     return clamped_power_of_2(dim, 16, cap_d), clamped_power_of_2(length, 16, cap_l)
 
 
@@ -113,7 +118,7 @@ def causal_conv1d(x, weight, bias, pad: int, silu: bool) -> torch.Tensor:
     if y.numel() == 0:
         return y
     block_d, block_l = _tiles(x, dim, length)
-    channel_last = x.stride(1) == 1 and dim > 1
+    channel_last = _channel_last(x, dim)
     x_once = X_ONCE and not channel_last and max(pad, width - 1 - pad) < block_l
     launch(
         causal_conv1d_kernel,
@@ -174,7 +179,7 @@ def causal_conv1d_backward(grad_output, x, weight, bias, pad: int, silu: bool, o
     # g once per block pays along positions (256-long tiles); channel-last tiles are 16
     # positions long, where the gathers' layout conversions cost more than recomputing g
     # (H100, benchmarks/NOTES.md); the shifts must stay within one block either side.
-    channel_last = x.stride(1) == 1 and dim > 1
+    channel_last = _channel_last(x, dim)
     l_blocks = cdiv(length, block_l)
     chunk_blocks = _chunk_blocks(batch, l_blocks, cdiv(dim, block_d), x.device)
     programs = batch * cdiv(l_blocks, chunk_blocks)
