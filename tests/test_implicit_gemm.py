@@ -1342,8 +1342,8 @@ def test_nchw_images_run_as_channels_last(device, monkeypatch):
 
 # (N, C, H, W, K, kernel, stride, padding, dilation, groups): small groups, packed per program
 PACKED = [
-    (2, 32, 7, 6, 32, (3, 3), 1, 1, 1, 4),  # 8 -> 8 channels: all 4 groups a program
-    (1, 32, 6, 7, 16, (3, 3), 2, 1, 1, 8),  # 4 -> 2: 8 a program
+    (2, 32, 7, 6, 32, (3, 3), 1, 1, 1, 4),  # 8 -> 8 channels: 2 groups a program (fp32)
+    (1, 32, 6, 7, 16, (3, 3), 2, 1, 1, 8),  # 4 -> 2: all 8 a program
     (2, 24, 5, 6, 48, (2, 3), 1, (1, 0), (2, 1), 6),  # 4 -> 8: 2 a program (6 groups)
     (1, 24, 6, 6, 24, (3, 3), 1, 1, 1, 3),  # 8 -> 8, 3 groups: no even pack (1)
 ]
@@ -1373,7 +1373,11 @@ def test_group_pack_rule():
     assert pack(torch.bfloat16, 8, 8, 3) == 1  # no power of two divides 3
     assert pack(torch.bfloat16, 8, 8, 2) == 2  # at most every group
     assert pack(torch.float64, 4, 4, 32) == 1  # off tensor cores
-    assert pack(torch.float32, 2, 8, 16) == 16
+    # fp32 packs to PACK_CHANNELS_FP32 (TF32's tensor-core step is 8 deep, not 16)
+    assert pack(torch.float32, 8, 8, 32) == 2
+    assert pack(torch.float32, 4, 4, 32) == 4
+    assert pack(torch.float32, 2, 8, 16) == 8
+    assert pack(torch.float32, 16, 16, 32) == 1
 
 
 def test_wide_group_pack_rule(monkeypatch):
@@ -1387,7 +1391,7 @@ def test_wide_group_pack_rule(monkeypatch):
     assert pack(bf16, 16, 16, 32, 32 * 14 * 14) == 2  # ResNeXt's 14²: 392 programs
     assert pack(bf16, 16, 16, 20, 32 * 14 * 14) == 2  # RegNet's 14²: 245
     assert pack(bf16, 8, 8, 32, 32 * 56 * 56) == 4  # 8-channel groups: 8x the products
-    assert pack(torch.float32, 16, 16, 4, 32 * 56 * 56) == 2  # 16-bit only
+    assert pack(torch.float32, 16, 16, 4, 32 * 56 * 56) == 1  # 16-bit only
     assert pack(bf16, 16, 32, 4, 32 * 56 * 56) == 2  # 4 x 32 > 64 channels
     assert pack(bf16, 32, 32, 32, 32 * 56 * 56) == 1  # 32-channel groups: not measured wider
     assert pack(torch.float16, 16, 16, 4, 32 * 56 * 56) == 4

@@ -452,6 +452,12 @@ def _row_grid(dst_spatial, stride, transposed: bool) -> tuple:
 # groups: 57.7 µs) and faster only on RegNet's 56-pixel stage (4 groups into one: 26.9 against
 # 32.5).
 PACK_CHANNELS = 32
+# fp32 packs to PACK_CHANNELS_FP32: a TF32 tensor-core step is 8 channels deep, not 16, so
+# packing 8-channel groups to 32 made half of the tile's products zeros for no shorter loop.
+# Measured (session 45, H200, fp32 channels-last with TF32, benchmarks/probe_passes.py
+# --dense grp32_3x3_28, batch 32, µs): groups-32 of 8 channels at 28² packed to 32 -> 16
+# forward 57.7 -> 46.0, input gradient 62.8 -> 48.6 (cuDNN 37.2 / 41.2).
+PACK_CHANNELS_FP32 = 16
 # Groups of 16 to 31 channels a side pack to WIDE_PACK_CHANNELS instead where the packed
 # grid still has WIDE_PACK_MIN_WAVES waves of 128-row programs: twice the tensor-core work
 # (4x the useful products for 16-channel groups) in half the loop steps. Measured (session
@@ -468,8 +474,9 @@ def group_pack(
 ) -> int:
     """How many consecutive groups one program of the forward/input-gradient kernel runs as one
     (block-diagonal weight tile): enough that both sides reach ``PACK_CHANNELS`` (groups of 8 ->
-    8 channels: 4; of 16 -> 16: 2), a power of two dividing ``groups``; 1 for groups that wide
-    on both sides already and off tensor cores. 16-bit groups of 16 to 31 channels over
+    8 channels: 4; of 16 -> 16: 2; fp32: ``PACK_CHANNELS_FP32``, groups of 8: 2), a power of
+    two dividing ``groups``; 1 for groups that wide on both sides already and off tensor
+    cores. 16-bit groups of 16 to 31 channels over
     ``rows`` output rows (per phase) pack to ``WIDE_PACK_CHANNELS`` where that leaves enough
     programs for ``device`` (:data:`WIDE_PACK_MIN_WAVES`); groups of 32 stay unpacked
     (session 21: two a program lost at 7², and packing gives up the tap bits, the aligned
@@ -477,8 +484,9 @@ def group_pack(
     if dtype not in DOT_DTYPES or groups == 1:
         return 1
     narrow = min(src_per_group, dst_per_group)
+    target = PACK_CHANNELS_FP32 if dtype == torch.float32 else PACK_CHANNELS
     pack = 1
-    while pack * narrow < PACK_CHANNELS and groups % (2 * pack) == 0:
+    while pack * narrow < target and groups % (2 * pack) == 0:
         pack *= 2
     wide = 2 * pack
     if (
@@ -1539,7 +1547,7 @@ def _launch_conv(src, weight, bias, dst, geometry: Geometry, groups: int, transp
         raise ValueError(
             f"tile configuration {config}: a second accumulator takes neither packed groups "
             f"nor {src.dtype} (it needs a tensor-core dtype, and one group or groups of at "
-            f"least {PACK_CHANNELS} channels a side)"
+            f"least {PACK_CHANNELS} (fp32: {PACK_CHANNELS_FP32}) channels a side)"
         )
     grid = (cdiv(rows, block_m) * cdiv(dst_per_group, config.columns), groups, phases)
     splits = 1
