@@ -11,11 +11,13 @@ from Triton's C launcher and the driver (about 2-3x this machine's figures), plu
 ops a call makes itself (a copy of dW into the weight's layout), which still run, on these
 small CPU tensors.
 
-    TRITON_INTERPRET=1 TRITONCONV_CPU_KERNELS=1 PYTHONPATH=src python benchmarks/host_layers.py
+    TRITON_INTERPRET=1 TRITONCONV_CPU_KERNELS=1 PYTHONPATH=src python benchmarks/host_layers.py \\
+        [--profile LAYER]    # and a cProfile of that layer's backward (a substring of its name)
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 
@@ -23,7 +25,7 @@ import torch
 
 import tritonconv as tc
 from tritonconv import launch
-from tritonconv.bench import loop_us
+from tritonconv.bench import loop_us, profile_calls
 from tritonconv.ops import implicit_gemm
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -53,6 +55,9 @@ def gpu_rules() -> None:
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--profile", default=None, help="a layer name's substring")
+    opts = parser.parse_args()
     if not tc.INTERPRETER or os.environ.get("TRITONCONV_CPU_KERNELS") != "1":
         raise SystemExit("run with TRITON_INTERPRET=1 TRITONCONV_CPU_KERNELS=1 on a CPU machine")
     gpu_rules()
@@ -102,6 +107,10 @@ def main() -> None:
         fwd = min(loop_us(forward_call, 500) for _ in range(3))
         bwd = min(loop_us(backward_call, 500) for _ in range(3))
         print(f"  {name:40} forward {fwd:6.1f}  backward {bwd:6.1f}")
+    if opts.profile:
+        name = next(n for n in calls if opts.profile in n)
+        print(f"\n{name}, backward:")
+        profile_calls(calls[name][1], 500, 30)
 
 
 if __name__ == "__main__":

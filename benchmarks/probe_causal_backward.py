@@ -7,7 +7,10 @@ own loads (x read, y written once; channel-first, the layout ``X_ONCE`` serves),
 compared (bf16 outputs: bitwise equal on the H200, session 44). ``--tiles 16x256:8
 cl:64x16:8:once``: the backward again with these tiles (``BLOCK_D x BLOCK_L``) and warps
 (``ops.causal._BACKWARD_TILES``, ``BACKWARD_WARPS``), channel-first x (g once), or
-channel-last (``cl:``) with g once (``:once``, ``G_ONCE_CHANNEL_LAST``) or recomputed.
+channel-last (``cl:``) with g once (``:once``, ``G_ONCE_CHANNEL_LAST``) or recomputed;
+``rows:256x8:1:16``: channel-last x on the rows kernel (``BACKWARD_ROWS``) with
+``ROWS_TILE`` 256 x 8, ``ROWS_WARPS`` 1, ``ROWS_PROGRAMS_PER_SM`` 16 (``cl:`` tiles run the
+tile kernel). Without ``--tiles`` the channel-last rows above are the rows kernel's.
 
     PYTHONPATH=src python3 benchmarks/probe_causal_backward.py [--forward] [--tiles T ...]
         [--json PATH]
@@ -120,7 +123,8 @@ def backward(reps: int, tiles: list[str]) -> list:
 
 def backward_tiles(reps: int, tiles: list[str]) -> list:
     """The backward (dx, dW, db) with each ``[cl:]DxL:warps[:once]`` tile: channel-first x
-    (g once), or with ``cl:`` channel-last x, g once with ``:once`` (else recomputed)."""
+    (g once), or with ``cl:`` channel-last x, g once with ``:once`` (else recomputed); or
+    ``rows:DxL:warps:programs_per_sm``: channel-last x on the rows kernel."""
     rows, results = [], {}
     x = torch.randn(SHAPE, device="cuda", dtype=torch.bfloat16)
     w = (torch.randn(SHAPE[1], WIDTH, device="cuda") * 0.5).to(torch.bfloat16)
@@ -128,14 +132,22 @@ def backward_tiles(reps: int, tiles: list[str]) -> list:
     dy = torch.randn_like(x)
     # dy laid out as x (session 44's run paired channel-last x with a channel-first dy)
     inputs = {"channel_first": (dy, x), "channel_last": (_channel_last(dy), _channel_last(x))}
-    default = dict(causal._BACKWARD_TILES), causal.BACKWARD_WARPS, causal.G_ONCE_CHANNEL_LAST
+    default = (
+        dict(causal._BACKWARD_TILES), causal.BACKWARD_WARPS, causal.G_ONCE_CHANNEL_LAST,
+        causal.BACKWARD_ROWS, causal.ROWS_TILE, causal.ROWS_WARPS, causal.ROWS_PROGRAMS_PER_SM,
+    )  # fmt: skip
     for spec in tiles:
         fields = spec.split(":")
-        layout = "channel_last" if fields[0] == "cl" else "channel_first"
-        fields = fields[1:] if fields[0] == "cl" else fields
-        causal._BACKWARD_TILES[layout] = tuple(int(v) for v in fields[0].split("x"))
-        causal.BACKWARD_WARPS = int(fields[1])
-        causal.G_ONCE_CHANNEL_LAST = fields[2:] == ["once"]
+        layout = "channel_last" if fields[0] in ("cl", "rows") else "channel_first"
+        causal.BACKWARD_ROWS = fields[0] == "rows"
+        if causal.BACKWARD_ROWS:
+            causal.ROWS_TILE = tuple(int(v) for v in fields[1].split("x"))
+            causal.ROWS_WARPS, causal.ROWS_PROGRAMS_PER_SM = int(fields[2]), int(fields[3])
+        else:
+            fields = fields[1:] if fields[0] == "cl" else fields
+            causal._BACKWARD_TILES[layout] = tuple(int(v) for v in fields[0].split("x"))
+            causal.BACKWARD_WARPS = int(fields[1])
+            causal.G_ONCE_CHANNEL_LAST = fields[2:] == ["once"]
         tritonconv.clear_caches()
 
         def call(_, args=(*inputs[layout], w, b)):
@@ -149,7 +161,8 @@ def backward_tiles(reps: int, tiles: list[str]) -> list:
                     for r, f in zip(results[spec], results[tiles[0]], strict=True))  # fmt: skip
         print(f"{layout:14s} tile {spec:14s} {ms:8.4f} ms {gb_s:7.0f} GB/s "
               f"(dx, dW, db {apart:.3g} from {tiles[0]}'s at most)", flush=True)  # fmt: skip
-    tiles_before, causal.BACKWARD_WARPS, causal.G_ONCE_CHANNEL_LAST = default
+    (tiles_before, causal.BACKWARD_WARPS, causal.G_ONCE_CHANNEL_LAST, causal.BACKWARD_ROWS,
+     causal.ROWS_TILE, causal.ROWS_WARPS, causal.ROWS_PROGRAMS_PER_SM) = default  # fmt: skip
     causal._BACKWARD_TILES.update(tiles_before)
     return rows
 

@@ -399,3 +399,58 @@ def test_forward_with_x_loaded_once_matches_per_tap_loads(width, dtype, silu, de
         want = F.conv1d(xd, wd[:, None], bd, padding=pad, groups=dim)
         want = want[..., : seqlen - (width - 1) + pad]
         assert_close(results[True], F.silu(want) if silu else want, reduction=width)
+
+
+def _channel_last(t: torch.Tensor) -> torch.Tensor:
+    return t.transpose(1, 2).contiguous().transpose(1, 2)
+
+
+@pytest.mark.parametrize("width", [1, 2, 3, 4])
+@pytest.mark.parametrize(
+    "dtype, silu", [(torch.float32, False), (torch.float32, True), (torch.bfloat16, True),
+                    (torch.int32, False)], ids=str,
+)  # fmt: skip
+def test_backward_rows_match_the_tiles(width, dtype, silu, device, monkeypatch):
+    """Channel-last x's backward walking positions one row at a time (``BACKWARD_ROWS``: the
+    window's rows carried in registers across steps and position chunks) gives the 2-D tile
+    kernel's dx, dW and db for every window shift, over several chunks and a
+    partial channel block (70 positions: two chunks of 9 four-row steps under the interpreter),
+    and the gradients a mask leaves out are not needed for the rest:
+    integers bit for bit, float dx to two roundings (the same sums in the same order; the
+    compiler may fuse multiply-adds differently in the two kernels), float dW and db to a
+    sum's rounding (the tile kernel adds a block's positions as a tree, the rows in order)."""
+    from tritonconv.ops import causal
+
+    kernels = []
+    real = causal.launch
+    monkeypatch.setattr(
+        causal, "launch", lambda kernel, *a, **m: kernels.append(kernel) or real(kernel, *a, **m)
+    )
+    batch, dim, seqlen = 2, 19, 70
+    x = _channel_last(random_tensor((batch, dim, seqlen), dtype, device))
+    w = random_tensor((dim, width), dtype, device)
+    b = random_tensor((dim,), dtype, device)
+    for pad in sorted({0, width // 2, width - 1}):
+        dy = _channel_last(random_tensor((batch, dim, seqlen - (width - 1) + pad), dtype, device))
+        results = {}
+        for rows in (False, True):
+            monkeypatch.setattr(causal, "BACKWARD_ROWS", rows)
+            tc.clear_caches()
+            results[rows] = library.causal_conv1d_backward(dy, x, w, b, pad, silu, [True] * 3)
+        assert [k.__name__ for k in kernels[-2:]] == [
+            "causal_conv1d_backward_kernel", "causal_conv1d_backward_rows_kernel",
+        ]  # fmt: skip
+        for name, tiles, row in zip(("dx", "dw", "db"), results[False], results[True], strict=True):
+            if not dtype.is_floating_point:
+                assert torch.equal(row, tiles), f"pad {pad} {name}"
+            elif name == "dx":
+                ulp = torch.finfo(dtype).eps * tiles.abs().max().item()
+                apart = (row.double() - tiles.double()).abs().max().item()
+                assert apart <= 2 * ulp, f"pad {pad} {name}: {apart} apart"
+            else:  # sums over the sequence: the tiles add a block's positions as a tree
+                assert_close(row, tiles.double(), reduction=batch * seqlen, name=name)
+        for mask in ([True, False, False], [False, True, True]):
+            part = library.causal_conv1d_backward(dy, x, w, b, pad, silu, mask)
+            for wanted, a, c in zip(mask, part, results[True], strict=True):
+                if wanted:
+                    assert torch.equal(a, c), (pad, mask)

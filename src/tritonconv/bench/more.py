@@ -45,6 +45,13 @@ def _t(shape, dtype, scale=1.0):
     return (torch.randn(shape, device=DEVICE) * scale).to(dtype).requires_grad_()
 
 
+def _t_dim_last(shape, dtype, scale=1.0):
+    """A ``(batch, dim, L)`` tensor with dim innermost (``(batch, L, dim)`` memory, transposed):
+    the layout a Mamba block hands its causal conv1d (x is the in-projection's output)."""
+    t = (torch.randn(shape[0], shape[2], shape[1], device=DEVICE) * scale).to(dtype)
+    return t.transpose(1, 2).requires_grad_()
+
+
 def _t_last(shape, dtype, scale=1.0):
     """A 4-D tensor in channels_last or a 5-D one in channels_last_3d: the layouts issue 12's
     2-D and 3-D targets are measured in (the ones image, video and medical nets run in under
@@ -168,6 +175,18 @@ CASES = [
         lambda x, w, b: functional.causal_conv1d(x, w, b, activation="silu"),
         _causal_ref,
         # forward: x read, y written; backward: x and dy read, dx written
+        lambda x, w, b: (2 * x.nbytes, 3 * x.nbytes),
+    ),
+    Case(
+        "mamba_causal_conv1d_dim_last",
+        "the same, x dim-innermost (batch, L, dim) memory",
+        lambda q, dt: (
+            _t_dim_last((2, 4, 16) if q else (8, 2048, 4096), dt),
+            _t((4, 4) if q else (2048, 4), dt, 0.5),
+            _t((4,) if q else (2048,), dt),
+        ),
+        lambda x, w, b: functional.causal_conv1d(x, w, b, activation="silu"),
+        _causal_ref,
         lambda x, w, b: (2 * x.nbytes, 3 * x.nbytes),
     ),
     Case(

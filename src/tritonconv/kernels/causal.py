@@ -458,3 +458,161 @@ def causal_conv1d_backward_kernel(
             dw_ok = d_ok[:, None] & (taps < WIDTH)[None, :]
             tl.store(dw_part_ptr + part[:, None] * WIDTH + taps[None, :], dw_acc, mask=dw_ok)
         tl.store(db_part_ptr + part, tl.sum(a_bias, 1), mask=d_ok)
+
+
+@triton.jit
+def _pick(v0, v1, v2, v3, i: tl.constexpr):
+    """``(v0, v1, v2, v3)[i]`` for a compile-time ``i``."""
+    if i == 0:
+        out = v0
+    elif i == 1:
+        out = v1
+    elif i == 2:
+        out = v2
+    else:
+        out = v3
+    return out
+
+
+@triton.jit
+def _row_at(base, stride, at, limit, d_ok, ACC_DTYPE: tl.constexpr):
+    """One position ``at`` of a channel-last sequence: ``[BLOCK_D]`` channels (0 where ``at``
+    is outside ``[0, limit)``), in the accumulator dtype."""
+    at_d = at + tl.zeros_like(d_ok.to(tl.int32))  # (a tensor under the interpreter too)
+    ok = d_ok & (at_d >= 0) & (at_d < limit)
+    return tl.load(base + at * stride, mask=ok, other=0).to(ACC_DTYPE)
+
+
+@triton.jit
+def causal_conv1d_backward_rows_kernel(
+    x_ptr,
+    w_ptr,
+    b_ptr,
+    dy_ptr,
+    dx_ptr,
+    dw_part_ptr,
+    db_part_ptr,
+    D,
+    L_in,
+    L_out,
+    chunk_blocks,
+    x_sb,
+    x_sd,
+    x_sl,
+    w_sd,
+    w_sk,
+    dy_sb,
+    dy_sd,
+    dy_sl,
+    dx_sb,
+    dx_sd,
+    dx_sl,
+    PAD: tl.constexpr,
+    WIDTH: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    SILU: tl.constexpr,
+    GRAD_INPUT: tl.constexpr,
+    GRAD_PARAMS: tl.constexpr,
+    ACC_DTYPE: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_L: tl.constexpr,
+    INDEX_64: tl.constexpr,
+):
+    """The backward of :func:`causal_conv1d_backward_kernel` (same arguments, partials and
+    grid: axis 0 sequences x chunks of ``chunk_blocks`` blocks of ``BLOCK_L`` positions, axis
+    1 channel blocks) for channel-last x and widths up to 4, one position at a time: a step
+    loads one row of ``BLOCK_D`` channels of x and of dy (contiguous: vector loads), and the
+    window's other rows are the previous steps' values, kept in registers. Every element of x
+    and dy is loaded once (plus ``WIDTH - 1`` rows a chunk), g computed once, nothing
+    gathered across threads.
+
+    Step ``s`` loads ``x[s]``; its window ``x[s - WIDTH + 1 .. s]`` gives z, then g, at output
+    position ``t = s + PAD - (WIDTH - 1)`` (dy[t]; g = 0 outside ``[0, L_out)``); the last
+    ``WIDTH`` g (``g[t - WIDTH + 1 .. t]``) give dx at ``i = s - (WIDTH - 1)``:
+    ``dx[i] = sum_j w[WIDTH-1-j] g[t - (WIDTH-1) + j]``, and ``dw[k] += g[t] x[t - PAD + k]``,
+    ``db += g[t]`` for the chunk's own positions. Sums in the order of the block kernel's
+    (bias then taps for z; j ascending for dx)."""
+    pid = tl.program_id(0)
+    if INDEX_64:
+        pid = pid.to(tl.int64)
+    l_blocks = tl.cdiv(L_in, BLOCK_L)
+    chunks = tl.cdiv(l_blocks, chunk_blocks)
+    b = pid // chunks
+    p0 = (pid % chunks) * chunk_blocks * BLOCK_L  # the chunk's positions: [p0, p1)
+    p1 = p0 + chunk_blocks * BLOCK_L
+    d = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
+    if INDEX_64:
+        d = d.to(tl.int64)
+    d_ok = d < D
+    x_base = x_ptr + b * x_sb + d * x_sd
+    dy_base = dy_ptr + b * dy_sb + d * dy_sd
+    dx_base = dx_ptr + b * dx_sb + d * dx_sd
+    bias = tl.zeros([BLOCK_D], dtype=ACC_DTYPE)
+    if HAS_BIAS:
+        bias = tl.load(b_ptr + d, mask=d_ok, other=0).to(ACC_DTYPE)
+    zero = tl.zeros([BLOCK_D], dtype=ACC_DTYPE)
+    w0 = _tap_weight(w_ptr, w_sd, w_sk, d, d_ok, 0, ACC_DTYPE)
+    w1, w2, w3 = zero, zero, zero
+    if WIDTH > 1:
+        w1 = _tap_weight(w_ptr, w_sd, w_sk, d, d_ok, 1, ACC_DTYPE)
+    if WIDTH > 2:
+        w2 = _tap_weight(w_ptr, w_sd, w_sk, d, d_ok, 2, ACC_DTYPE)
+    if WIDTH > 3:
+        w3 = _tap_weight(w_ptr, w_sd, w_sk, d, d_ok, 3, ACC_DTYPE)
+    # x[s - 1], x[s - 2], x[s - 3] before step s = p0 (rows before the sequence: zeros)
+    x1, x2, x3 = zero, zero, zero
+    if WIDTH > 1:
+        x1 = _row_at(x_base, x_sl, p0 - 1, L_in, d_ok, ACC_DTYPE)
+    if WIDTH > 2:
+        x2 = _row_at(x_base, x_sl, p0 - 2, L_in, d_ok, ACC_DTYPE)
+    if WIDTH > 3:
+        x3 = _row_at(x_base, x_sl, p0 - 3, L_in, d_ok, ACC_DTYPE)
+    # g[t - 1], g[t - 2], g[t - 3]: read only by dx at positions before p0 (not stored) until
+    # the steps have filled them
+    g1, g2, g3 = zero, zero, zero
+    a_bias, a0, a1, a2, a3 = zero, zero, zero, zero, zero
+    # dx of the chunk's last position comes WIDTH - 1 steps after its x: steps [p0, p1 + W - 1)
+    for s0 in range(p0, p1 + WIDTH - 1, BLOCK_L):
+        for r in tl.static_range(BLOCK_L):
+            s = s0 + r
+            xs = _row_at(x_base, x_sl, s, L_in, d_ok, ACC_DTYPE)
+            t = s + PAD - (WIDTH - 1)
+            g = _row_at(dy_base, dy_sl, t, L_out, d_ok, ACC_DTYPE)
+            if SILU:  # z summed as _pre_activation sums it: bias, then the taps in order
+                z = bias
+                for k in tl.static_range(WIDTH):  # tap k reads x[s - (WIDTH - 1 - k)]
+                    z += _pick(xs, x1, x2, x3, WIDTH - 1 - k) * _pick(w0, w1, w2, w3, k)
+                sg = 1.0 / (1.0 + tl.exp(-z))
+                g = g * sg * (1.0 + z * (1.0 - sg))
+            if GRAD_PARAMS:
+                t_d = t + tl.zeros_like(d)  # (a tensor under the interpreter too)
+                gm = tl.where((t_d >= p0) & (t_d < p1), g, 0)
+                a_bias += gm
+                a0 += gm * _pick(xs, x1, x2, x3, WIDTH - 1)
+                if WIDTH > 1:
+                    a1 += gm * _pick(xs, x1, x2, x3, WIDTH - 2)
+                if WIDTH > 2:
+                    a2 += gm * _pick(xs, x1, x2, x3, WIDTH - 3)
+                if WIDTH > 3:
+                    a3 += gm * xs
+            if GRAD_INPUT:
+                i = s - (WIDTH - 1)
+                dx = tl.zeros([BLOCK_D], dtype=ACC_DTYPE)
+                for j in tl.static_range(WIDTH):  # g[t - (WIDTH - 1) + j]
+                    gj = _pick(g, g1, g2, g3, WIDTH - 1 - j)
+                    dx += gj * _pick(w0, w1, w2, w3, WIDTH - 1 - j)
+                i_d = i + tl.zeros_like(d)
+                ok = d_ok & (i_d >= p0) & (i_d < p1) & (i_d < L_in)
+                tl.store(dx_base + i * dx_sl, dx.to(dx_ptr.dtype.element_ty), mask=ok)
+            x3, x2, x1 = x2, x1, xs
+            g3, g2, g1 = g2, g1, g
+    if GRAD_PARAMS:
+        part = pid * D + d
+        tl.store(dw_part_ptr + part * WIDTH, a0, mask=d_ok)
+        if WIDTH > 1:
+            tl.store(dw_part_ptr + part * WIDTH + 1, a1, mask=d_ok)
+        if WIDTH > 2:
+            tl.store(dw_part_ptr + part * WIDTH + 2, a2, mask=d_ok)
+        if WIDTH > 3:
+            tl.store(dw_part_ptr + part * WIDTH + 3, a3, mask=d_ok)
+        tl.store(db_part_ptr + part, a_bias, mask=d_ok)

@@ -20,7 +20,11 @@ import torch
 
 from .._runtime import INTERPRETER, check_kernel_device
 from ..geometry import TritonConvError
-from ..kernels.causal import causal_conv1d_backward_kernel, causal_conv1d_kernel
+from ..kernels.causal import (
+    causal_conv1d_backward_kernel,
+    causal_conv1d_backward_rows_kernel,
+    causal_conv1d_kernel,
+)
 from ..launch import allocate, launch, launch_plan
 from .common import (
     accumulator_dtype,
@@ -58,6 +62,20 @@ BACKWARD_WARPS = 8
 _TILES = {"channel_first": (16, 256), "channel_last": (128, 16)}
 _BACKWARD_TILES = {"channel_first": (16, 256), "channel_last": (128, 16)}
 _INTERPRETER_TILE = (64, 256)
+# Channel-last x of width up to 4: the backward walks positions one row of channels at a
+# time (``causal_conv1d_backward_rows_kernel``: x and dy loaded once, the window in
+# registers) rather than in 2-D tiles that recompute g for every shifted set (False).
+BACKWARD_ROWS = True
+# Its (channels a program, positions a loop step), warps, and programs per SM the position
+# chunks aim for (each program's registers are a few rows: many fit on an SM). Session 45
+# (H200, bf16, batch 8, dim 2048, seqlen 4096, width 4, SiLU; probe_causal_backward.py
+# --tiles, ms for dx, dW and db): 256 x 8 with 2 warps, 16 a SM 0.214 (1880 GB/s); 1 warp
+# 0.242; 128 x 8, 1 warp, 32 a SM 0.212; 256 x 16 0.320; 512 x 8 0.274; 8 a SM 0.375; the
+# tile kernel (128 x 16, 8 warps, recomputing g) 0.517.
+ROWS_TILE = (256, 8)
+ROWS_WARPS = 2
+ROWS_PROGRAMS_PER_SM = 16
+_INTERPRETER_ROWS_TILE = (64, 4)
 
 
 def output_length(length: int, width: int, pad: int) -> int:
@@ -94,14 +112,14 @@ def _check(x, weight, pad: int) -> None:
         raise TritonConvError(f"causal_conv1d op: x is {x.dtype} but weight is {weight.dtype}")
 
 
-def _chunk_blocks(batch: int, l_blocks: int, d_blocks: int, device) -> int:
-    """Position blocks per backward program: as many as keep about ``PROGRAMS_PER_SM`` programs
+def _chunk_blocks(batch: int, l_blocks: int, d_blocks: int, device, per_sm=PROGRAMS_PER_SM) -> int:
+    """Position blocks per backward program: as many as keep about ``per_sm`` programs
     per SM busy, so the weight and bias partials (one per program and channel) stay few and
     their fixed-order sum short. Under the interpreter every sequence's blocks in two chunks
     (fewer Python-level programs; two partials, so the sum is exercised)."""
     if INTERPRETER:
         return max(1, cdiv(l_blocks, 2))
-    wanted = cdiv(PROGRAMS_PER_SM * multiprocessor_count(device), batch * d_blocks)
+    wanted = cdiv(per_sm * multiprocessor_count(device), batch * d_blocks)
     return cdiv(l_blocks, max(1, min(l_blocks, wanted)))
 
 
@@ -175,19 +193,37 @@ def causal_conv1d_backward(grad_output, x, weight, bias, pad: int, silu: bool, o
     params = want_w or want_b
     if nothing or not (want_x or params):
         return grad_x, grad_w, grad_b
-    block_d, block_l = _tiles(x, dim, length, _BACKWARD_TILES)
-    # g once per block pays along positions (256-long tiles); channel-last tiles are 16
-    # positions long, where the gathers' layout conversions cost more than recomputing g
-    # (H100, benchmarks/NOTES.md); the shifts must stay within one block either side.
     channel_last = _channel_last(x, dim)
+    rows = BACKWARD_ROWS and channel_last and width <= 4
+    if rows:
+        cap_d, block_l = _INTERPRETER_ROWS_TILE if INTERPRETER else ROWS_TILE
+        block_d, warps, per_sm = (
+            clamped_power_of_2(dim, 16, cap_d),
+            ROWS_WARPS,
+            ROWS_PROGRAMS_PER_SM,
+        )
+    else:
+        # g once per block pays along positions (256-long tiles); channel-last tiles are 16
+        # positions long, where the gathers' layout conversions cost more than recomputing g
+        # (H100, benchmarks/NOTES.md); the shifts must stay within one block either side.
+        block_d, block_l = _tiles(x, dim, length, _BACKWARD_TILES)
+        warps, per_sm = BACKWARD_WARPS, PROGRAMS_PER_SM
     l_blocks = cdiv(length, block_l)
-    chunk_blocks = _chunk_blocks(batch, l_blocks, cdiv(dim, block_d), x.device)
+    chunk_blocks = _chunk_blocks(batch, l_blocks, cdiv(dim, block_d), x.device, per_sm)
     programs = batch * cdiv(l_blocks, chunk_blocks)
     part = partial_dtype(weight.dtype)
     dw_part = allocate((programs, dim, width) if params else (0,), part, x.device)
     db_part = allocate((programs, dim) if params else (0,), part, x.device)
+    shapes = dict(
+        PAD=pad, WIDTH=width, HAS_BIAS=bias is not None, SILU=silu, GRAD_INPUT=want_x,
+        GRAD_PARAMS=params, ACC_DTYPE=accumulator_dtype(x.dtype), BLOCK_D=block_d,
+        BLOCK_L=block_l, INDEX_64=needs_int64(x, grad_output, grad_x, dw_part), num_warps=warps,
+    )  # fmt: skip
+    if not rows:
+        g_once = G_ONCE and width - 1 < block_l and (G_ONCE_CHANNEL_LAST or not channel_last)
+        shapes.update(WIDTH_P2=next_power_of_2(width), G_ONCE=g_once)
     launch(
-        causal_conv1d_backward_kernel,
+        causal_conv1d_backward_rows_kernel if rows else causal_conv1d_backward_kernel,
         (programs, cdiv(dim, block_d)),
         x,
         weight,
@@ -204,19 +240,7 @@ def causal_conv1d_backward(grad_output, x, weight, bias, pad: int, silu: bool, o
         *weight.stride(),
         *grad_output.stride(),
         *(grad_x if want_x else x).stride(),
-        PAD=pad,
-        WIDTH=width,
-        WIDTH_P2=next_power_of_2(width),
-        HAS_BIAS=bias is not None,
-        SILU=silu,
-        GRAD_INPUT=want_x,
-        GRAD_PARAMS=params,
-        G_ONCE=G_ONCE and width - 1 < block_l and (G_ONCE_CHANNEL_LAST or not channel_last),
-        ACC_DTYPE=accumulator_dtype(x.dtype),
-        BLOCK_D=block_d,
-        BLOCK_L=block_l,
-        INDEX_64=needs_int64(x, grad_output, grad_x, dw_part),
-        num_warps=BACKWARD_WARPS,
+        **shapes,
     )
     if want_w:
         sum_partials(dw_part, grad_w)
