@@ -80,6 +80,23 @@ def _fold3d_inputs(quick: bool, dtype):
     return _t((n, c * 27, d * h * w), dtype), _one_hot_window(c, (3, 3, 3), dtype), (d, h, w)
 
 
+def _mamba_case(name: str, label: str, make_x) -> Case:
+    """Issue 12's causal conv1d case (a Mamba block's), x made by ``make_x`` (its layout)."""
+    return Case(
+        name,
+        label,
+        lambda q, dt: (
+            make_x((2, 4, 16) if q else (8, 2048, 4096), dt),
+            _t((4, 4) if q else (2048, 4), dt, 0.5),
+            _t((4,) if q else (2048,), dt),
+        ),
+        lambda x, w, b: functional.causal_conv1d(x, w, b, activation="silu"),
+        _causal_ref,
+        # forward: x read, y written; backward: x and dy read, dx written
+        lambda x, w, b: (2 * x.nbytes, 3 * x.nbytes),
+    )
+
+
 def _causal_ref(x, w, b):
     width = w.shape[1]
     y = F.conv1d(x, w.unsqueeze(1), b, padding=width - 1, groups=w.shape[0])
@@ -164,30 +181,11 @@ CASES = [
         lambda x, w, b: functional.conv_transpose1d(x, w, b, stride=2, padding=1),
         lambda x, w, b: F.conv_transpose1d(x, w, b, stride=2, padding=1),
     ),
-    Case(
-        "mamba_causal_conv1d",
-        "batch 8 dim 2048 seqlen 4096 width 4, SiLU",
-        lambda q, dt: (
-            _t((2, 4, 16) if q else (8, 2048, 4096), dt),
-            _t((4, 4) if q else (2048, 4), dt, 0.5),
-            _t((4,) if q else (2048,), dt),
-        ),
-        lambda x, w, b: functional.causal_conv1d(x, w, b, activation="silu"),
-        _causal_ref,
-        # forward: x read, y written; backward: x and dy read, dx written
-        lambda x, w, b: (2 * x.nbytes, 3 * x.nbytes),
-    ),
-    Case(
+    _mamba_case("mamba_causal_conv1d", "batch 8 dim 2048 seqlen 4096 width 4, SiLU", _t),
+    _mamba_case(
         "mamba_causal_conv1d_dim_last",
         "the same, x dim-innermost (batch, L, dim) memory",
-        lambda q, dt: (
-            _t_dim_last((2, 4, 16) if q else (8, 2048, 4096), dt),
-            _t((4, 4) if q else (2048, 4), dt, 0.5),
-            _t((4,) if q else (2048,), dt),
-        ),
-        lambda x, w, b: functional.causal_conv1d(x, w, b, activation="silu"),
-        _causal_ref,
-        lambda x, w, b: (2 * x.nbytes, 3 * x.nbytes),
+        _t_dim_last,
     ),
     Case(
         "conv3d_3x3x3",
