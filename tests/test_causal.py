@@ -415,7 +415,7 @@ def test_backward_rows_match_the_tiles(width, dtype, silu, device, monkeypatch):
     window's rows carried in registers across steps and position chunks) gives the 2-D tile
     kernel's dx, dW and db for every window shift, over several chunks and a
     partial channel block (70 positions: two chunks of 9 four-row steps under the interpreter),
-    and the gradients a mask leaves out are not needed for the rest:
+    dy laid out as x or not, and the gradients a mask leaves out are not needed for the rest:
     integers bit for bit, float dx to two roundings (the same sums in the same order; the
     compiler may fuse multiply-adds differently in the two kernels), float dW and db to a
     sum's rounding (the tile kernel adds a block's positions as a tree, the rows in order)."""
@@ -430,8 +430,10 @@ def test_backward_rows_match_the_tiles(width, dtype, silu, device, monkeypatch):
     x = _channel_last(random_tensor((batch, dim, seqlen), dtype, device))
     w = random_tensor((dim, width), dtype, device)
     b = random_tensor((dim,), dtype, device)
-    for pad in sorted({0, width // 2, width - 1}):
-        dy = _channel_last(random_tensor((batch, dim, seqlen - (width - 1) + pad), dtype, device))
+    for turn, pad in enumerate(sorted({0, width // 2, width - 1})):
+        dy = random_tensor((batch, dim, seqlen - (width - 1) + pad), dtype, device)
+        if turn % 2 == 0:  # dy laid out as x, or (odd turns) channel-first: dy's own strides
+            dy = _channel_last(dy)
         results = {}
         for rows in (False, True):
             monkeypatch.setattr(causal, "BACKWARD_ROWS", rows)

@@ -1373,11 +1373,12 @@ def test_group_pack_rule():
     assert pack(torch.bfloat16, 8, 8, 3) == 1  # no power of two divides 3
     assert pack(torch.bfloat16, 8, 8, 2) == 2  # at most every group
     assert pack(torch.float64, 4, 4, 32) == 1  # off tensor cores
-    # fp32 packs to PACK_CHANNELS_FP32 (TF32's tensor-core step is 8 deep, not 16)
+    # fp32 groups under 16 channels pack to PACK_CHANNELS_FP32 (TF32's tensor-core step is 8
+    # deep, not 16); wider ones to PACK_CHANNELS, as 16-bit's
     assert pack(torch.float32, 8, 8, 32) == 2
     assert pack(torch.float32, 4, 4, 32) == 4
     assert pack(torch.float32, 2, 8, 16) == 8
-    assert pack(torch.float32, 16, 16, 32) == 1
+    assert pack(torch.float32, 16, 16, 32) == 2
 
 
 def test_wide_group_pack_rule(monkeypatch):
@@ -1391,7 +1392,7 @@ def test_wide_group_pack_rule(monkeypatch):
     assert pack(bf16, 16, 16, 32, 32 * 14 * 14) == 2  # ResNeXt's 14²: 392 programs
     assert pack(bf16, 16, 16, 20, 32 * 14 * 14) == 2  # RegNet's 14²: 245
     assert pack(bf16, 8, 8, 32, 32 * 56 * 56) == 4  # 8-channel groups: 8x the products
-    assert pack(torch.float32, 16, 16, 4, 32 * 56 * 56) == 1  # 16-bit only
+    assert pack(torch.float32, 16, 16, 4, 32 * 56 * 56) == 2  # 16-bit only
     assert pack(bf16, 16, 32, 4, 32 * 56 * 56) == 2  # 4 x 32 > 64 channels
     assert pack(bf16, 32, 32, 32, 32 * 56 * 56) == 1  # 32-channel groups: not measured wider
     assert pack(torch.float16, 16, 16, 4, 32 * 56 * 56) == 4

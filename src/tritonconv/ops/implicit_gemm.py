@@ -456,7 +456,8 @@ PACK_CHANNELS = 32
 # packing 8-channel groups to 32 made half of the tile's products zeros for no shorter loop.
 # Measured (session 45, H200, fp32 channels-last with TF32, benchmarks/probe_passes.py
 # --dense grp32_3x3_28, batch 32, µs): groups-32 of 8 channels at 28² packed to 32 -> 16
-# forward 57.7 -> 46.0, input gradient 62.8 -> 48.6 (cuDNN 37.2 / 41.2).
+# forward 57.7 -> 46.0, input gradient 62.8 -> 48.6 (cuDNN 37.2 / 41.2). Only narrower groups:
+# fp32 groups of 16 to 31 channels pack to PACK_CHANNELS as before (not measured at 16).
 PACK_CHANNELS_FP32 = 16
 # Groups of 16 to 31 channels a side pack to WIDE_PACK_CHANNELS instead where the packed
 # grid still has WIDE_PACK_MIN_WAVES waves of 128-row programs: twice the tensor-core work
@@ -474,17 +475,18 @@ def group_pack(
 ) -> int:
     """How many consecutive groups one program of the forward/input-gradient kernel runs as one
     (block-diagonal weight tile): enough that both sides reach ``PACK_CHANNELS`` (groups of 8 ->
-    8 channels: 4; of 16 -> 16: 2; fp32: ``PACK_CHANNELS_FP32``, groups of 8: 2), a power of
-    two dividing ``groups``; 1 for groups that wide on both sides already and off tensor
-    cores. 16-bit groups of 16 to 31 channels over
-    ``rows`` output rows (per phase) pack to ``WIDE_PACK_CHANNELS`` where that leaves enough
-    programs for ``device`` (:data:`WIDE_PACK_MIN_WAVES`); groups of 32 stay unpacked
+    8 channels: 4; of 16 -> 16: 2; fp32 groups under ``PACK_CHANNELS_FP32`` channels: that
+    many, groups of 8: 2), a power of two dividing ``groups``; 1 for groups that wide on both
+    sides already and off tensor cores. 16-bit groups of 16 to 31 channels over ``rows``
+    output rows (per phase) pack to ``WIDE_PACK_CHANNELS`` where that leaves enough programs
+    for ``device`` (:data:`WIDE_PACK_MIN_WAVES`); groups of 32 stay unpacked
     (session 21: two a program lost at 7², and packing gives up the tap bits, the aligned
     loads and the second accumulator, each measured faster)."""
     if dtype not in DOT_DTYPES or groups == 1:
         return 1
     narrow = min(src_per_group, dst_per_group)
-    target = PACK_CHANNELS_FP32 if dtype == torch.float32 else PACK_CHANNELS
+    fp32_narrow = dtype == torch.float32 and narrow < PACK_CHANNELS_FP32
+    target = PACK_CHANNELS_FP32 if fp32_narrow else PACK_CHANNELS
     pack = 1
     while pack * narrow < target and groups % (2 * pack) == 0:
         pack *= 2
