@@ -96,9 +96,15 @@ def _output_grad(
             x_base, x_sl, w_ptr, w_sd, w_sk, bias, d, d_ok, at, L_in,
             PAD, WIDTH, ACC_DTYPE, BLOCK_D, BLOCK_L,
         )  # fmt: skip
-        s = 1.0 / (1.0 + tl.exp(-z))
-        g = g * s * (1.0 + z * (1.0 - s))
+        g = _silu_grad(g, z)
     return g
+
+
+@triton.jit
+def _silu_grad(g, z):
+    """``g * SiLU'(z)``: SiLU'(z) = s * (1 + z * (1 - s)), s = sigmoid(z)."""
+    s = 1.0 / (1.0 + tl.exp(-z))
+    return g * s * (1.0 + z * (1.0 - s))
 
 
 @triton.jit
@@ -154,8 +160,7 @@ def _grad_and_inputs(
                 z += x2 * _tap_weight(w_ptr, w_sd, w_sk, d, d_ok, 2, ACC_DTYPE)[:, None]
             if WIDTH > 3:
                 z += x3 * _tap_weight(w_ptr, w_sd, w_sk, d, d_ok, 3, ACC_DTYPE)[:, None]
-            s = 1.0 / (1.0 + tl.exp(-z))
-            g = g * s * (1.0 + z * (1.0 - s))
+            g = _silu_grad(g, z)
     return g, x0, x1, x2, x3
 
 
@@ -163,6 +168,23 @@ def _grad_and_inputs(
 def _tap_weight(w_ptr, w_sd, w_sk, d, d_ok, k: tl.constexpr, ACC_DTYPE: tl.constexpr):
     """Tap ``k``'s weights of channels ``d``, in the accumulator dtype."""
     return tl.load(w_ptr + d * w_sd + k * w_sk, mask=d_ok, other=0).to(ACC_DTYPE)
+
+
+@triton.jit
+def _tap_weights(w_ptr, w_sd, w_sk, d, d_ok, WIDTH: tl.constexpr, ACC_DTYPE: tl.constexpr):
+    """The first four taps' weights of channels ``d`` (widths up to 4; zeros past the width),
+    in the accumulator dtype."""
+    w0 = _tap_weight(w_ptr, w_sd, w_sk, d, d_ok, 0, ACC_DTYPE)
+    w1 = tl.zeros_like(w0)
+    w2 = tl.zeros_like(w0)
+    w3 = tl.zeros_like(w0)
+    if WIDTH > 1:
+        w1 = _tap_weight(w_ptr, w_sd, w_sk, d, d_ok, 1, ACC_DTYPE)
+    if WIDTH > 2:
+        w2 = _tap_weight(w_ptr, w_sd, w_sk, d, d_ok, 2, ACC_DTYPE)
+    if WIDTH > 3:
+        w3 = _tap_weight(w_ptr, w_sd, w_sk, d, d_ok, 3, ACC_DTYPE)
+    return w0, w1, w2, w3
 
 
 @triton.jit
@@ -551,14 +573,7 @@ def causal_conv1d_backward_rows_kernel(
     if HAS_BIAS:
         bias = tl.load(b_ptr + d, mask=d_ok, other=0).to(ACC_DTYPE)
     zero = tl.zeros([BLOCK_D], dtype=ACC_DTYPE)
-    w0 = _tap_weight(w_ptr, w_sd, w_sk, d, d_ok, 0, ACC_DTYPE)
-    w1, w2, w3 = zero, zero, zero
-    if WIDTH > 1:
-        w1 = _tap_weight(w_ptr, w_sd, w_sk, d, d_ok, 1, ACC_DTYPE)
-    if WIDTH > 2:
-        w2 = _tap_weight(w_ptr, w_sd, w_sk, d, d_ok, 2, ACC_DTYPE)
-    if WIDTH > 3:
-        w3 = _tap_weight(w_ptr, w_sd, w_sk, d, d_ok, 3, ACC_DTYPE)
+    w0, w1, w2, w3 = _tap_weights(w_ptr, w_sd, w_sk, d, d_ok, WIDTH, ACC_DTYPE)
     # x[s - 1], x[s - 2], x[s - 3] before step s = p0 (rows before the sequence: zeros)
     x1, x2, x3 = zero, zero, zero
     if WIDTH > 1:
@@ -582,8 +597,7 @@ def causal_conv1d_backward_rows_kernel(
                 z = bias
                 for k in tl.static_range(WIDTH):  # tap k reads x[s - (WIDTH - 1 - k)]
                     z += _pick(xs, x1, x2, x3, WIDTH - 1 - k) * _pick(w0, w1, w2, w3, k)
-                sg = 1.0 / (1.0 + tl.exp(-z))
-                g = g * sg * (1.0 + z * (1.0 - sg))
+                g = _silu_grad(g, z)
             if GRAD_PARAMS:
                 t_d = t + tl.zeros_like(d)  # (a tensor under the interpreter too)
                 gm = tl.where((t_d >= p0) & (t_d < p1), g, 0)
