@@ -1549,7 +1549,7 @@ def _launch_conv(src, weight, bias, dst, geometry: Geometry, groups: int, transp
         raise ValueError(
             f"tile configuration {config}: a second accumulator takes neither packed groups "
             f"nor {src.dtype} (it needs a tensor-core dtype, and one group or groups of at "
-            f"least {PACK_CHANNELS} (fp32: {PACK_CHANNELS_FP32}) channels a side)"
+            f"least {PACK_CHANNELS} channels a side)"
         )
     grid = (cdiv(rows, block_m) * cdiv(dst_per_group, config.columns), groups, phases)
     splits = 1
