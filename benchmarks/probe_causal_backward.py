@@ -10,7 +10,7 @@ Forms are ``ops.causal``'s switches and tiles, as specs:
   ``BACKWARD_WARPS``; the forward ignores the tile and takes ``X_ONCE``), ``tile-per-tap``
   the forward's per-tap loads (``X_ONCE`` off);
 - ``segments:DxS:warps:per_sm`` channel-first x on the segment kernels (``SEGMENTS_TILE``
-  ``D`` channels x ``S`` 8-position segments, ``SEGMENTS_WARPS``,
+  and ``BACKWARD_SEGMENTS_TILE`` ``D`` channels x ``S`` 8-position segments, ``SEGMENTS_WARPS``,
   ``SEGMENTS_PROGRAMS_PER_SM``);
 - ``cl:DxL:warps[:once]`` channel-last x on the backward's tile kernel (g once with
   ``:once``), ``rows:DxL:warps:per_sm`` on its rows kernel (``ROWS_TILE``, ...); the forward
@@ -35,10 +35,11 @@ from tritonconv.timing import device_ms
 
 SHAPE = (8, 2048, 4096)
 WIDTH = 4
-KNOBS = ("FORWARD_SEGMENTS", "BACKWARD_SEGMENTS", "X_ONCE", "SEGMENTS_TILE", "SEGMENTS_WARPS",
+KNOBS = ("FORWARD_SEGMENTS", "BACKWARD_SEGMENTS", "X_ONCE", "SEGMENTS_TILE",
+         "BACKWARD_SEGMENTS_TILE", "SEGMENTS_WARPS",
          "SEGMENTS_PROGRAMS_PER_SM", "BACKWARD_WARPS", "G_ONCE_CHANNEL_LAST", "BACKWARD_ROWS",
          "ROWS_TILE", "ROWS_WARPS", "ROWS_PROGRAMS_PER_SM")  # fmt: skip
-DEFAULT_FORWARD = ["tile-per-tap", "tile:16x256:4", "segments:4x32:4:16", "cl"]
+DEFAULT_FORWARD = ["tile:16x256:4", "segments:8x32:4:16", "cl"]
 DEFAULT_BACKWARD = ["tile:16x256:8", "segments:4x32:4:16", "rows:256x8:2:16"]
 
 
@@ -75,7 +76,8 @@ def _configure(spec: str) -> str:
     causal.X_ONCE = kind != "tile-per-tap"
     causal.BACKWARD_ROWS = kind == "rows"
     if kind == "segments":
-        causal.SEGMENTS_TILE = tuple(int(v) for v in fields[0].split("x"))
+        tile = tuple(int(v) for v in fields[0].split("x"))
+        causal.SEGMENTS_TILE = causal.BACKWARD_SEGMENTS_TILE = tile
         causal.SEGMENTS_WARPS, causal.SEGMENTS_PROGRAMS_PER_SM = int(fields[1]), int(fields[2])
     elif kind == "rows":
         causal.ROWS_TILE = tuple(int(v) for v in fields[0].split("x"))

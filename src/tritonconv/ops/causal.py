@@ -86,8 +86,13 @@ FORWARD_SEGMENTS = True
 BACKWARD_SEGMENTS = True
 # Their (channels, segments) a program (at least 16 segments: the weight gradient's sum
 # over them must not run over an axis thinner than the layout's lanes, NOTES.md, issue 9),
-# warps, and the backward's programs per SM.
-SEGMENTS_TILE = (4, 32)
+# forward and backward, warps, and the backward's programs per SM. Session 46 (H200, bf16,
+# batch 8, dim 2048, seqlen 4096, width 4, SiLU; probe_causal_backward.py, ms): forward
+# 8 x 32 0.0767 (3502 GB/s), 16 x 16 0.0783, 4 x 32 0.0839, 8 x 32 with 8 warps 0.0848, the
+# tile kernel 0.1130; backward (dx, dW, db) 4 x 32 0.1497 (2689 GB/s; 8 or 32 programs an SM
+# the same), 2 x 32 with 2 warps 0.1495, 8 x 32 0.1799, the tile kernel 0.2826.
+SEGMENTS_TILE = (8, 32)
+BACKWARD_SEGMENTS_TILE = (4, 32)
 SEGMENTS_WARPS = 4
 SEGMENTS_PROGRAMS_PER_SM = 16
 _INTERPRETER_SEGMENTS_TILE = (16, 16)
@@ -111,12 +116,12 @@ def _tiles(x: torch.Tensor, dim: int, length: int, caps: dict = _TILES) -> tuple
     return clamped_power_of_2(dim, 16, cap_d), clamped_power_of_2(length, 16, cap_l)
 
 
-def _segments(dim: int, length: int) -> tuple[int, int]:
+def _segments(dim: int, length: int, backward: bool = False) -> tuple[int, int]:
     """(channels, 8-position segments) of a segment kernel's program."""
     if INTERPRETER:
         cap_d, cap_s = _INTERPRETER_SEGMENTS_TILE
         return clamped_power_of_2(dim, 1, cap_d), clamped_power_of_2(cdiv(length, 8), 1, cap_s)
-    cap_d, cap_s = SEGMENTS_TILE
+    cap_d, cap_s = BACKWARD_SEGMENTS_TILE if backward else SEGMENTS_TILE
     return clamped_power_of_2(dim, 1, cap_d), clamped_power_of_2(cdiv(length, 8), 16, cap_s)
 
 
@@ -215,7 +220,7 @@ def causal_conv1d_backward(grad_output, x, weight, bias, pad: int, silu: bool, o
     rows = BACKWARD_ROWS and channel_last and width <= 4
     segments = BACKWARD_SEGMENTS and not channel_last and width <= 4
     if segments:
-        block_d, count = _segments(dim, length)
+        block_d, count = _segments(dim, length, backward=True)
         block_l, warps, per_sm = count * 8, SEGMENTS_WARPS, SEGMENTS_PROGRAMS_PER_SM
     elif rows:
         cap_d, block_l = _INTERPRETER_ROWS_TILE if INTERPRETER else ROWS_TILE
