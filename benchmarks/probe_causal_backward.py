@@ -1,18 +1,22 @@
-"""The causal conv1d backward, g once per block (``ops.causal.G_ONCE``) against the first
-version (g recomputed for every shifted set), on issue 12's Mamba shape (batch 8, dim 2048,
-seqlen 4096, width 4, SiLU, bf16), both layouts: GPU time (``timing.device_ms``), achieved
-bandwidth (x and dy read, dx written once), and the results of the two compared.
-``--forward``: the forward, x loaded once a block (``ops.causal.X_ONCE``) against each tap's
-own loads (x read, y written once; channel-first, the layout ``X_ONCE`` serves), results
-compared (bf16 outputs: bitwise equal on the H200, session 44). ``--tiles 16x256:8
-cl:64x16:8:once``: the backward again with these tiles (``BLOCK_D x BLOCK_L``) and warps
-(``ops.causal._BACKWARD_TILES``, ``BACKWARD_WARPS``), channel-first x (g once), or
-channel-last (``cl:``) with g once (``:once``, ``G_ONCE_CHANNEL_LAST``) or recomputed;
-``rows:256x8:1:16``: channel-last x on the rows kernel (``BACKWARD_ROWS``) with
-``ROWS_TILE`` 256 x 8, ``ROWS_WARPS`` 1, ``ROWS_PROGRAMS_PER_SM`` 16 (``cl:`` tiles run the
-tile kernel). Without ``--tiles`` the channel-last rows above are the rows kernel's.
+"""The causal conv1d's kernels on issue 12's Mamba shape (batch 8, dim 2048, seqlen 4096,
+width 4, SiLU, bf16): GPU time (``timing.device_ms``), achieved bandwidth (forward: x read, y
+written; backward: x and dy read, dx written, each once), and each form's largest distance
+from the first form's results and from float64's.
 
-    PYTHONPATH=src python3 benchmarks/probe_causal_backward.py [--forward] [--tiles T ...]
+Forms are ``ops.causal``'s switches and tiles, as specs:
+
+- ``tile:DxL:warps`` channel-first x on the 2-D tile kernels (``FORWARD_SEGMENTS`` /
+  ``BACKWARD_SEGMENTS`` off; the backward with g once a block, ``_BACKWARD_TILES``,
+  ``BACKWARD_WARPS``; the forward ignores the tile and takes ``X_ONCE``), ``tile-per-tap``
+  the forward's per-tap loads (``X_ONCE`` off);
+- ``segments:DxS:warps:per_sm`` channel-first x on the segment kernels (``SEGMENTS_TILE``
+  and ``BACKWARD_SEGMENTS_TILE`` ``D`` channels x ``S`` 8-position segments, ``SEGMENTS_WARPS``,
+  ``SEGMENTS_PROGRAMS_PER_SM``);
+- ``cl:DxL:warps[:once]`` channel-last x on the backward's tile kernel (g once with
+  ``:once``), ``rows:DxL:warps:per_sm`` on its rows kernel (``ROWS_TILE``, ...); the forward
+  takes channel-last x as ``cl``.
+
+    PYTHONPATH=src python3 benchmarks/probe_causal_backward.py [--forward] [SPEC ...]
         [--json PATH]
 """
 
@@ -22,6 +26,7 @@ import argparse
 import json
 
 import torch
+import torch.nn.functional as F
 
 import tritonconv
 from tritonconv import library
@@ -30,6 +35,12 @@ from tritonconv.timing import device_ms
 
 SHAPE = (8, 2048, 4096)
 WIDTH = 4
+KNOBS = ("FORWARD_SEGMENTS", "BACKWARD_SEGMENTS", "X_ONCE", "SEGMENTS_TILE",
+         "BACKWARD_SEGMENTS_TILE", "SEGMENTS_WARPS",
+         "SEGMENTS_PROGRAMS_PER_SM", "BACKWARD_WARPS", "G_ONCE_CHANNEL_LAST", "BACKWARD_ROWS",
+         "ROWS_TILE", "ROWS_WARPS", "ROWS_PROGRAMS_PER_SM")  # fmt: skip
+DEFAULT_FORWARD = ["tile:16x256:4", "segments:8x32:4:16", "cl"]
+DEFAULT_BACKWARD = ["tile:16x256:8", "segments:4x32:4:16", "rows:256x8:2:16"]
 
 
 def _channel_last(t: torch.Tensor) -> torch.Tensor:
@@ -39,131 +50,84 @@ def _channel_last(t: torch.Tensor) -> torch.Tensor:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("specs", nargs="*", help="forms (module docstring); default: a set")
     parser.add_argument("--json")
     parser.add_argument("--reps", type=int, default=30)
-    parser.add_argument("--forward", action="store_true", help="the forward's two forms")
-    parser.add_argument("--tiles", nargs="*", default=[], help="backward tiles: DxL:warps")
+    parser.add_argument("--forward", action="store_true", help="the forward, not the backward")
     opts = parser.parse_args()
-    rows = forward(opts.reps) if opts.forward else backward(opts.reps, opts.tiles)
+    specs = opts.specs or (DEFAULT_FORWARD if opts.forward else DEFAULT_BACKWARD)
+    saved = {name: getattr(causal, name) for name in KNOBS}
+    saved_tiles = dict(causal._BACKWARD_TILES)
+    try:
+        rows = run(specs, opts.forward, opts.reps)
+    finally:
+        for name, value in saved.items():
+            setattr(causal, name, value)
+        causal._BACKWARD_TILES.update(saved_tiles)
     if opts.json:
         with open(opts.json, "w") as f:
             json.dump(rows, f, indent=1)
 
 
-def forward(reps: int) -> list:
-    x = torch.randn(SHAPE, device="cuda", dtype=torch.bfloat16)
-    w = (torch.randn(SHAPE[1], WIDTH, device="cuda") * 0.5).to(torch.bfloat16)
-    b = torch.randn(SHAPE[1], device="cuda", dtype=torch.bfloat16)
-    rows, results = [], {}
-    for x_once in (False, True):
-        causal.X_ONCE = x_once
-        tritonconv.clear_caches()
-
-        def call(_, args=(x, w, b)):
-            return library.causal_conv1d(*args, WIDTH - 1, True)
-
-        ms = device_ms(call, reps)
-        floor = 2 * x.numel() * x.element_size()
-        rows.append(dict(x_once=x_once, ms=ms, gb_s=floor / (ms * 1e-3) / 1e9))
-        print(f"forward x_once={x_once!s:5s} {ms:8.4f} ms {rows[-1]['gb_s']:7.0f} GB/s", flush=True)
-        results[x_once] = call(0)
-    causal.X_ONCE = True
-    apart = (results[True].float() - results[False].float()).abs().max().item()
-    print(f"forward: results {'bitwise equal' if apart == 0 else f'{apart:.3g} apart at most'}")
-    # channel-last x (dim innermost: each tap's load a vector along the channels; X_ONCE
-    # does not apply)
-    x_last = _channel_last(x)
+def _configure(spec: str) -> str:
+    """Set ``ops.causal``'s knobs for ``spec``; the layout of x it runs on."""
+    kind, *fields = spec.split(":")
+    causal.FORWARD_SEGMENTS = causal.BACKWARD_SEGMENTS = kind == "segments"
+    causal.X_ONCE = kind != "tile-per-tap"
+    causal.BACKWARD_ROWS = kind == "rows"
+    if kind == "segments":
+        tile = tuple(int(v) for v in fields[0].split("x"))
+        causal.SEGMENTS_TILE = causal.BACKWARD_SEGMENTS_TILE = tile
+        causal.SEGMENTS_WARPS, causal.SEGMENTS_PROGRAMS_PER_SM = int(fields[1]), int(fields[2])
+    elif kind == "rows":
+        causal.ROWS_TILE = tuple(int(v) for v in fields[0].split("x"))
+        causal.ROWS_WARPS, causal.ROWS_PROGRAMS_PER_SM = int(fields[1]), int(fields[2])
+    elif kind in ("tile", "cl") and fields:
+        layout = "channel_last" if kind == "cl" else "channel_first"
+        causal._BACKWARD_TILES[layout] = tuple(int(v) for v in fields[0].split("x"))
+        causal.BACKWARD_WARPS = int(fields[1])
+        causal.G_ONCE_CHANNEL_LAST = fields[2:] == ["once"]
     tritonconv.clear_caches()
-    ms = device_ms(lambda _: library.causal_conv1d(x_last, w, b, WIDTH - 1, True), reps)
-    floor = 2 * x.numel() * x.element_size()
-    rows.append(dict(layout="channel_last", ms=ms, gb_s=floor / (ms * 1e-3) / 1e9))
-    print(f"forward channel-last  {ms:8.4f} ms {rows[-1]['gb_s']:7.0f} GB/s", flush=True)
-    return rows
+    return "channel_last" if kind in ("cl", "rows") else "channel_first"
 
 
-def backward(reps: int, tiles: list[str]) -> list:
-    rows = []
-    for layout in ("channel_first", "channel_last"):
-        x = torch.randn(SHAPE, device="cuda", dtype=torch.bfloat16)
-        if layout == "channel_last":
-            x = _channel_last(x)
-        w = (torch.randn(SHAPE[1], WIDTH, device="cuda") * 0.5).to(torch.bfloat16)
-        b = torch.randn(SHAPE[1], device="cuda", dtype=torch.bfloat16)
-        dy = torch.randn_like(x)
-        results = {}
-        for g_once in (False, True):
-            causal.G_ONCE = g_once
-            tritonconv.clear_caches()
-            for mask_name, mask in (("dx,dw,db", [True, True, True]), ("dx", [True, False, False])):
-
-                def call(_, mask=mask, args=(dy, x, w, b)):
-                    return library.causal_conv1d_backward(*args, WIDTH - 1, True, mask)
-
-                ms = device_ms(call, reps)
-                floor = 3 * x.numel() * x.element_size()
-                row = dict(
-                    layout=layout, g_once=g_once, grads=mask_name, ms=ms,
-                    gb_s=floor / (ms * 1e-3) / 1e9,
-                )  # fmt: skip
-                rows.append(row)
-                print(
-                    f"{layout:14s} g_once={g_once!s:5s} {mask_name:9s} {ms:8.4f} ms "
-                    f"{row['gb_s']:7.0f} GB/s",
-                    flush=True,
-                )
-            results[g_once] = call(0, [True, True, True])
-        for name, old, new in zip(("dx", "dw", "db"), results[False], results[True], strict=True):
-            diff = (old.float() - new.float()).abs().max().item()
-            scale = old.float().abs().max().item()
-            print(f"{layout:14s} {name}: max |old - new| {diff:.3g} (max |old| {scale:.3g})")
-    causal.G_ONCE = True
-    rows += backward_tiles(reps, tiles)
-    return rows
-
-
-def backward_tiles(reps: int, tiles: list[str]) -> list:
-    """The backward (dx, dW, db) with each ``[cl:]DxL:warps[:once]`` tile: channel-first x
-    (g once), or with ``cl:`` channel-last x, g once with ``:once`` (else recomputed); or
-    ``rows:DxL:warps:programs_per_sm``: channel-last x on the rows kernel."""
-    rows, results = [], {}
+def run(specs: list[str], forward: bool, reps: int) -> list:
+    torch.manual_seed(0)
     x = torch.randn(SHAPE, device="cuda", dtype=torch.bfloat16)
     w = (torch.randn(SHAPE[1], WIDTH, device="cuda") * 0.5).to(torch.bfloat16)
     b = torch.randn(SHAPE[1], device="cuda", dtype=torch.bfloat16)
     dy = torch.randn_like(x)
-    # dy laid out as x (session 44's run paired channel-last x with a channel-first dy)
     inputs = {"channel_first": (dy, x), "channel_last": (_channel_last(dy), _channel_last(x))}
-    default = (
-        dict(causal._BACKWARD_TILES), causal.BACKWARD_WARPS, causal.G_ONCE_CHANNEL_LAST,
-        causal.BACKWARD_ROWS, causal.ROWS_TILE, causal.ROWS_WARPS, causal.ROWS_PROGRAMS_PER_SM,
-    )  # fmt: skip
-    for spec in tiles:
-        fields = spec.split(":")
-        layout = "channel_last" if fields[0] in ("cl", "rows") else "channel_first"
-        causal.BACKWARD_ROWS = fields[0] == "rows"
-        if causal.BACKWARD_ROWS:
-            causal.ROWS_TILE = tuple(int(v) for v in fields[1].split("x"))
-            causal.ROWS_WARPS, causal.ROWS_PROGRAMS_PER_SM = int(fields[2]), int(fields[3])
-        else:
-            fields = fields[1:] if fields[0] == "cl" else fields
-            causal._BACKWARD_TILES[layout] = tuple(int(v) for v in fields[0].split("x"))
-            causal.BACKWARD_WARPS = int(fields[1])
-            causal.G_ONCE_CHANNEL_LAST = fields[2:] == ["once"]
-        tritonconv.clear_caches()
+    # float64's results on the GPU (cuDNN's float64 convolution), to measure each form against
+    xd, wd, bd, dyd = (t.double().requires_grad_() for t in (x, w, b, dy))
+    want = F.silu(
+        F.conv1d(xd, wd[:, None], bd, padding=WIDTH - 1, groups=SHAPE[1])[..., : SHAPE[2]]
+    )
+    if not forward:
+        want = torch.autograd.grad(want, (xd, wd, bd), dyd)
+    want = [want.detach()] if forward else list(want)
+    rows, first = [], None
+    for spec in specs:
+        layout = _configure(spec)
+        grad, data = inputs[layout]
 
-        def call(_, args=(*inputs[layout], w, b)):
+        def call(_, args=(grad, data, w, b)):
+            if forward:
+                return [library.causal_conv1d(*args[1:], WIDTH - 1, True)]
             return library.causal_conv1d_backward(*args, WIDTH - 1, True, [True] * 3)
 
         ms = device_ms(call, reps)
-        gb_s = 3 * x.numel() * x.element_size() / (ms * 1e-3) / 1e9
-        rows.append(dict(layout=layout, tile=spec, ms=ms, gb_s=gb_s))
-        results[spec] = call(0)
-        apart = max((r.float() - f.float()).abs().max().item()
-                    for r, f in zip(results[spec], results[tiles[0]], strict=True))  # fmt: skip
-        print(f"{layout:14s} tile {spec:14s} {ms:8.4f} ms {gb_s:7.0f} GB/s "
-              f"(dx, dW, db {apart:.3g} from {tiles[0]}'s at most)", flush=True)  # fmt: skip
-    (tiles_before, causal.BACKWARD_WARPS, causal.G_ONCE_CHANNEL_LAST, causal.BACKWARD_ROWS,
-     causal.ROWS_TILE, causal.ROWS_WARPS, causal.ROWS_PROGRAMS_PER_SM) = default  # fmt: skip
-    causal._BACKWARD_TILES.update(tiles_before)
+        moved = (2 if forward else 3) * x.numel() * x.element_size()
+        got = call(0)
+        first = first or got
+        apart = max((g.double() - f.double()).abs().max().item() for g, f in zip(got, first))
+        error = max((g.double() - t).abs().max().item() for g, t in zip(got, want))
+        row = dict(spec=spec, forward=forward, ms=ms, gb_s=moved / (ms * 1e-3) / 1e9,
+                   apart=apart, error=error)  # fmt: skip
+        rows.append(row)
+        print(f"{'forward' if forward else 'backward'} {spec:20s} {ms:8.4f} ms "
+              f"{row['gb_s']:7.0f} GB/s  from {specs[0]}: {apart:.3g}  from float64: {error:.3g}",
+              flush=True)  # fmt: skip
     return rows
 
 

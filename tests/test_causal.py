@@ -170,8 +170,9 @@ def test_every_output_element_is_written(device, monkeypatch):
         launch.torch, "empty_strided", lambda *a, **k: poison_(empty_strided(*a, **k))
     )
     tc.clear_caches()
-    for dtype in (torch.float32, torch.int16):
-        x = _channel_last(random_tensor((3, 33, 50), dtype, device))
+    for dtype, layout in ((torch.float32, _channel_last), (torch.int16, _channel_last),
+                          (torch.float32, torch.Tensor.contiguous)):  # fmt: skip
+        x = layout(random_tensor((3, 33, 50), dtype, device))
         w, b = random_tensor((33, 4), dtype, device), random_tensor((33,), dtype, device)
         dy = random_tensor((3, 33, 50), dtype, device)
         y = library.causal_conv1d(x, w, b, 3, False)
@@ -378,6 +379,7 @@ def test_forward_with_x_loaded_once_matches_per_tap_loads(width, dtype, silu, de
         "launch",
         lambda kernel, grid, *a, **m: launched.append(m["X_ONCE"]) or real(kernel, grid, *a, **m),
     )
+    monkeypatch.setattr(causal, "FORWARD_SEGMENTS", False)  # (the tile kernel's two forms)
     batch, dim, seqlen = 2, 19, 300
     x = random_tensor((batch, dim, seqlen), dtype, device)
     w = random_tensor((dim, width), dtype, device)
@@ -454,5 +456,72 @@ def test_backward_rows_match_the_tiles(width, dtype, silu, device, monkeypatch):
         for mask in ([True, False, False], [False, True, True]):
             part = library.causal_conv1d_backward(dy, x, w, b, pad, silu, mask)
             for wanted, a, c in zip(mask, part, results[True], strict=True):
+                if wanted:
+                    assert torch.equal(a, c), (pad, mask)
+
+
+@pytest.mark.parametrize("width, seqlen", [(1, 300), (2, 300), (3, 300), (4, 300), (3, 5), (4, 5)])
+@pytest.mark.parametrize(
+    "dtype, silu", [(torch.float32, False), (torch.float32, True), (torch.bfloat16, True),
+                    (torch.int32, False)], ids=str,
+)  # fmt: skip
+def test_segments_match_the_tiles(width, dtype, silu, seqlen, device, monkeypatch):
+    """Channel-first x on the segment kernels (``FORWARD_SEGMENTS``, ``BACKWARD_SEGMENTS``:
+    8-position segments a thread, the window's reach from the segments either side) gives
+    the 2-D tile kernels' output, dx, dW and db, and float64's, for every window shift,
+    over several position blocks and chunks (300 positions: three 128-position blocks in two
+    chunks under the interpreter; 5: less than one segment), two channel blocks, dy
+    laid out as x or channel-last, and the gradients a mask leaves out are not needed for
+    the rest: integers bit for bit, floats to two roundings of the largest value (the
+    compiler may fuse multiply-adds differently in the two kernels) where the sums run in
+    the same order (the output, dx), to a sum's rounding where not (dW, db)."""
+    from tritonconv.ops import causal
+
+    kernels = []
+    real = causal.launch
+    monkeypatch.setattr(
+        causal, "launch", lambda kernel, *a, **m: kernels.append(kernel) or real(kernel, *a, **m)
+    )
+    batch, dim = 2, 19
+    x = random_tensor((batch, dim, seqlen), dtype, device)
+    w = random_tensor((dim, width), dtype, device)
+    b = random_tensor((dim,), dtype, device)
+    for turn, pad in enumerate(sorted({0, width // 2, width - 1})):
+        dy = random_tensor((batch, dim, seqlen - (width - 1) + pad), dtype, device)
+        if turn % 2 == 1:  # dy channel-last on odd turns: dy's own strides
+            dy = _channel_last(dy)
+        results = {}
+        for segments in (False, True):
+            monkeypatch.setattr(causal, "FORWARD_SEGMENTS", segments)
+            monkeypatch.setattr(causal, "BACKWARD_SEGMENTS", segments)
+            tc.clear_caches()
+            y = library.causal_conv1d(x, w, b, pad, silu)
+            grads = library.causal_conv1d_backward(dy, x, w, b, pad, silu, [True] * 3)
+            results[segments] = (y, *grads)
+        assert [k.__name__ for k in kernels[-4:]] == [
+            "causal_conv1d_kernel", "causal_conv1d_backward_kernel",
+            "causal_conv1d_segments_kernel", "causal_conv1d_backward_segments_kernel",
+        ]  # fmt: skip
+        names = ("y", "dx", "dw", "db")
+        for name, tiles, ours in zip(names, results[False], results[True], strict=True):
+            if not dtype.is_floating_point:
+                assert torch.equal(ours, tiles), f"pad {pad} {name}"
+            elif name in ("y", "dx"):
+                ulp = torch.finfo(dtype).eps * tiles.abs().max().item()
+                apart = (ours.double() - tiles.double()).abs().max().item()
+                assert apart <= 2 * ulp, f"pad {pad} {name}: {apart} apart"
+            else:
+                assert_close(ours, tiles.double(), reduction=batch * seqlen, name=name)
+        xd, wd, bd = (t.cpu().double().requires_grad_() for t in (x, w, b))
+        want = F.conv1d(xd, wd[:, None], bd, padding=pad, groups=dim)[..., : dy.shape[2]]
+        want = F.silu(want) if silu else want
+        want_grads = torch.autograd.grad(want, (xd, wd, bd), dy.cpu().double())
+        assert_close(results[True][0], want.detach(), reduction=width, name="y")
+        for name, got, exp in zip(names[1:], results[True][1:], want_grads, strict=True):
+            assert_close(got, exp, reduction=batch * seqlen, name=name)
+        masks = ([True, False, False], [False, True, True], [False, False, True])
+        for mask in masks[turn % 2 :: 2]:  # (interpreter time: the masks over the turns)
+            part = library.causal_conv1d_backward(dy, x, w, b, pad, silu, mask)
+            for wanted, a, c in zip(mask, part, results[True][1:], strict=True):
                 if wanted:
                     assert torch.equal(a, c), (pad, mask)

@@ -630,3 +630,368 @@ def causal_conv1d_backward_rows_kernel(
         if WIDTH > 3:
             tl.store(dw_part_ptr + part * WIDTH + 3, a3, mask=d_ok)
         tl.store(db_part_ptr + part, a_bias, mask=d_ok)
+
+
+# --------------------------------------------------------------------------------------------
+# Channel-first x, widths up to 4: 8-position segments held whole by one thread
+# --------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _split8(t):
+    """The 8 columns of a ``[ROWS, 8]`` tile, in order. A thread holds whole rows of a tile
+    loaded along its contiguous columns (16-bit data: one 16-byte vector a row), so the
+    splits move no data."""
+    R: tl.constexpr = t.shape[0]
+    even, odd = tl.split(tl.reshape(t, [R, 4, 2]))  # columns 2m, 2m + 1
+    c04, c26 = tl.split(tl.reshape(even, [R, 2, 2]))  # columns 4m, 4m + 2
+    c15, c37 = tl.split(tl.reshape(odd, [R, 2, 2]))  # columns 4m + 1, 4m + 3
+    c0, c4 = tl.split(c04)
+    c2, c6 = tl.split(c26)
+    c1, c5 = tl.split(c15)
+    c3, c7 = tl.split(c37)
+    return c0, c1, c2, c3, c4, c5, c6, c7
+
+
+@triton.jit
+def _join8(c0, c1, c2, c3, c4, c5, c6, c7):
+    """The ``[ROWS, 8]`` tile of 8 ``[ROWS]`` columns (:func:`_split8`'s inverse)."""
+    R: tl.constexpr = c0.shape[0]
+    even = tl.reshape(tl.join(tl.join(c0, c4), tl.join(c2, c6)), [R, 4])
+    odd = tl.reshape(tl.join(tl.join(c1, c5), tl.join(c3, c7)), [R, 4])
+    return tl.reshape(tl.join(even, odd), [R, 8])
+
+
+@triton.jit
+def _pick8(t, i: tl.constexpr):
+    """Column ``i`` of a ``[ROWS, 8]`` tile, for a compile-time ``i``."""
+    c0, c1, c2, c3, c4, c5, c6, c7 = _split8(t)
+    return _pick(_pick(c0, c1, c2, c3, i % 4), _pick(c4, c5, c6, c7, i % 4), c0, c0, i // 4)
+
+
+@triton.jit
+def _column(before, own, after, c: tl.constexpr):
+    """Column ``c`` (``-8 <= c < 16``) of three consecutive segments' tiles: ``before``'s
+    columns are ``c < 0``, ``own``'s ``0..7``, ``after``'s ``8..15``."""
+    if c < 0:
+        out = _pick8(before, c + 8)
+    elif c < 8:
+        out = _pick8(own, c)
+    else:
+        out = _pick8(after, c - 8)
+    return out
+
+
+@triton.jit
+def _segments(base, stride, start, limit, row_ok, ACC_DTYPE: tl.constexpr):
+    """``[ROWS, 8]``: each row's 8 positions from ``start`` (``[ROWS]``; 0 outside
+    ``[0, limit)``) of the sequence at ``base`` (``[ROWS]`` pointers), in the accumulator
+    dtype. Segments start on multiples of 8: aligned vector loads."""
+    at = start[:, None] + tl.arange(0, 8)[None, :]
+    ok = row_ok[:, None] & (at >= 0) & (at < limit)
+    return tl.load(base[:, None] + at * stride, mask=ok, other=0).to(ACC_DTYPE)
+
+
+@triton.jit
+def _z_column(x_before, x_own, x_after, w0, w1, w2, w3, bias, c: tl.constexpr,
+              PAD: tl.constexpr, WIDTH: tl.constexpr):  # fmt: skip
+    """z at column ``c`` of a segment: bias, then the taps in order (as
+    :func:`_pre_activation` sums them)."""
+    z = bias
+    for k in tl.static_range(WIDTH):
+        z += _column(x_before, x_own, x_after, c - PAD + k) * _pick(w0, w1, w2, w3, k)
+    return z
+
+
+@triton.jit
+def _segment_rows(D, SEGMENTS: tl.constexpr, BLOCK_D: tl.constexpr, INDEX_64: tl.constexpr):
+    """A segment program's rows (``BLOCK_D`` channels x ``SEGMENTS`` segments, segments
+    fastest): each row's channel, whether it exists, and its segment's index in the block."""
+    r = tl.arange(0, BLOCK_D * SEGMENTS)
+    d = tl.program_id(1) * BLOCK_D + r // SEGMENTS
+    seg = r % SEGMENTS
+    if INDEX_64:
+        d = d.to(tl.int64)
+        seg = seg.to(tl.int64)
+    return d, d < D, seg
+
+
+@triton.jit
+def causal_conv1d_segments_kernel(
+    x_ptr,
+    w_ptr,
+    b_ptr,
+    y_ptr,
+    D,
+    L_in,
+    L_out,
+    x_sb,
+    x_sd,
+    x_sl,
+    w_sd,
+    w_sk,
+    y_sb,
+    y_sd,
+    y_sl,
+    PAD: tl.constexpr,
+    WIDTH: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    SILU: tl.constexpr,
+    ACC_DTYPE: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    SEGMENTS: tl.constexpr,
+    INDEX_64: tl.constexpr,
+):
+    """The forward (:func:`causal_conv1d_kernel`'s arguments and grid, blocks of ``SEGMENTS``
+    x 8 positions) for widths up to 4, with no data crossing threads: a program's rows are
+    ``BLOCK_D`` channels x ``SEGMENTS`` aligned 8-position segments, each row one thread's
+    (a warp covers 32 consecutive segments of a channel: 512 contiguous bytes of bf16). A row
+    loads its own 8 positions of x and, for the window's reach, the segment before's
+    (``PAD > 0``) and after's (``PAD < WIDTH - 1``) as whole aligned vectors (the
+    neighbouring threads' data: L1 hits), splits them into columns in registers, and forms
+    its 8 outputs from them."""
+    pid = tl.program_id(0)
+    if INDEX_64:
+        pid = pid.to(tl.int64)
+    l_blocks = tl.cdiv(L_in, SEGMENTS * 8)
+    b = pid // l_blocks
+    d, d_ok, seg = _segment_rows(D, SEGMENTS, BLOCK_D, INDEX_64)
+    start = ((pid % l_blocks) * SEGMENTS + seg) * 8
+    x_base = x_ptr + b * x_sb + d * x_sd
+    bias = tl.zeros([BLOCK_D * SEGMENTS], dtype=ACC_DTYPE)
+    if HAS_BIAS:
+        bias = tl.load(b_ptr + d, mask=d_ok, other=0).to(ACC_DTYPE)
+    w0, w1, w2, w3 = _tap_weights(w_ptr, w_sd, w_sk, d, d_ok, WIDTH, ACC_DTYPE)
+    x_own = _segments(x_base, x_sl, start, L_in, d_ok, ACC_DTYPE)
+    x_before = x_own
+    x_after = x_own
+    if PAD > 0:
+        x_before = _segments(x_base, x_sl, start - 8, L_in, d_ok, ACC_DTYPE)
+    if WIDTH - 1 - PAD > 0:
+        x_after = _segments(x_base, x_sl, start + 8, L_in, d_ok, ACC_DTYPE)
+    y0 = _z_column(x_before, x_own, x_after, w0, w1, w2, w3, bias, 0, PAD, WIDTH)
+    y1 = _z_column(x_before, x_own, x_after, w0, w1, w2, w3, bias, 1, PAD, WIDTH)
+    y2 = _z_column(x_before, x_own, x_after, w0, w1, w2, w3, bias, 2, PAD, WIDTH)
+    y3 = _z_column(x_before, x_own, x_after, w0, w1, w2, w3, bias, 3, PAD, WIDTH)
+    y4 = _z_column(x_before, x_own, x_after, w0, w1, w2, w3, bias, 4, PAD, WIDTH)
+    y5 = _z_column(x_before, x_own, x_after, w0, w1, w2, w3, bias, 5, PAD, WIDTH)
+    y6 = _z_column(x_before, x_own, x_after, w0, w1, w2, w3, bias, 6, PAD, WIDTH)
+    y7 = _z_column(x_before, x_own, x_after, w0, w1, w2, w3, bias, 7, PAD, WIDTH)
+    y = _join8(y0, y1, y2, y3, y4, y5, y6, y7)
+    if SILU:
+        y = y / (1.0 + tl.exp(-y))
+    at = start[:, None] + tl.arange(0, 8)[None, :]
+    out = y_ptr + (b * y_sb + d * y_sd)[:, None] + at * y_sl
+    tl.store(out, y.to(y_ptr.dtype.element_ty), mask=d_ok[:, None] & (at < L_out))
+
+
+@triton.jit
+def _g_column(x_before, x_own, x_after, dy_before, dy_own, dy_after, w0, w1, w2, w3, bias,
+              c: tl.constexpr, PAD: tl.constexpr, WIDTH: tl.constexpr, SILU: tl.constexpr):  # fmt: skip
+    """g = dy * act'(z) at column ``c`` of a segment (0 where dy is: outside ``[0, L_out)``)."""
+    g = _column(dy_before, dy_own, dy_after, c)
+    if SILU:
+        g = _silu_grad(g, _z_column(x_before, x_own, x_after, w0, w1, w2, w3, bias, c, PAD, WIDTH))
+    return g
+
+
+@triton.jit
+def _dx_column(g_before, g_own, g_after, w0, w1, w2, w3, i: tl.constexpr, PAD: tl.constexpr,
+               WIDTH: tl.constexpr):  # fmt: skip
+    """dx at column ``i``: ``sum_j w[WIDTH-1-j] g[i + PAD - (WIDTH-1) + j]``, j ascending (as
+    the block kernel sums)."""
+    dx = tl.zeros_like(_column(g_before, g_own, g_after, i))
+    for j in tl.static_range(WIDTH):
+        shifted = _column(g_before, g_own, g_after, i + PAD - (WIDTH - 1) + j)
+        dx += shifted * _pick(w0, w1, w2, w3, WIDTH - 1 - j)
+    return dx
+
+
+@triton.jit
+def _g_products(g_own, x_before, x_own, x_after, p: tl.constexpr, k: tl.constexpr,
+                PAD: tl.constexpr):  # fmt: skip
+    """``g[p] * x[p - PAD + k]`` at column ``p``: tap ``k``'s weight-gradient product."""
+    return _pick8(g_own, p) * _column(x_before, x_own, x_after, p - PAD + k)
+
+
+@triton.jit
+def _tap_sum(g_own, x_before, x_own, x_after, k: tl.constexpr, PAD: tl.constexpr):
+    """A segment's ``sum_p g[p] x[p - PAD + k]`` over its 8 columns, in column order."""
+    s = _g_products(g_own, x_before, x_own, x_after, 0, k, PAD)
+    for p in tl.static_range(1, 8):
+        s += _g_products(g_own, x_before, x_own, x_after, p, k, PAD)
+    return s
+
+
+@triton.jit
+def causal_conv1d_backward_segments_kernel(
+    x_ptr,
+    w_ptr,
+    b_ptr,
+    dy_ptr,
+    dx_ptr,
+    dw_part_ptr,
+    db_part_ptr,
+    D,
+    L_in,
+    L_out,
+    chunk_blocks,
+    x_sb,
+    x_sd,
+    x_sl,
+    w_sd,
+    w_sk,
+    dy_sb,
+    dy_sd,
+    dy_sl,
+    dx_sb,
+    dx_sd,
+    dx_sl,
+    PAD: tl.constexpr,
+    WIDTH: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    SILU: tl.constexpr,
+    GRAD_INPUT: tl.constexpr,
+    GRAD_PARAMS: tl.constexpr,
+    ACC_DTYPE: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    SEGMENTS: tl.constexpr,
+    INDEX_64: tl.constexpr,
+):
+    """The backward of :func:`causal_conv1d_backward_kernel` (same arguments, partials and
+    grid; blocks of ``SEGMENTS`` x 8 positions) for widths up to 4, laid out as
+    :func:`causal_conv1d_segments_kernel`: each row (one thread's) holds an aligned
+    8-position segment of one channel and takes from the segments either side, as whole
+    vectors, what the window reaches. g is formed at the segment's own columns and at the
+    ``WIDTH - 1`` columns its dx reaches beyond them (recomputed there from x and dy rather
+    than gathered from a neighbouring thread), dx at its 8 columns from those, and the
+    weight and bias sums from g at its own columns, per row over the chunk's blocks, then
+    over the program's segments (a fixed tree), stored at partial index ``pid``."""
+    pid = tl.program_id(0)
+    if INDEX_64:
+        pid = pid.to(tl.int64)
+    BLOCK_L: tl.constexpr = SEGMENTS * 8
+    ROWS: tl.constexpr = BLOCK_D * SEGMENTS
+    # dx at column i reads g at columns i - BEHIND .. i + PAD
+    BEHIND: tl.constexpr = WIDTH - 1 - PAD
+    l_blocks = tl.cdiv(L_in, BLOCK_L)
+    chunks = tl.cdiv(l_blocks, chunk_blocks)
+    b = pid // chunks
+    first_block = (pid % chunks) * chunk_blocks
+    last_block = tl.minimum(first_block + chunk_blocks, l_blocks) - 1
+    d, d_ok, seg = _segment_rows(D, SEGMENTS, BLOCK_D, INDEX_64)
+    x_base = x_ptr + b * x_sb + d * x_sd
+    dy_base = dy_ptr + b * dy_sb + d * dy_sd
+    bias = tl.zeros([ROWS], dtype=ACC_DTYPE)
+    if HAS_BIAS:
+        bias = tl.load(b_ptr + d, mask=d_ok, other=0).to(ACC_DTYPE)
+    w0, w1, w2, w3 = _tap_weights(w_ptr, w_sd, w_sk, d, d_ok, WIDTH, ACC_DTYPE)
+    zero = tl.zeros([ROWS], dtype=ACC_DTYPE)
+    a_bias, a0, a1, a2, a3 = zero, zero, zero, zero, zero
+    for block in range(first_block, last_block + 1):
+        start = (block * SEGMENTS + seg) * 8
+        x_own = _segments(x_base, x_sl, start, L_in, d_ok, ACC_DTYPE)
+        dy_own = _segments(dy_base, dy_sl, start, L_out, d_ok, ACC_DTYPE)
+        x_before, x_after, dy_before, dy_after = x_own, x_own, dy_own, dy_own
+        # x columns read: z at the g columns [-BEHIND, 8 + PAD) (dx) or [0, 8) reads x at
+        # [-(WIDTH - 1), 8 + WIDTH - 1) or [-PAD, 8 + BEHIND)
+        if (GRAD_INPUT and WIDTH > 1) or PAD > 0:
+            x_before = _segments(x_base, x_sl, start - 8, L_in, d_ok, ACC_DTYPE)
+        if (GRAD_INPUT and WIDTH > 1) or BEHIND > 0:
+            x_after = _segments(x_base, x_sl, start + 8, L_in, d_ok, ACC_DTYPE)
+        if GRAD_INPUT and BEHIND > 0:
+            dy_before = _segments(dy_base, dy_sl, start - 8, L_out, d_ok, ACC_DTYPE)
+        if GRAD_INPUT and PAD > 0:
+            dy_after = _segments(dy_base, dy_sl, start + 8, L_out, d_ok, ACC_DTYPE)
+        g_own = _join8(
+            _g_column(x_before, x_own, x_after, dy_before, dy_own, dy_after,
+                      w0, w1, w2, w3, bias, 0, PAD, WIDTH, SILU),
+            _g_column(x_before, x_own, x_after, dy_before, dy_own, dy_after,
+                      w0, w1, w2, w3, bias, 1, PAD, WIDTH, SILU),
+            _g_column(x_before, x_own, x_after, dy_before, dy_own, dy_after,
+                      w0, w1, w2, w3, bias, 2, PAD, WIDTH, SILU),
+            _g_column(x_before, x_own, x_after, dy_before, dy_own, dy_after,
+                      w0, w1, w2, w3, bias, 3, PAD, WIDTH, SILU),
+            _g_column(x_before, x_own, x_after, dy_before, dy_own, dy_after,
+                      w0, w1, w2, w3, bias, 4, PAD, WIDTH, SILU),
+            _g_column(x_before, x_own, x_after, dy_before, dy_own, dy_after,
+                      w0, w1, w2, w3, bias, 5, PAD, WIDTH, SILU),
+            _g_column(x_before, x_own, x_after, dy_before, dy_own, dy_after,
+                      w0, w1, w2, w3, bias, 6, PAD, WIDTH, SILU),
+            _g_column(x_before, x_own, x_after, dy_before, dy_own, dy_after,
+                      w0, w1, w2, w3, bias, 7, PAD, WIDTH, SILU),
+        )  # fmt: skip
+        if GRAD_PARAMS:
+            o0, o1, o2, o3, o4, o5, o6, o7 = _split8(g_own)
+            a_bias += o0 + o1 + o2 + o3 + o4 + o5 + o6 + o7
+            a0 += _tap_sum(g_own, x_before, x_own, x_after, 0, PAD)
+            if WIDTH > 1:
+                a1 += _tap_sum(g_own, x_before, x_own, x_after, 1, PAD)
+            if WIDTH > 2:
+                a2 += _tap_sum(g_own, x_before, x_own, x_after, 2, PAD)
+            if WIDTH > 3:
+                a3 += _tap_sum(g_own, x_before, x_own, x_after, 3, PAD)
+        if GRAD_INPUT:
+            # g at the columns either side that dx reaches (the rest of those tiles unused)
+            g_before = g_own
+            g_after = g_own
+            if BEHIND > 0:
+                e = tl.zeros([ROWS], dtype=ACC_DTYPE)
+                g5 = e
+                g6 = e
+                g7 = _g_column(x_before, x_own, x_after, dy_before, dy_own, dy_after,
+                               w0, w1, w2, w3, bias, -1, PAD, WIDTH, SILU)  # fmt: skip
+                if BEHIND > 1:
+                    g6 = _g_column(x_before, x_own, x_after, dy_before, dy_own, dy_after,
+                                   w0, w1, w2, w3, bias, -2, PAD, WIDTH, SILU)  # fmt: skip
+                if BEHIND > 2:
+                    g5 = _g_column(x_before, x_own, x_after, dy_before, dy_own, dy_after,
+                                   w0, w1, w2, w3, bias, -3, PAD, WIDTH, SILU)  # fmt: skip
+                g_before = _join8(e, e, e, e, e, g5, g6, g7)
+            if PAD > 0:
+                e = tl.zeros([ROWS], dtype=ACC_DTYPE)
+                g9 = e
+                g10 = e
+                g8 = _g_column(x_before, x_own, x_after, dy_before, dy_own, dy_after,
+                               w0, w1, w2, w3, bias, 8, PAD, WIDTH, SILU)  # fmt: skip
+                if PAD > 1:
+                    g9 = _g_column(x_before, x_own, x_after, dy_before, dy_own, dy_after,
+                                   w0, w1, w2, w3, bias, 9, PAD, WIDTH, SILU)  # fmt: skip
+                if PAD > 2:
+                    g10 = _g_column(x_before, x_own, x_after, dy_before, dy_own, dy_after,
+                                    w0, w1, w2, w3, bias, 10, PAD, WIDTH, SILU)  # fmt: skip
+                g_after = _join8(g8, g9, g10, e, e, e, e, e)
+            dx = _join8(
+                _dx_column(g_before, g_own, g_after, w0, w1, w2, w3, 0, PAD, WIDTH),
+                _dx_column(g_before, g_own, g_after, w0, w1, w2, w3, 1, PAD, WIDTH),
+                _dx_column(g_before, g_own, g_after, w0, w1, w2, w3, 2, PAD, WIDTH),
+                _dx_column(g_before, g_own, g_after, w0, w1, w2, w3, 3, PAD, WIDTH),
+                _dx_column(g_before, g_own, g_after, w0, w1, w2, w3, 4, PAD, WIDTH),
+                _dx_column(g_before, g_own, g_after, w0, w1, w2, w3, 5, PAD, WIDTH),
+                _dx_column(g_before, g_own, g_after, w0, w1, w2, w3, 6, PAD, WIDTH),
+                _dx_column(g_before, g_own, g_after, w0, w1, w2, w3, 7, PAD, WIDTH),
+            )
+            at = start[:, None] + tl.arange(0, 8)[None, :]
+            out = dx_ptr + (b * dx_sb + d * dx_sd)[:, None] + at * dx_sl
+            tl.store(out, dx.to(dx_ptr.dtype.element_ty), mask=d_ok[:, None] & (at < L_in))
+    if GRAD_PARAMS:  # the program's segments of each channel summed (a fixed tree)
+        dc = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
+        if INDEX_64:
+            dc = dc.to(tl.int64)
+        dc_ok = dc < D
+        part = pid * D + dc
+        _store_segment_sum(dw_part_ptr, part * WIDTH, a0, dc_ok, BLOCK_D, SEGMENTS)
+        if WIDTH > 1:
+            _store_segment_sum(dw_part_ptr, part * WIDTH + 1, a1, dc_ok, BLOCK_D, SEGMENTS)
+        if WIDTH > 2:
+            _store_segment_sum(dw_part_ptr, part * WIDTH + 2, a2, dc_ok, BLOCK_D, SEGMENTS)
+        if WIDTH > 3:
+            _store_segment_sum(dw_part_ptr, part * WIDTH + 3, a3, dc_ok, BLOCK_D, SEGMENTS)
+        _store_segment_sum(db_part_ptr, part, a_bias, dc_ok, BLOCK_D, SEGMENTS)
+
+
+@triton.jit
+def _store_segment_sum(ptr, at, acc, ok, BLOCK_D: tl.constexpr, SEGMENTS: tl.constexpr):
+    """Store at ``ptr + at`` (``[BLOCK_D]``) each channel's sum of a program's ``[BLOCK_D x
+    SEGMENTS]`` row accumulators."""
+    tl.store(ptr + at, tl.sum(tl.reshape(acc, [BLOCK_D, SEGMENTS]), 1), mask=ok)

@@ -23,7 +23,9 @@ from ..geometry import TritonConvError
 from ..kernels.causal import (
     causal_conv1d_backward_kernel,
     causal_conv1d_backward_rows_kernel,
+    causal_conv1d_backward_segments_kernel,
     causal_conv1d_kernel,
+    causal_conv1d_segments_kernel,
 )
 from ..launch import allocate, launch, launch_plan
 from .common import (
@@ -76,6 +78,24 @@ ROWS_TILE = (256, 8)
 ROWS_WARPS = 2
 ROWS_PROGRAMS_PER_SM = 16
 _INTERPRETER_ROWS_TILE = (64, 4)
+# Channel-first x of width up to 4: forward and backward on 8-position segments, each held
+# whole by one thread with the window's reach taken from the segments either side as whole
+# vectors (``causal_conv1d_segments_kernel``, ``causal_conv1d_backward_segments_kernel``:
+# no gathers across threads), rather than on the 2-D tiles (False).
+FORWARD_SEGMENTS = True
+BACKWARD_SEGMENTS = True
+# Their (channels, segments) a program (at least 16 segments: the weight gradient's sum
+# over them must not run over an axis thinner than the layout's lanes, NOTES.md, issue 9),
+# forward and backward, warps, and the backward's programs per SM. Session 46 (H200, bf16,
+# batch 8, dim 2048, seqlen 4096, width 4, SiLU; probe_causal_backward.py, ms): forward
+# 8 x 32 0.0767 (3502 GB/s), 16 x 16 0.0783, 4 x 32 0.0839, 8 x 32 with 8 warps 0.0848, the
+# tile kernel 0.1130; backward (dx, dW, db) 4 x 32 0.1497 (2689 GB/s; 8 or 32 programs an SM
+# the same), 2 x 32 with 2 warps 0.1495, 8 x 32 0.1799, the tile kernel 0.2826.
+SEGMENTS_TILE = (8, 32)
+BACKWARD_SEGMENTS_TILE = (4, 32)
+SEGMENTS_WARPS = 4
+SEGMENTS_PROGRAMS_PER_SM = 16
+_INTERPRETER_SEGMENTS_TILE = (16, 16)
 
 
 def output_length(length: int, width: int, pad: int) -> int:
@@ -94,6 +114,15 @@ def _tiles(x: torch.Tensor, dim: int, length: int, caps: dict = _TILES) -> tuple
     else:
         cap_d, cap_l = caps["channel_last" if _channel_last(x, dim) else "channel_first"]
     return clamped_power_of_2(dim, 16, cap_d), clamped_power_of_2(length, 16, cap_l)
+
+
+def _segments(dim: int, length: int, backward: bool = False) -> tuple[int, int]:
+    """(channels, 8-position segments) of a segment kernel's program."""
+    if INTERPRETER:
+        cap_d, cap_s = _INTERPRETER_SEGMENTS_TILE
+        return clamped_power_of_2(dim, 1, cap_d), clamped_power_of_2(cdiv(length, 8), 1, cap_s)
+    cap_d, cap_s = BACKWARD_SEGMENTS_TILE if backward else SEGMENTS_TILE
+    return clamped_power_of_2(dim, 1, cap_d), clamped_power_of_2(cdiv(length, 8), 16, cap_s)
 
 
 def _check(x, weight, pad: int) -> None:
@@ -135,33 +164,27 @@ def causal_conv1d(x, weight, bias, pad: int, silu: bool) -> torch.Tensor:
     y = empty_in_order(x, (batch, dim, output_length(length, width, pad)), dim_order(x))
     if y.numel() == 0:
         return y
-    block_d, block_l = _tiles(x, dim, length)
     channel_last = _channel_last(x, dim)
+    common = (x, weight, bias if bias is not None else weight, y, dim, length, y.shape[2],
+              *x.stride(), *weight.stride(), *y.stride())  # fmt: skip
+    shapes = dict(
+        PAD=pad, WIDTH=width, HAS_BIAS=bias is not None, SILU=silu,
+        ACC_DTYPE=accumulator_dtype(x.dtype), INDEX_64=needs_int64(x, y),
+    )  # fmt: skip
+    if FORWARD_SEGMENTS and not channel_last and width <= 4:
+        block_d, segments = _segments(dim, length)
+        grid = (batch * cdiv(length, segments * 8), cdiv(dim, block_d))
+        launch(
+            causal_conv1d_segments_kernel, grid, *common, **shapes,
+            BLOCK_D=block_d, SEGMENTS=segments, num_warps=SEGMENTS_WARPS,
+        )  # fmt: skip
+        return y
+    block_d, block_l = _tiles(x, dim, length)
     x_once = X_ONCE and not channel_last and max(pad, width - 1 - pad) < block_l
     launch(
-        causal_conv1d_kernel,
-        (batch * cdiv(length, block_l), cdiv(dim, block_d)),
-        x,
-        weight,
-        bias if bias is not None else weight,
-        y,
-        dim,
-        length,
-        y.shape[2],
-        *x.stride(),
-        *weight.stride(),
-        *y.stride(),
-        PAD=pad,
-        WIDTH=width,
-        HAS_BIAS=bias is not None,
-        SILU=silu,
-        ACC_DTYPE=accumulator_dtype(x.dtype),
-        BLOCK_D=block_d,
-        BLOCK_L=block_l,
-        INDEX_64=needs_int64(x, y),
-        X_ONCE=x_once,
-        num_warps=4,
-    )
+        causal_conv1d_kernel, (batch * cdiv(length, block_l), cdiv(dim, block_d)), *common,
+        **shapes, BLOCK_D=block_d, BLOCK_L=block_l, X_ONCE=x_once, num_warps=4,
+    )  # fmt: skip
     return y
 
 
@@ -195,7 +218,11 @@ def causal_conv1d_backward(grad_output, x, weight, bias, pad: int, silu: bool, o
         return grad_x, grad_w, grad_b
     channel_last = _channel_last(x, dim)
     rows = BACKWARD_ROWS and channel_last and width <= 4
-    if rows:
+    segments = BACKWARD_SEGMENTS and not channel_last and width <= 4
+    if segments:
+        block_d, count = _segments(dim, length, backward=True)
+        block_l, warps, per_sm = count * 8, SEGMENTS_WARPS, SEGMENTS_PROGRAMS_PER_SM
+    elif rows:
         cap_d, block_l = _INTERPRETER_ROWS_TILE if INTERPRETER else ROWS_TILE
         block_d, warps, per_sm = (
             clamped_power_of_2(dim, 16, cap_d),
@@ -219,11 +246,18 @@ def causal_conv1d_backward(grad_output, x, weight, bias, pad: int, silu: bool, o
         GRAD_PARAMS=params, ACC_DTYPE=accumulator_dtype(x.dtype), BLOCK_D=block_d,
         BLOCK_L=block_l, INDEX_64=needs_int64(x, grad_output, grad_x, dw_part), num_warps=warps,
     )  # fmt: skip
-    if not rows:
+    if segments:
+        del shapes["BLOCK_L"]
+        shapes["SEGMENTS"] = count
+    elif not rows:
         g_once = G_ONCE and width - 1 < block_l and (G_ONCE_CHANNEL_LAST or not channel_last)
         shapes.update(WIDTH_P2=next_power_of_2(width), G_ONCE=g_once)
     launch(
-        causal_conv1d_backward_rows_kernel if rows else causal_conv1d_backward_kernel,
+        causal_conv1d_backward_segments_kernel
+        if segments
+        else causal_conv1d_backward_rows_kernel
+        if rows
+        else causal_conv1d_backward_kernel,
         (programs, cdiv(dim, block_d)),
         x,
         weight,
