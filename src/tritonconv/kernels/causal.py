@@ -1,7 +1,7 @@
 """Causal depthwise 1-D convolution (Mamba-family blocks): forward with bias and SiLU fused, and
 the whole backward in one pass.
 
-Both kernels take ``x`` as ``(batch, dim, L_in)`` with any strides (channel-first memory, L
+Every kernel takes ``x`` as ``(batch, dim, L_in)`` with any strides (channel-first memory, L
 contiguous, or channel-last, dim contiguous), the weight ``(dim, WIDTH)`` by strides, and shift
 the window by ``PAD`` (``WIDTH - 1`` for a causal convolution, 0 over an input that already
 holds its history, as after ``initial_states``):
@@ -9,9 +9,12 @@ holds its history, as after ``initial_states``):
     z[b, d, l] = sum_k w[d, k] * x[b, d, l - PAD + k] + bias[d]     (x = 0 outside [0, L_in))
     y[b, d, l] = z or SiLU(z),    0 <= l < L_out = L_in - (WIDTH - 1) + PAD
 
-A program owns a ``[BLOCK_D, BLOCK_L]`` tile of one sequence. Per tap it loads the tile's x
-shifted by one position: neighbouring taps hit L1/L2, so DRAM sees each byte about once.
-Accumulation is in ``ACC_DTYPE`` (fp32 for fp16/bf16/fp32, fp64, int64 for integers, which
+The tile kernels (any width): a program owns a ``[BLOCK_D, BLOCK_L]`` tile of one sequence.
+Per tap it loads the tile's x shifted by one position (or, ``X_ONCE``, gathers the shifts in
+registers): neighbouring taps hit L1/L2, so DRAM sees each byte about once. For widths up to
+4 (Mamba's), the rows kernel walks a channel-last sequence one row of channels at a time
+(backward), and the segment kernels hold a channel-first sequence in aligned 8-position
+segments, one a thread (forward and backward: sections below). Accumulation is in ``ACC_DTYPE`` (fp32 for fp16/bf16/fp32, fp64, int64 for integers, which
 wrap like PyTorch's on the final cast).
 """
 

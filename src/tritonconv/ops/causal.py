@@ -7,11 +7,14 @@ shift ``pad`` in ``[0, width - 1]``. Outputs and the input gradient are dense in
 dimension order (channel-first x gives channel-first y, channel-last gives channel-last), as
 PyTorch's convolutions keep a layout.
 
-Tiles: a program covers ``BLOCK_D`` channels x ``BLOCK_L`` positions, long along whichever axis
-is contiguous in memory (16 x 256 channel-first, 128 x 16 channel-last: the configurations a
-first probe of these kernels picked, benchmarks/NOTES.md), never longer than the problem
-(powers of two, at least 16 on both axes so no reduction runs over a thinner axis than the
-layout's lanes; NOTES.md, issue 9), and large under the interpreter.
+Which kernel: widths up to 4 (Mamba's) take the segment kernels for channel-first x (forward
+and backward) and the rows kernel for channel-last x's backward; the 2-D tile kernels take the
+rest. Tiles of the tile kernels: a program covers ``BLOCK_D`` channels x ``BLOCK_L``
+positions, long along whichever axis is contiguous in memory (16 x 256 channel-first, 128 x 16
+channel-last: the configurations a first probe of these kernels picked, benchmarks/NOTES.md),
+never longer than the problem (powers of two, at least 16 on both axes so no reduction runs
+over a thinner axis than the layout's lanes; NOTES.md, issue 9), and large under the
+interpreter.
 """
 
 from __future__ import annotations
