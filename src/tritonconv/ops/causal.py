@@ -99,6 +99,13 @@ BACKWARD_SEGMENTS_TILE = (4, 32)
 SEGMENTS_WARPS = 4
 SEGMENTS_PROGRAMS_PER_SM = 16
 _INTERPRETER_SEGMENTS_TILE = (16, 16)
+# Channel-last x on the same kernels, rows channels-fastest (``CHANNELS_FASTEST``: a thread's 8
+# rows are 8 adjacent channels, one 16-byte vector, and its 8 columns 8 positions): forward
+# (branch, not yet measured) and backward (off: 255 registers with spills, sm_90). Tiles
+# (channels, segments).
+FORWARD_SEGMENTS_CHANNEL_LAST = True
+BACKWARD_SEGMENTS_CHANNEL_LAST = False
+SEGMENTS_TILE_CHANNEL_LAST = (256, 4)
 
 
 def output_length(length: int, width: int, pad: int) -> int:
@@ -119,13 +126,25 @@ def _tiles(x: torch.Tensor, dim: int, length: int, caps: dict = _TILES) -> tuple
     return clamped_power_of_2(dim, 16, cap_d), clamped_power_of_2(length, 16, cap_l)
 
 
-def _segments(dim: int, length: int, backward: bool = False) -> tuple[int, int]:
+def _segments(dim: int, length: int, backward: bool = False, channel_last: bool = False):
     """(channels, 8-position segments) of a segment kernel's program."""
     if INTERPRETER:
         cap_d, cap_s = _INTERPRETER_SEGMENTS_TILE
         return clamped_power_of_2(dim, 1, cap_d), clamped_power_of_2(cdiv(length, 8), 1, cap_s)
+    if channel_last:  # (a warp's lanes along the channels: at least 256 rows of them)
+        cap_d, cap_s = SEGMENTS_TILE_CHANNEL_LAST
+        return clamped_power_of_2(dim, 1, cap_d), clamped_power_of_2(cdiv(length, 8), 1, cap_s)
     cap_d, cap_s = BACKWARD_SEGMENTS_TILE if backward else SEGMENTS_TILE
     return clamped_power_of_2(dim, 1, cap_d), clamped_power_of_2(cdiv(length, 8), 16, cap_s)
+
+
+def _on_segments(channel_last: bool, width: int, backward: bool) -> bool:
+    """Whether a call runs the segment kernels (widths up to 4; each layout's switch)."""
+    if channel_last:
+        wanted = BACKWARD_SEGMENTS_CHANNEL_LAST if backward else FORWARD_SEGMENTS_CHANNEL_LAST
+    else:
+        wanted = BACKWARD_SEGMENTS if backward else FORWARD_SEGMENTS
+    return wanted and width <= 4
 
 
 def _check(x, weight, pad: int) -> None:
@@ -174,12 +193,13 @@ def causal_conv1d(x, weight, bias, pad: int, silu: bool) -> torch.Tensor:
         PAD=pad, WIDTH=width, HAS_BIAS=bias is not None, SILU=silu,
         ACC_DTYPE=accumulator_dtype(x.dtype), INDEX_64=needs_int64(x, y),
     )  # fmt: skip
-    if FORWARD_SEGMENTS and not channel_last and width <= 4:
-        block_d, segments = _segments(dim, length)
+    if _on_segments(channel_last, width, backward=False):
+        block_d, segments = _segments(dim, length, channel_last=channel_last)
         grid = (batch * cdiv(length, segments * 8), cdiv(dim, block_d))
         launch(
             causal_conv1d_segments_kernel, grid, *common, **shapes,
-            BLOCK_D=block_d, SEGMENTS=segments, num_warps=SEGMENTS_WARPS,
+            BLOCK_D=block_d, SEGMENTS=segments, CHANNELS_FASTEST=channel_last,
+            num_warps=SEGMENTS_WARPS,
         )  # fmt: skip
         return y
     block_d, block_l = _tiles(x, dim, length)
@@ -221,9 +241,10 @@ def causal_conv1d_backward(grad_output, x, weight, bias, pad: int, silu: bool, o
         return grad_x, grad_w, grad_b
     channel_last = _channel_last(x, dim)
     rows = BACKWARD_ROWS and channel_last and width <= 4
-    segments = BACKWARD_SEGMENTS and not channel_last and width <= 4
+    segments = _on_segments(channel_last, width, backward=True)
+    rows = rows and not segments
     if segments:
-        block_d, count = _segments(dim, length, backward=True)
+        block_d, count = _segments(dim, length, backward=True, channel_last=channel_last)
         block_l, warps, per_sm = count * 8, SEGMENTS_WARPS, SEGMENTS_PROGRAMS_PER_SM
     elif rows:
         cap_d, block_l = _INTERPRETER_ROWS_TILE if INTERPRETER else ROWS_TILE
@@ -251,7 +272,7 @@ def causal_conv1d_backward(grad_output, x, weight, bias, pad: int, silu: bool, o
     )  # fmt: skip
     if segments:
         del shapes["BLOCK_L"]
-        shapes["SEGMENTS"] = count
+        shapes.update(SEGMENTS=count, CHANNELS_FASTEST=channel_last)
     elif not rows:
         g_once = G_ONCE and width - 1 < block_l and (G_ONCE_CHANNEL_LAST or not channel_last)
         shapes.update(WIDTH_P2=next_power_of_2(width), G_ONCE=g_once)
