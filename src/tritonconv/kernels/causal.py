@@ -14,8 +14,9 @@ Per tap it loads the tile's x shifted by one position (or, ``X_ONCE``, gathers t
 registers): neighbouring taps hit L1/L2, so DRAM sees each byte about once. For widths up to
 4 (Mamba's), the rows kernel walks a channel-last sequence one row of channels at a time
 (backward), and the segment kernels hold a channel-first sequence in aligned 8-position
-segments, one a thread (forward and backward: sections below). Accumulation is in ``ACC_DTYPE`` (fp32 for fp16/bf16/fp32, fp64, int64 for integers, which
-wrap like PyTorch's on the final cast).
+segments, one a thread (forward and backward: sections below). Accumulation is in
+``ACC_DTYPE`` (fp32 for fp16/bf16/fp32, fp64, int64 for integers, which wrap like PyTorch's
+on the final cast).
 """
 
 from __future__ import annotations
