@@ -14,8 +14,9 @@ Per tap it loads the tile's x shifted by one position (or, ``X_ONCE``, gathers t
 registers): neighbouring taps hit L1/L2, so DRAM sees each byte about once. For widths up to
 4 (Mamba's), the rows kernel walks a channel-last sequence one row of channels at a time
 (backward), and the segment kernels hold a channel-first sequence in aligned 8-position
-segments, one a thread (forward and backward: sections below). Accumulation is in ``ACC_DTYPE`` (fp32 for fp16/bf16/fp32, fp64, int64 for integers, which
-wrap like PyTorch's on the final cast).
+segments, one a thread (forward and backward: sections below). Accumulation is in
+``ACC_DTYPE`` (fp32 for fp16/bf16/fp32, fp64, int64 for integers, which wrap like PyTorch's
+on the final cast).
 """
 
 from __future__ import annotations
@@ -807,6 +808,46 @@ def _g_column(x_before, x_own, x_after, dy_before, dy_own, dy_after, w0, w1, w2,
 
 
 @triton.jit
+def _g_or_zero(x_before, x_own, x_after, dy_before, dy_own, dy_after, w0, w1, w2, w3, bias,
+               c: tl.constexpr, LO: tl.constexpr, HI: tl.constexpr, PAD: tl.constexpr,
+               WIDTH: tl.constexpr, SILU: tl.constexpr):  # fmt: skip
+    """:func:`_g_column` at column ``c`` if ``LO <= c < HI``, else zeros (not computed)."""
+    if c >= LO and c < HI:
+        g = _g_column(x_before, x_own, x_after, dy_before, dy_own, dy_after, w0, w1, w2, w3,
+                      bias, c, PAD, WIDTH, SILU)  # fmt: skip
+    else:
+        g = tl.zeros_like(bias)
+    return g
+
+
+@triton.jit
+def _g_tile(x_before, x_own, x_after, dy_before, dy_own, dy_after, w0, w1, w2, w3, bias,
+            FIRST: tl.constexpr, LO: tl.constexpr, HI: tl.constexpr, PAD: tl.constexpr,
+            WIDTH: tl.constexpr, SILU: tl.constexpr):  # fmt: skip
+    """``[ROWS, 8]``: g at columns ``FIRST .. FIRST + 7`` of a segment (``-8``: the segment
+    before's, ``0`` its own, ``8`` the one after's), formed only at columns in
+    ``[LO, HI)``, zeros elsewhere."""
+    return _join8(
+        _g_or_zero(x_before, x_own, x_after, dy_before, dy_own, dy_after, w0, w1, w2, w3, bias,
+                   FIRST, LO, HI, PAD, WIDTH, SILU),
+        _g_or_zero(x_before, x_own, x_after, dy_before, dy_own, dy_after, w0, w1, w2, w3, bias,
+                   FIRST + 1, LO, HI, PAD, WIDTH, SILU),
+        _g_or_zero(x_before, x_own, x_after, dy_before, dy_own, dy_after, w0, w1, w2, w3, bias,
+                   FIRST + 2, LO, HI, PAD, WIDTH, SILU),
+        _g_or_zero(x_before, x_own, x_after, dy_before, dy_own, dy_after, w0, w1, w2, w3, bias,
+                   FIRST + 3, LO, HI, PAD, WIDTH, SILU),
+        _g_or_zero(x_before, x_own, x_after, dy_before, dy_own, dy_after, w0, w1, w2, w3, bias,
+                   FIRST + 4, LO, HI, PAD, WIDTH, SILU),
+        _g_or_zero(x_before, x_own, x_after, dy_before, dy_own, dy_after, w0, w1, w2, w3, bias,
+                   FIRST + 5, LO, HI, PAD, WIDTH, SILU),
+        _g_or_zero(x_before, x_own, x_after, dy_before, dy_own, dy_after, w0, w1, w2, w3, bias,
+                   FIRST + 6, LO, HI, PAD, WIDTH, SILU),
+        _g_or_zero(x_before, x_own, x_after, dy_before, dy_own, dy_after, w0, w1, w2, w3, bias,
+                   FIRST + 7, LO, HI, PAD, WIDTH, SILU),
+    )  # fmt: skip
+
+
+@triton.jit
 def _dx_column(g_before, g_own, g_after, w0, w1, w2, w3, i: tl.constexpr, PAD: tl.constexpr,
                WIDTH: tl.constexpr):  # fmt: skip
     """dx at column ``i``: ``sum_j w[WIDTH-1-j] g[i + PAD - (WIDTH-1) + j]``, j ascending (as
@@ -915,24 +956,8 @@ def causal_conv1d_backward_segments_kernel(
             dy_before = _segments(dy_base, dy_sl, start - 8, L_out, d_ok, ACC_DTYPE)
         if GRAD_INPUT and PAD > 0:
             dy_after = _segments(dy_base, dy_sl, start + 8, L_out, d_ok, ACC_DTYPE)
-        g_own = _join8(
-            _g_column(x_before, x_own, x_after, dy_before, dy_own, dy_after,
-                      w0, w1, w2, w3, bias, 0, PAD, WIDTH, SILU),
-            _g_column(x_before, x_own, x_after, dy_before, dy_own, dy_after,
-                      w0, w1, w2, w3, bias, 1, PAD, WIDTH, SILU),
-            _g_column(x_before, x_own, x_after, dy_before, dy_own, dy_after,
-                      w0, w1, w2, w3, bias, 2, PAD, WIDTH, SILU),
-            _g_column(x_before, x_own, x_after, dy_before, dy_own, dy_after,
-                      w0, w1, w2, w3, bias, 3, PAD, WIDTH, SILU),
-            _g_column(x_before, x_own, x_after, dy_before, dy_own, dy_after,
-                      w0, w1, w2, w3, bias, 4, PAD, WIDTH, SILU),
-            _g_column(x_before, x_own, x_after, dy_before, dy_own, dy_after,
-                      w0, w1, w2, w3, bias, 5, PAD, WIDTH, SILU),
-            _g_column(x_before, x_own, x_after, dy_before, dy_own, dy_after,
-                      w0, w1, w2, w3, bias, 6, PAD, WIDTH, SILU),
-            _g_column(x_before, x_own, x_after, dy_before, dy_own, dy_after,
-                      w0, w1, w2, w3, bias, 7, PAD, WIDTH, SILU),
-        )  # fmt: skip
+        g_own = _g_tile(x_before, x_own, x_after, dy_before, dy_own, dy_after,
+                        w0, w1, w2, w3, bias, 0, 0, 8, PAD, WIDTH, SILU)  # fmt: skip
         if GRAD_PARAMS:
             o0, o1, o2, o3, o4, o5, o6, o7 = _split8(g_own)
             a_bias += o0 + o1 + o2 + o3 + o4 + o5 + o6 + o7
@@ -944,35 +969,15 @@ def causal_conv1d_backward_segments_kernel(
             if WIDTH > 3:
                 a3 += _tap_sum(g_own, x_before, x_own, x_after, 3, PAD)
         if GRAD_INPUT:
-            # g at the columns either side that dx reaches (the rest of those tiles unused)
+            # g at the columns either side that dx reaches, [-BEHIND, 0) and [8, 8 + PAD)
             g_before = g_own
             g_after = g_own
             if BEHIND > 0:
-                e = tl.zeros([ROWS], dtype=ACC_DTYPE)
-                g5 = e
-                g6 = e
-                g7 = _g_column(x_before, x_own, x_after, dy_before, dy_own, dy_after,
-                               w0, w1, w2, w3, bias, -1, PAD, WIDTH, SILU)  # fmt: skip
-                if BEHIND > 1:
-                    g6 = _g_column(x_before, x_own, x_after, dy_before, dy_own, dy_after,
-                                   w0, w1, w2, w3, bias, -2, PAD, WIDTH, SILU)  # fmt: skip
-                if BEHIND > 2:
-                    g5 = _g_column(x_before, x_own, x_after, dy_before, dy_own, dy_after,
-                                   w0, w1, w2, w3, bias, -3, PAD, WIDTH, SILU)  # fmt: skip
-                g_before = _join8(e, e, e, e, e, g5, g6, g7)
+                g_before = _g_tile(x_before, x_own, x_after, dy_before, dy_own, dy_after,
+                                   w0, w1, w2, w3, bias, -8, -BEHIND, 0, PAD, WIDTH, SILU)  # fmt: skip
             if PAD > 0:
-                e = tl.zeros([ROWS], dtype=ACC_DTYPE)
-                g9 = e
-                g10 = e
-                g8 = _g_column(x_before, x_own, x_after, dy_before, dy_own, dy_after,
-                               w0, w1, w2, w3, bias, 8, PAD, WIDTH, SILU)  # fmt: skip
-                if PAD > 1:
-                    g9 = _g_column(x_before, x_own, x_after, dy_before, dy_own, dy_after,
-                                   w0, w1, w2, w3, bias, 9, PAD, WIDTH, SILU)  # fmt: skip
-                if PAD > 2:
-                    g10 = _g_column(x_before, x_own, x_after, dy_before, dy_own, dy_after,
-                                    w0, w1, w2, w3, bias, 10, PAD, WIDTH, SILU)  # fmt: skip
-                g_after = _join8(g8, g9, g10, e, e, e, e, e)
+                g_after = _g_tile(x_before, x_own, x_after, dy_before, dy_own, dy_after,
+                                  w0, w1, w2, w3, bias, 8, 8, 8 + PAD, PAD, WIDTH, SILU)  # fmt: skip
             dx = _join8(
                 _dx_column(g_before, g_own, g_after, w0, w1, w2, w3, 0, PAD, WIDTH),
                 _dx_column(g_before, g_own, g_after, w0, w1, w2, w3, 1, PAD, WIDTH),

@@ -240,24 +240,25 @@ def causal_conv1d_backward(grad_output, x, weight, bias, pad: int, silu: bool, o
     if nothing or not (want_x or params):
         return grad_x, grad_w, grad_b
     channel_last = _channel_last(x, dim)
-    rows = BACKWARD_ROWS and channel_last and width <= 4
-    segments = _on_segments(channel_last, width, backward=True)
-    rows = rows and not segments
-    if segments:
+    # each kernel's tile: what it takes beside BLOCK_D (``tile``), and its positions a block
+    if _on_segments(channel_last, width, backward=True):
+        kernel = causal_conv1d_backward_segments_kernel
         block_d, count = _segments(dim, length, backward=True, channel_last=channel_last)
-        block_l, warps, per_sm = count * 8, SEGMENTS_WARPS, SEGMENTS_PROGRAMS_PER_SM
-    elif rows:
+        block_l, tile = count * 8, dict(SEGMENTS=count, CHANNELS_FASTEST=channel_last)
+        warps, per_sm = SEGMENTS_WARPS, SEGMENTS_PROGRAMS_PER_SM
+    elif BACKWARD_ROWS and channel_last and width <= 4:
+        kernel = causal_conv1d_backward_rows_kernel
         cap_d, block_l = _INTERPRETER_ROWS_TILE if INTERPRETER else ROWS_TILE
-        block_d, warps, per_sm = (
-            clamped_power_of_2(dim, 16, cap_d),
-            ROWS_WARPS,
-            ROWS_PROGRAMS_PER_SM,
-        )
+        block_d, tile = clamped_power_of_2(dim, 16, cap_d), dict(BLOCK_L=block_l)
+        warps, per_sm = ROWS_WARPS, ROWS_PROGRAMS_PER_SM
     else:
+        kernel = causal_conv1d_backward_kernel
         # g once per block pays along positions (256-long tiles); channel-last tiles are 16
         # positions long, where the gathers' layout conversions cost more than recomputing g
         # (H100, benchmarks/NOTES.md); the shifts must stay within one block either side.
         block_d, block_l = _tiles(x, dim, length, _BACKWARD_TILES)
+        g_once = G_ONCE and width - 1 < block_l and (G_ONCE_CHANNEL_LAST or not channel_last)
+        tile = dict(BLOCK_L=block_l, WIDTH_P2=next_power_of_2(width), G_ONCE=g_once)
         warps, per_sm = BACKWARD_WARPS, PROGRAMS_PER_SM
     l_blocks = cdiv(length, block_l)
     chunk_blocks = _chunk_blocks(batch, l_blocks, cdiv(dim, block_d), x.device, per_sm)
@@ -265,23 +266,8 @@ def causal_conv1d_backward(grad_output, x, weight, bias, pad: int, silu: bool, o
     part = partial_dtype(weight.dtype)
     dw_part = allocate((programs, dim, width) if params else (0,), part, x.device)
     db_part = allocate((programs, dim) if params else (0,), part, x.device)
-    shapes = dict(
-        PAD=pad, WIDTH=width, HAS_BIAS=bias is not None, SILU=silu, GRAD_INPUT=want_x,
-        GRAD_PARAMS=params, ACC_DTYPE=accumulator_dtype(x.dtype), BLOCK_D=block_d,
-        BLOCK_L=block_l, INDEX_64=needs_int64(x, grad_output, grad_x, dw_part), num_warps=warps,
-    )  # fmt: skip
-    if segments:
-        del shapes["BLOCK_L"]
-        shapes.update(SEGMENTS=count, CHANNELS_FASTEST=channel_last)
-    elif not rows:
-        g_once = G_ONCE and width - 1 < block_l and (G_ONCE_CHANNEL_LAST or not channel_last)
-        shapes.update(WIDTH_P2=next_power_of_2(width), G_ONCE=g_once)
     launch(
-        causal_conv1d_backward_segments_kernel
-        if segments
-        else causal_conv1d_backward_rows_kernel
-        if rows
-        else causal_conv1d_backward_kernel,
+        kernel,
         (programs, cdiv(dim, block_d)),
         x,
         weight,
@@ -298,8 +284,10 @@ def causal_conv1d_backward(grad_output, x, weight, bias, pad: int, silu: bool, o
         *weight.stride(),
         *grad_output.stride(),
         *(grad_x if want_x else x).stride(),
-        **shapes,
-    )
+        PAD=pad, WIDTH=width, HAS_BIAS=bias is not None, SILU=silu, GRAD_INPUT=want_x,
+        GRAD_PARAMS=params, ACC_DTYPE=accumulator_dtype(x.dtype), BLOCK_D=block_d, **tile,
+        INDEX_64=needs_int64(x, grad_output, grad_x, dw_part), num_warps=warps,
+    )  # fmt: skip
     if want_w:
         sum_partials(dw_part, grad_w)
     if want_b:
