@@ -16,7 +16,8 @@ Forms are ``ops.causal``'s switches and tiles, as specs:
   ``:once``), ``rows:DxL:warps:per_sm`` on its rows kernel (``ROWS_TILE``, ...); the forward
   takes channel-last x as ``cl`` (the tile kernel); ``cl-segments[:DxS:warps]`` runs either
   direction on the segment kernels with rows channels-fastest (``FORWARD_SEGMENTS_CHANNEL_LAST``,
-  ``BACKWARD_SEGMENTS_CHANNEL_LAST``, ``SEGMENTS_TILE_CHANNEL_LAST``).
+  ``BACKWARD_SEGMENTS_CHANNEL_LAST``, ``SEGMENTS_TILE_CHANNEL_LAST``,
+  ``SEGMENTS_WARPS_CHANNEL_LAST``).
 
     PYTHONPATH=src python3 benchmarks/probe_causal_backward.py [--forward] [SPEC ...]
         [--json PATH]
@@ -41,7 +42,8 @@ KNOBS = ("FORWARD_SEGMENTS", "BACKWARD_SEGMENTS", "X_ONCE", "SEGMENTS_TILE",
          "BACKWARD_SEGMENTS_TILE", "SEGMENTS_WARPS",
          "SEGMENTS_PROGRAMS_PER_SM", "BACKWARD_WARPS", "G_ONCE_CHANNEL_LAST", "BACKWARD_ROWS",
          "ROWS_TILE", "ROWS_WARPS", "ROWS_PROGRAMS_PER_SM", "FORWARD_SEGMENTS_CHANNEL_LAST",
-         "SEGMENTS_TILE_CHANNEL_LAST", "BACKWARD_SEGMENTS_CHANNEL_LAST")  # fmt: skip
+         "SEGMENTS_TILE_CHANNEL_LAST", "BACKWARD_SEGMENTS_CHANNEL_LAST",
+         "SEGMENTS_WARPS_CHANNEL_LAST")  # fmt: skip
 DEFAULT_FORWARD = ["tile:16x256:4", "segments:8x32:4:16", "cl", "cl-segments"]
 DEFAULT_BACKWARD = ["tile:16x256:8", "segments:4x32:4:16", "rows:256x8:2:16"]
 
@@ -82,7 +84,7 @@ def _configure(spec: str) -> str:
     causal.BACKWARD_SEGMENTS_CHANNEL_LAST = kind == "cl-segments"
     if kind == "cl-segments" and fields:
         causal.SEGMENTS_TILE_CHANNEL_LAST = tuple(int(v) for v in fields[0].split("x"))
-        causal.SEGMENTS_WARPS = int(fields[1])
+        causal.SEGMENTS_WARPS_CHANNEL_LAST = int(fields[1])
     if kind == "segments":
         tile = tuple(int(v) for v in fields[0].split("x"))
         causal.SEGMENTS_TILE = causal.BACKWARD_SEGMENTS_TILE = tile

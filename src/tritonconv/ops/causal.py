@@ -100,12 +100,16 @@ SEGMENTS_WARPS = 4
 SEGMENTS_PROGRAMS_PER_SM = 16
 _INTERPRETER_SEGMENTS_TILE = (16, 16)
 # Channel-last x on the same kernels, rows channels-fastest (``CHANNELS_FASTEST``: a thread's 8
-# rows are 8 adjacent channels, one 16-byte vector, and its 8 columns 8 positions): forward
-# (branch, not yet measured) and backward (off: 255 registers with spills, sm_90). Tiles
-# (channels, segments).
+# rows are 8 adjacent channels, one 16-byte vector, and its 8 columns 8 positions): the
+# forward, and the backward off (sm_90: 255 registers with spills). Tiles (channels,
+# segments) and warps. Session 47 (H200, the shape above, channel-last, ms): forward 128 x 4
+# with 2 warps 0.0917 (2927 GB/s), 256 x 2 / 2 warps 0.1018, 256 x 4 / 4 0.1036, 512 x 2 / 4
+# 0.1032, 256 x 8 / 8 0.1093, the tile kernel 0.1043; backward 256 x 2 / 2 0.2643 (the best
+# of five tiles) against the rows kernel's 0.2157.
 FORWARD_SEGMENTS_CHANNEL_LAST = True
 BACKWARD_SEGMENTS_CHANNEL_LAST = False
-SEGMENTS_TILE_CHANNEL_LAST = (256, 4)
+SEGMENTS_TILE_CHANNEL_LAST = (128, 4)
+SEGMENTS_WARPS_CHANNEL_LAST = 2
 
 
 def output_length(length: int, width: int, pad: int) -> int:
@@ -199,7 +203,7 @@ def causal_conv1d(x, weight, bias, pad: int, silu: bool) -> torch.Tensor:
         launch(
             causal_conv1d_segments_kernel, grid, *common, **shapes,
             BLOCK_D=block_d, SEGMENTS=segments, CHANNELS_FASTEST=channel_last,
-            num_warps=SEGMENTS_WARPS,
+            num_warps=SEGMENTS_WARPS_CHANNEL_LAST if channel_last else SEGMENTS_WARPS,
         )  # fmt: skip
         return y
     block_d, block_l = _tiles(x, dim, length)
@@ -245,7 +249,8 @@ def causal_conv1d_backward(grad_output, x, weight, bias, pad: int, silu: bool, o
         kernel = causal_conv1d_backward_segments_kernel
         block_d, count = _segments(dim, length, backward=True, channel_last=channel_last)
         block_l, tile = count * 8, dict(SEGMENTS=count, CHANNELS_FASTEST=channel_last)
-        warps, per_sm = SEGMENTS_WARPS, SEGMENTS_PROGRAMS_PER_SM
+        warps = SEGMENTS_WARPS_CHANNEL_LAST if channel_last else SEGMENTS_WARPS
+        per_sm = SEGMENTS_PROGRAMS_PER_SM
     elif BACKWARD_ROWS and channel_last and width <= 4:
         kernel = causal_conv1d_backward_rows_kernel
         cap_d, block_l = _INTERPRETER_ROWS_TILE if INTERPRETER else ROWS_TILE
