@@ -14,7 +14,10 @@ Forms are ``ops.causal``'s switches and tiles, as specs:
   ``SEGMENTS_PROGRAMS_PER_SM``);
 - ``cl:DxL:warps[:once]`` channel-last x on the backward's tile kernel (g once with
   ``:once``), ``rows:DxL:warps:per_sm`` on its rows kernel (``ROWS_TILE``, ...); the forward
-  takes channel-last x as ``cl``.
+  takes channel-last x as ``cl`` (the tile kernel); ``cl-segments[:DxS:warps]`` runs either
+  direction on the segment kernels with rows channels-fastest (``FORWARD_SEGMENTS_CHANNEL_LAST``,
+  ``BACKWARD_SEGMENTS_CHANNEL_LAST``, ``SEGMENTS_TILE_CHANNEL_LAST``,
+  ``SEGMENTS_WARPS_CHANNEL_LAST``).
 
     PYTHONPATH=src python3 benchmarks/probe_causal_backward.py [--forward] [SPEC ...]
         [--json PATH]
@@ -38,8 +41,10 @@ WIDTH = 4
 KNOBS = ("FORWARD_SEGMENTS", "BACKWARD_SEGMENTS", "X_ONCE", "SEGMENTS_TILE",
          "BACKWARD_SEGMENTS_TILE", "SEGMENTS_WARPS",
          "SEGMENTS_PROGRAMS_PER_SM", "BACKWARD_WARPS", "G_ONCE_CHANNEL_LAST", "BACKWARD_ROWS",
-         "ROWS_TILE", "ROWS_WARPS", "ROWS_PROGRAMS_PER_SM")  # fmt: skip
-DEFAULT_FORWARD = ["tile:16x256:4", "segments:8x32:4:16", "cl"]
+         "ROWS_TILE", "ROWS_WARPS", "ROWS_PROGRAMS_PER_SM", "FORWARD_SEGMENTS_CHANNEL_LAST",
+         "SEGMENTS_TILE_CHANNEL_LAST", "BACKWARD_SEGMENTS_CHANNEL_LAST",
+         "SEGMENTS_WARPS_CHANNEL_LAST")  # fmt: skip
+DEFAULT_FORWARD = ["tile:16x256:4", "segments:8x32:4:16", "cl", "cl-segments"]
 DEFAULT_BACKWARD = ["tile:16x256:8", "segments:4x32:4:16", "rows:256x8:2:16"]
 
 
@@ -75,6 +80,11 @@ def _configure(spec: str) -> str:
     causal.FORWARD_SEGMENTS = causal.BACKWARD_SEGMENTS = kind == "segments"
     causal.X_ONCE = kind != "tile-per-tap"
     causal.BACKWARD_ROWS = kind == "rows"
+    causal.FORWARD_SEGMENTS_CHANNEL_LAST = kind == "cl-segments"
+    causal.BACKWARD_SEGMENTS_CHANNEL_LAST = kind == "cl-segments"
+    if kind == "cl-segments" and fields:
+        causal.SEGMENTS_TILE_CHANNEL_LAST = tuple(int(v) for v in fields[0].split("x"))
+        causal.SEGMENTS_WARPS_CHANNEL_LAST = int(fields[1])
     if kind == "segments":
         tile = tuple(int(v) for v in fields[0].split("x"))
         causal.SEGMENTS_TILE = causal.BACKWARD_SEGMENTS_TILE = tile
@@ -88,7 +98,7 @@ def _configure(spec: str) -> str:
         causal.BACKWARD_WARPS = int(fields[1])
         causal.G_ONCE_CHANNEL_LAST = fields[2:] == ["once"]
     tritonconv.clear_caches()
-    return "channel_last" if kind in ("cl", "rows") else "channel_first"
+    return "channel_last" if kind in ("cl", "rows", "cl-segments") else "channel_first"
 
 
 def run(specs: list[str], forward: bool, reps: int) -> list:

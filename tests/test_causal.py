@@ -525,3 +525,38 @@ def test_segments_match_the_tiles(width, dtype, silu, seqlen, device, monkeypatc
             for wanted, a, c in zip(mask, part, results[True][1:], strict=True):
                 if wanted:
                     assert torch.equal(a, c), (pad, mask)
+
+
+@pytest.mark.parametrize("width", [2, 4])
+@pytest.mark.parametrize("dtype, silu", [(torch.float32, True), (torch.int32, False)], ids=str)
+def test_channel_last_segments_match_the_tiles(width, dtype, silu, device, monkeypatch):
+    """Channel-last x on the segment kernels (rows channels-fastest: ``CHANNELS_FASTEST``) gives
+    the tile kernel's output and, with ``BACKWARD_SEGMENTS_CHANNEL_LAST``, the rows kernel's
+    gradients, for every window shift over several blocks and two channel blocks: integers
+    bit for bit, floats to two roundings (output, dx) or a sum's rounding (dW, db)."""
+    from tritonconv.ops import causal
+
+    batch, dim, seqlen = 2, 19, 300
+    x = _channel_last(random_tensor((batch, dim, seqlen), dtype, device))
+    w = random_tensor((dim, width), dtype, device)
+    b = random_tensor((dim,), dtype, device)
+    for pad in sorted({0, width - 1}):
+        dy = _channel_last(random_tensor((batch, dim, seqlen - (width - 1) + pad), dtype, device))
+        results = {}
+        for segments in (False, True):
+            monkeypatch.setattr(causal, "FORWARD_SEGMENTS_CHANNEL_LAST", segments)
+            monkeypatch.setattr(causal, "BACKWARD_SEGMENTS_CHANNEL_LAST", segments)
+            tc.clear_caches()
+            y = library.causal_conv1d(x, w, b, pad, silu)
+            grads = library.causal_conv1d_backward(dy, x, w, b, pad, silu, [True] * 3)
+            results[segments] = (y, *grads)
+        for name, tiles, ours in zip(("y", "dx", "dw", "db"), *results.values(), strict=True):
+            if not dtype.is_floating_point:
+                assert torch.equal(ours, tiles), f"pad {pad} {name}"
+            elif name in ("y", "dx"):
+                ulp = torch.finfo(dtype).eps * tiles.abs().max().item()
+                apart = (ours.double() - tiles.double()).abs().max().item()
+                assert apart <= 2 * ulp, f"pad {pad} {name}: {apart} apart"
+            else:
+                assert_close(ours, tiles.double(), reduction=batch * seqlen, name=name)
+        assert results[True][0].stride(1) == 1 and results[True][1].stride(1) == 1

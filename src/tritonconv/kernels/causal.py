@@ -708,12 +708,19 @@ def _z_column(x_before, x_own, x_after, w0, w1, w2, w3, bias, c: tl.constexpr,
 
 
 @triton.jit
-def _segment_rows(D, SEGMENTS: tl.constexpr, BLOCK_D: tl.constexpr, INDEX_64: tl.constexpr):
+def _segment_rows(D, SEGMENTS: tl.constexpr, BLOCK_D: tl.constexpr, INDEX_64: tl.constexpr,
+                  CHANNELS_FASTEST: tl.constexpr):  # fmt: skip
     """A segment program's rows (``BLOCK_D`` channels x ``SEGMENTS`` segments, segments
-    fastest): each row's channel, whether it exists, and its segment's index in the block."""
+    fastest, or channels with ``CHANNELS_FASTEST``: the rows then run along channel-last
+    memory, each thread's 8 rows one vector and its 8 columns 8 of them): each row's channel,
+    whether it exists, and its segment's index in the block."""
     r = tl.arange(0, BLOCK_D * SEGMENTS)
-    d = tl.program_id(1) * BLOCK_D + r // SEGMENTS
-    seg = r % SEGMENTS
+    if CHANNELS_FASTEST:
+        d = tl.program_id(1) * BLOCK_D + r % BLOCK_D
+        seg = r // BLOCK_D
+    else:
+        d = tl.program_id(1) * BLOCK_D + r // SEGMENTS
+        seg = r % SEGMENTS
     if INDEX_64:
         d = d.to(tl.int64)
         seg = seg.to(tl.int64)
@@ -745,6 +752,7 @@ def causal_conv1d_segments_kernel(
     BLOCK_D: tl.constexpr,
     SEGMENTS: tl.constexpr,
     INDEX_64: tl.constexpr,
+    CHANNELS_FASTEST: tl.constexpr = False,
 ):
     """The forward (:func:`causal_conv1d_kernel`'s arguments and grid, blocks of ``SEGMENTS``
     x 8 positions) for widths up to 4, with no data crossing threads: a program's rows are
@@ -759,7 +767,7 @@ def causal_conv1d_segments_kernel(
         pid = pid.to(tl.int64)
     l_blocks = tl.cdiv(L_in, SEGMENTS * 8)
     b = pid // l_blocks
-    d, d_ok, seg = _segment_rows(D, SEGMENTS, BLOCK_D, INDEX_64)
+    d, d_ok, seg = _segment_rows(D, SEGMENTS, BLOCK_D, INDEX_64, CHANNELS_FASTEST)
     start = ((pid % l_blocks) * SEGMENTS + seg) * 8
     x_base = x_ptr + b * x_sb + d * x_sd
     bias = tl.zeros([BLOCK_D * SEGMENTS], dtype=ACC_DTYPE)
@@ -901,6 +909,7 @@ def causal_conv1d_backward_segments_kernel(
     BLOCK_D: tl.constexpr,
     SEGMENTS: tl.constexpr,
     INDEX_64: tl.constexpr,
+    CHANNELS_FASTEST: tl.constexpr = False,
 ):
     """The backward of :func:`causal_conv1d_backward_kernel` (same arguments, partials and
     grid; blocks of ``SEGMENTS`` x 8 positions) for widths up to 4, laid out as
@@ -923,7 +932,7 @@ def causal_conv1d_backward_segments_kernel(
     b = pid // chunks
     first_block = (pid % chunks) * chunk_blocks
     last_block = tl.minimum(first_block + chunk_blocks, l_blocks) - 1
-    d, d_ok, seg = _segment_rows(D, SEGMENTS, BLOCK_D, INDEX_64)
+    d, d_ok, seg = _segment_rows(D, SEGMENTS, BLOCK_D, INDEX_64, CHANNELS_FASTEST)
     x_base = x_ptr + b * x_sb + d * x_sd
     dy_base = dy_ptr + b * dy_sb + d * dy_sd
     bias = tl.zeros([ROWS], dtype=ACC_DTYPE)
@@ -988,18 +997,31 @@ def causal_conv1d_backward_segments_kernel(
             dc = dc.to(tl.int64)
         dc_ok = dc < D
         part = pid * D + dc
-        _store_segment_sum(dw_part_ptr, part * WIDTH, a0, dc_ok, BLOCK_D, SEGMENTS)
+        _store_segment_sum(
+            dw_part_ptr, part * WIDTH, a0, dc_ok, BLOCK_D, SEGMENTS, CHANNELS_FASTEST
+        )
         if WIDTH > 1:
-            _store_segment_sum(dw_part_ptr, part * WIDTH + 1, a1, dc_ok, BLOCK_D, SEGMENTS)
+            _store_segment_sum(
+                dw_part_ptr, part * WIDTH + 1, a1, dc_ok, BLOCK_D, SEGMENTS, CHANNELS_FASTEST
+            )
         if WIDTH > 2:
-            _store_segment_sum(dw_part_ptr, part * WIDTH + 2, a2, dc_ok, BLOCK_D, SEGMENTS)
+            _store_segment_sum(
+                dw_part_ptr, part * WIDTH + 2, a2, dc_ok, BLOCK_D, SEGMENTS, CHANNELS_FASTEST
+            )
         if WIDTH > 3:
-            _store_segment_sum(dw_part_ptr, part * WIDTH + 3, a3, dc_ok, BLOCK_D, SEGMENTS)
-        _store_segment_sum(db_part_ptr, part, a_bias, dc_ok, BLOCK_D, SEGMENTS)
+            _store_segment_sum(
+                dw_part_ptr, part * WIDTH + 3, a3, dc_ok, BLOCK_D, SEGMENTS, CHANNELS_FASTEST
+            )
+        _store_segment_sum(db_part_ptr, part, a_bias, dc_ok, BLOCK_D, SEGMENTS, CHANNELS_FASTEST)
 
 
 @triton.jit
-def _store_segment_sum(ptr, at, acc, ok, BLOCK_D: tl.constexpr, SEGMENTS: tl.constexpr):
-    """Store at ``ptr + at`` (``[BLOCK_D]``) each channel's sum of a program's ``[BLOCK_D x
-    SEGMENTS]`` row accumulators."""
-    tl.store(ptr + at, tl.sum(tl.reshape(acc, [BLOCK_D, SEGMENTS]), 1), mask=ok)
+def _store_segment_sum(ptr, at, acc, ok, BLOCK_D: tl.constexpr, SEGMENTS: tl.constexpr,
+                       CHANNELS_FASTEST: tl.constexpr):  # fmt: skip
+    """Store at ``ptr + at`` (``[BLOCK_D]``) each channel's sum of a program's row
+    accumulators (:func:`_segment_rows`' order)."""
+    if CHANNELS_FASTEST:
+        total = tl.sum(tl.reshape(acc, [SEGMENTS, BLOCK_D]), 0)
+    else:
+        total = tl.sum(tl.reshape(acc, [BLOCK_D, SEGMENTS]), 1)
+    tl.store(ptr + at, total, mask=ok)

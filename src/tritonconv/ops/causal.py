@@ -99,6 +99,17 @@ BACKWARD_SEGMENTS_TILE = (4, 32)
 SEGMENTS_WARPS = 4
 SEGMENTS_PROGRAMS_PER_SM = 16
 _INTERPRETER_SEGMENTS_TILE = (16, 16)
+# Channel-last x on the same kernels, rows channels-fastest (``CHANNELS_FASTEST``: a thread's 8
+# rows are 8 adjacent channels, one 16-byte vector, and its 8 columns 8 positions): the
+# forward, and the backward off (sm_90: 255 registers with spills). Tiles (channels,
+# segments) and warps. Session 47 (H200, the shape above, channel-last, ms): forward 128 x 4
+# with 2 warps 0.0917 (2927 GB/s), 256 x 2 / 2 warps 0.1018, 256 x 4 / 4 0.1036, 512 x 2 / 4
+# 0.1032, 256 x 8 / 8 0.1093, the tile kernel 0.1043; backward 256 x 2 / 2 0.2643 (the best
+# of five tiles) against the rows kernel's 0.2157.
+FORWARD_SEGMENTS_CHANNEL_LAST = True
+BACKWARD_SEGMENTS_CHANNEL_LAST = False
+SEGMENTS_TILE_CHANNEL_LAST = (128, 4)
+SEGMENTS_WARPS_CHANNEL_LAST = 2
 
 
 def output_length(length: int, width: int, pad: int) -> int:
@@ -119,13 +130,25 @@ def _tiles(x: torch.Tensor, dim: int, length: int, caps: dict = _TILES) -> tuple
     return clamped_power_of_2(dim, 16, cap_d), clamped_power_of_2(length, 16, cap_l)
 
 
-def _segments(dim: int, length: int, backward: bool = False) -> tuple[int, int]:
+def _segments(dim: int, length: int, backward: bool = False, channel_last: bool = False):
     """(channels, 8-position segments) of a segment kernel's program."""
     if INTERPRETER:
         cap_d, cap_s = _INTERPRETER_SEGMENTS_TILE
         return clamped_power_of_2(dim, 1, cap_d), clamped_power_of_2(cdiv(length, 8), 1, cap_s)
+    if channel_last:  # (a warp's lanes along the channels: at least 256 rows of them)
+        cap_d, cap_s = SEGMENTS_TILE_CHANNEL_LAST
+        return clamped_power_of_2(dim, 1, cap_d), clamped_power_of_2(cdiv(length, 8), 1, cap_s)
     cap_d, cap_s = BACKWARD_SEGMENTS_TILE if backward else SEGMENTS_TILE
     return clamped_power_of_2(dim, 1, cap_d), clamped_power_of_2(cdiv(length, 8), 16, cap_s)
+
+
+def _on_segments(channel_last: bool, width: int, backward: bool) -> bool:
+    """Whether a call runs the segment kernels (widths up to 4; each layout's switch)."""
+    if channel_last:
+        wanted = BACKWARD_SEGMENTS_CHANNEL_LAST if backward else FORWARD_SEGMENTS_CHANNEL_LAST
+    else:
+        wanted = BACKWARD_SEGMENTS if backward else FORWARD_SEGMENTS
+    return wanted and width <= 4
 
 
 def _check(x, weight, pad: int) -> None:
@@ -174,12 +197,13 @@ def causal_conv1d(x, weight, bias, pad: int, silu: bool) -> torch.Tensor:
         PAD=pad, WIDTH=width, HAS_BIAS=bias is not None, SILU=silu,
         ACC_DTYPE=accumulator_dtype(x.dtype), INDEX_64=needs_int64(x, y),
     )  # fmt: skip
-    if FORWARD_SEGMENTS and not channel_last and width <= 4:
-        block_d, segments = _segments(dim, length)
+    if _on_segments(channel_last, width, backward=False):
+        block_d, segments = _segments(dim, length, channel_last=channel_last)
         grid = (batch * cdiv(length, segments * 8), cdiv(dim, block_d))
         launch(
             causal_conv1d_segments_kernel, grid, *common, **shapes,
-            BLOCK_D=block_d, SEGMENTS=segments, num_warps=SEGMENTS_WARPS,
+            BLOCK_D=block_d, SEGMENTS=segments, CHANNELS_FASTEST=channel_last,
+            num_warps=SEGMENTS_WARPS_CHANNEL_LAST if channel_last else SEGMENTS_WARPS,
         )  # fmt: skip
         return y
     block_d, block_l = _tiles(x, dim, length)
@@ -221,11 +245,12 @@ def causal_conv1d_backward(grad_output, x, weight, bias, pad: int, silu: bool, o
         return grad_x, grad_w, grad_b
     channel_last = _channel_last(x, dim)
     # each kernel's tile: what it takes beside BLOCK_D (``tile``), and its positions a block
-    if BACKWARD_SEGMENTS and not channel_last and width <= 4:
+    if _on_segments(channel_last, width, backward=True):
         kernel = causal_conv1d_backward_segments_kernel
-        block_d, count = _segments(dim, length, backward=True)
-        block_l, tile = count * 8, dict(SEGMENTS=count)
-        warps, per_sm = SEGMENTS_WARPS, SEGMENTS_PROGRAMS_PER_SM
+        block_d, count = _segments(dim, length, backward=True, channel_last=channel_last)
+        block_l, tile = count * 8, dict(SEGMENTS=count, CHANNELS_FASTEST=channel_last)
+        warps = SEGMENTS_WARPS_CHANNEL_LAST if channel_last else SEGMENTS_WARPS
+        per_sm = SEGMENTS_PROGRAMS_PER_SM
     elif BACKWARD_ROWS and channel_last and width <= 4:
         kernel = causal_conv1d_backward_rows_kernel
         cap_d, block_l = _INTERPRETER_ROWS_TILE if INTERPRETER else ROWS_TILE
