@@ -23,6 +23,48 @@ from __future__ import annotations
 
 import triton
 import triton.language as tl
+from triton.language.extra import libdevice
+
+from .._runtime import INTERPRETER
+
+
+@triton.jit
+def _fast_divide(a, b):
+    """``a / b`` to about 2 ulps (fp32: ``div.approx``, a reciprocal and a product; 0 where
+    ``|b|`` passes 2**126, which a sigmoid's ``1 + exp`` reaches only where it is 0 anyway)."""
+    if b.dtype == tl.float32:
+        return libdevice.fast_dividef(a, b)
+    else:
+        return a / b
+
+
+@triton.jit
+def _exact_divide(a, b):
+    return a / b
+
+
+# (Triton's interpreter has no ``fast_dividef``: there, the same quotient rounded once)
+_divide = _exact_divide if INTERPRETER else _fast_divide
+
+
+@triton.jit
+def _one_plus_exp_neg(z):
+    """``1 + exp(-z)``, the exponential as one ``ex2`` of ``-z * log2(e)`` (``tl.exp`` adds a
+    denormal rescale: 3 more instructions for fp32 on sm_90)."""
+    return 1.0 + tl.math.exp2(z * -1.4426950408889634)
+
+
+@triton.jit
+def _sigmoid(z):
+    """``sigmoid(z)`` to a few fp32 ulps: 4 instructions where ``1 / (1 + tl.exp(-z))`` takes
+    13 (sm_90), which made the SiLU backward instruction-bound (benchmarks/NOTES.md)."""
+    return _divide(1.0, _one_plus_exp_neg(z))
+
+
+@triton.jit
+def _silu(z):
+    """``SiLU(z) = z * sigmoid(z)``, as :func:`_sigmoid`."""
+    return _divide(z, _one_plus_exp_neg(z))
 
 
 @triton.jit
@@ -106,9 +148,10 @@ def _output_grad(
 
 @triton.jit
 def _silu_grad(g, z):
-    """``g * SiLU'(z)``: SiLU'(z) = s * (1 + z * (1 - s)), s = sigmoid(z)."""
-    s = 1.0 / (1.0 + tl.exp(-z))
-    return g * s * (1.0 + z * (1.0 - s))
+    """``g * SiLU'(z)``: SiLU'(z) = s * (1 + z * (1 - s)) = s + s * (z - z * s), s = sigmoid(z)
+    (two fused multiply-adds and a product)."""
+    s = _sigmoid(z)
+    return g * (s + s * (z - z * s))
 
 
 @triton.jit
@@ -307,7 +350,7 @@ def causal_conv1d_kernel(
             PAD, WIDTH, ACC_DTYPE, BLOCK_D, BLOCK_L,
         )  # fmt: skip
     if SILU:
-        z = z / (1.0 + tl.exp(-z))
+        z = _silu(z)
     y = y_ptr + b * y_sb + d[:, None] * y_sd + pos[None, :] * y_sl
     tl.store(y, z.to(y_ptr.dtype.element_ty), mask=d_ok[:, None] & (pos < L_out)[None, :])
 
@@ -791,7 +834,7 @@ def causal_conv1d_segments_kernel(
     y7 = _z_column(x_before, x_own, x_after, w0, w1, w2, w3, bias, 7, PAD, WIDTH)
     y = _join8(y0, y1, y2, y3, y4, y5, y6, y7)
     if SILU:
-        y = y / (1.0 + tl.exp(-y))
+        y = _silu(y)
     at = start[:, None] + tl.arange(0, 8)[None, :]
     out = y_ptr + (b * y_sb + d * y_sd)[:, None] + at * y_sl
     tl.store(out, y.to(y_ptr.dtype.element_ty), mask=d_ok[:, None] & (at < L_out))
