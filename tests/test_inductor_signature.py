@@ -74,3 +74,55 @@ def test_first_tap_compiles_with_mixed_integer_widths(tmp_path):
         [sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300
     )
     assert done.returncode == 0 and "compiled" in done.stdout, done.stderr[-3000:]
+
+
+COPIES = """
+import builtins
+import dis
+import importlib.util
+import sys
+
+from torch._inductor.codegen.triton import TritonKernel
+from torch._inductor.codegen.wrapper import (
+    user_defined_triton_kernel_transitive_closure_source_code as closure,
+)
+from triton.runtime.jit import JITFunction
+
+sys.path.insert(0, {tests!r})
+from test_inductor_signature import _kernels
+
+unresolved = []
+for index, (name, fn) in enumerate(_kernels()):
+    kernel = getattr(sys.modules[fn.__module__], name)
+    path = {folder!r} + f"/copy_{{index}}.py"  # (Triton reads a kernel's source from its file)
+    with open(path, "w") as f:
+        f.write(TritonKernel.gen_common_triton_imports() + "\\n" + closure(kernel))
+    spec = importlib.util.spec_from_file_location(f"copy_{{index}}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    for helper in [v for v in vars(module).values() if isinstance(v, JITFunction)]:
+        for op in dis.Bytecode(helper.fn):
+            if op.opname != "LOAD_GLOBAL":
+                continue
+            if op.argval not in vars(module) and not hasattr(builtins, op.argval):
+                unresolved.append((name, helper.fn.__name__, op.argval))
+print("unresolved", sorted(set(unresolved)))
+"""
+
+
+def test_kernels_resolve_as_inductor_copies_them(tmp_path):
+    """Under torch.compile Inductor writes each kernel's source, and every ``@triton.jit``
+    helper it calls under the helper's own name, into a file of its own with its standard
+    imports. Every global a copied kernel or helper reads must resolve there: a helper reached
+    through an alias (``_divide = _a if ... else _b``) does not (the causal kernels' first
+    fast sigmoid, session 47: the GPU test of the compiled causal conv1d failed)."""
+    script = tmp_path / "copies.py"
+    script.write_text(
+        textwrap.dedent(COPIES.format(tests=os.path.dirname(__file__), folder=str(tmp_path)))
+    )
+    env = dict(os.environ, TRITON_INTERPRET="0")
+    done = subprocess.run(
+        [sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "unresolved []" in done.stdout, done.stdout[-3000:]

@@ -27,24 +27,18 @@ from triton.language.extra import libdevice
 
 from .._runtime import INTERPRETER
 
-
-@triton.jit
-def _fast_divide(a, b):
-    """``a / b`` to about 2 ulps (fp32: ``div.approx``, a reciprocal and a product; 0 where
-    ``|b|`` passes 2**126, which a sigmoid's ``1 + exp`` reaches only where it is 0 anyway)."""
-    if b.dtype == tl.float32:
-        return libdevice.fast_dividef(a, b)
-    else:
-        return a / b
+# Whether ``_divide`` takes fp32's approximate quotient: not under Triton's interpreter, which
+# has no ``fast_dividef`` (a constexpr, not a choice between two functions: torch.compile
+# copies a kernel's helpers by their own names, so an alias would not resolve there).
+_FAST_QUOTIENT = tl.constexpr(not INTERPRETER)
 
 
 @triton.jit
-def _exact_divide(a, b):
-    return a / b
-
-
-# (Triton's interpreter has no ``fast_dividef``: there, the same quotient rounded once)
-_divide = _exact_divide if INTERPRETER else _fast_divide
+def _divide(a, b):
+    """``a / b``; for fp32 on the GPU to about 2 ulps (``div.approx``: a reciprocal and a
+    product; 0 where ``|b|`` passes 2**126, which a sigmoid's ``1 + exp`` reaches only where
+    the quotient is 0 anyway)."""
+    return libdevice.fast_dividef(a, b) if _FAST_QUOTIENT and b.dtype == tl.float32 else a / b
 
 
 @triton.jit
