@@ -9,9 +9,10 @@ Forms are ``ops.causal``'s switches and tiles, as specs:
   ``BACKWARD_SEGMENTS`` off; the backward with g once a block, ``_BACKWARD_TILES``,
   ``BACKWARD_WARPS``; the forward ignores the tile and takes ``X_ONCE``), ``tile-per-tap``
   the forward's per-tap loads (``X_ONCE`` off);
-- ``segments:DxS:warps:per_sm`` channel-first x on the segment kernels (``SEGMENTS_TILE``
-  and ``BACKWARD_SEGMENTS_TILE`` ``D`` channels x ``S`` 8-position segments, ``SEGMENTS_WARPS``,
-  ``SEGMENTS_PROGRAMS_PER_SM``);
+- ``segments:DxS:warps:per_sm[:stages]`` channel-first x on the segment kernels
+  (``SEGMENTS_TILE`` and ``BACKWARD_SEGMENTS_TILE`` ``D`` channels x ``S`` 8-position
+  segments, ``SEGMENTS_WARPS``, ``SEGMENTS_PROGRAMS_PER_SM``, the backward's
+  ``BACKWARD_SEGMENTS_STAGES``, default 1);
 - ``cl:DxL:warps[:once]`` channel-last x on the backward's tile kernel (g once with
   ``:once``), ``rows:DxL:warps:per_sm`` on its rows kernel (``ROWS_TILE``, ...); the forward
   takes channel-last x as ``cl`` (the tile kernel); ``cl-segments[:DxS:warps]`` runs either
@@ -43,7 +44,7 @@ KNOBS = ("FORWARD_SEGMENTS", "BACKWARD_SEGMENTS", "X_ONCE", "SEGMENTS_TILE",
          "SEGMENTS_PROGRAMS_PER_SM", "BACKWARD_WARPS", "G_ONCE_CHANNEL_LAST", "BACKWARD_ROWS",
          "ROWS_TILE", "ROWS_WARPS", "ROWS_PROGRAMS_PER_SM", "FORWARD_SEGMENTS_CHANNEL_LAST",
          "SEGMENTS_TILE_CHANNEL_LAST", "BACKWARD_SEGMENTS_CHANNEL_LAST",
-         "SEGMENTS_WARPS_CHANNEL_LAST")  # fmt: skip
+         "SEGMENTS_WARPS_CHANNEL_LAST", "BACKWARD_SEGMENTS_STAGES")  # fmt: skip
 DEFAULT_FORWARD = ["tile:16x256:4", "segments:8x32:4:16", "cl", "cl-segments"]
 DEFAULT_BACKWARD = ["tile:16x256:8", "segments:4x32:4:16", "rows:256x8:2:16"]
 
@@ -89,6 +90,7 @@ def _configure(spec: str) -> str:
         tile = tuple(int(v) for v in fields[0].split("x"))
         causal.SEGMENTS_TILE = causal.BACKWARD_SEGMENTS_TILE = tile
         causal.SEGMENTS_WARPS, causal.SEGMENTS_PROGRAMS_PER_SM = int(fields[1]), int(fields[2])
+        causal.BACKWARD_SEGMENTS_STAGES = int(fields[3]) if len(fields) > 3 else 1
     elif kind == "rows":
         causal.ROWS_TILE = tuple(int(v) for v in fields[0].split("x"))
         causal.ROWS_WARPS, causal.ROWS_PROGRAMS_PER_SM = int(fields[1]), int(fields[2])

@@ -460,6 +460,30 @@ def test_backward_rows_match_the_tiles(width, dtype, silu, device, monkeypatch):
                     assert torch.equal(a, c), (pad, mask)
 
 
+@pytest.mark.parametrize("stages", [2, 3])
+def test_pipelined_segments_backward_is_the_plain_loop(stages, device, monkeypatch):
+    """The segments backward's walk software-pipelined (``BACKWARD_SEGMENTS_STAGES``: the next
+    blocks' loads issued while a block computes) gives the plain loop's dx, dW and db bit for
+    bit (the same arithmetic in the same order). On a GPU the shape gives each program
+    several blocks to walk (batch x channel blocks fill the GPU, so a program takes a chunk of
+    a sequence; 2000 positions end inside a block); under the interpreter, 300 positions in
+    two chunks of two and one blocks."""
+    from tritonconv.ops import causal
+
+    batch, dim, seqlen = (2, 2048, 2000) if device == "cuda" else (2, 19, 300)
+    x = random_tensor((batch, dim, seqlen), torch.bfloat16, device)
+    w = random_tensor((dim, 4), torch.bfloat16, device)
+    b = random_tensor((dim,), torch.bfloat16, device)
+    dy = random_tensor((batch, dim, seqlen), torch.bfloat16, device)
+    results = []
+    for depth in (1, stages):
+        monkeypatch.setattr(causal, "BACKWARD_SEGMENTS_STAGES", depth)
+        tc.clear_caches()
+        results.append(library.causal_conv1d_backward(dy, x, w, b, 3, True, [True] * 3))
+    for name, plain, piped in zip(("dx", "dw", "db"), *results, strict=True):
+        assert torch.equal(piped, plain), name
+
+
 @pytest.mark.parametrize("width, seqlen", [(1, 300), (2, 300), (3, 300), (4, 300), (3, 5), (4, 5)])
 @pytest.mark.parametrize(
     "dtype, silu", [(torch.float32, False), (torch.float32, True), (torch.bfloat16, True),

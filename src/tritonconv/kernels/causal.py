@@ -947,6 +947,7 @@ def causal_conv1d_backward_segments_kernel(
     SEGMENTS: tl.constexpr,
     INDEX_64: tl.constexpr,
     CHANNELS_FASTEST: tl.constexpr = False,
+    STAGES: tl.constexpr = 1,
 ):
     """The backward of :func:`causal_conv1d_backward_kernel` (same arguments, partials and
     grid; blocks of ``SEGMENTS`` x 8 positions) for widths up to 4, laid out as
@@ -956,7 +957,10 @@ def causal_conv1d_backward_segments_kernel(
     ``WIDTH - 1`` columns its dx reaches beyond them (recomputed there from x and dy rather
     than gathered from a neighbouring thread), dx at its 8 columns from those, and the
     weight and bias sums from g at its own columns, per row over the chunk's blocks, then
-    over the program's segments (a fixed tree), stored at partial index ``pid``."""
+    over the program's segments (a fixed tree), stored at partial index ``pid``. ``STAGES`` > 1:
+    Triton software-pipelines the walk over the chunk's blocks, the next blocks' loads
+    issued (``cp.async`` to shared memory) while this one computes; 1 compiles to the plain
+    loop (sm_90 SASS identical)."""
     pid = tl.program_id(0)
     if INDEX_64:
         pid = pid.to(tl.int64)
@@ -978,7 +982,7 @@ def causal_conv1d_backward_segments_kernel(
     w0, w1, w2, w3 = _tap_weights(w_ptr, w_sd, w_sk, d, d_ok, WIDTH, ACC_DTYPE)
     zero = tl.zeros([ROWS], dtype=ACC_DTYPE)
     a_bias, a0, a1, a2, a3 = zero, zero, zero, zero, zero
-    for block in range(first_block, last_block + 1):
+    for block in tl.range(first_block, last_block + 1, num_stages=STAGES):
         start = (block * SEGMENTS + seg) * 8
         x_own = _segments(x_base, x_sl, start, L_in, d_ok, ACC_DTYPE)
         dy_own = _segments(dy_base, dy_sl, start, L_out, d_ok, ACC_DTYPE)

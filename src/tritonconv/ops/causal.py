@@ -98,6 +98,10 @@ SEGMENTS_TILE = (8, 32)
 BACKWARD_SEGMENTS_TILE = (4, 32)
 SEGMENTS_WARPS = 4
 SEGMENTS_PROGRAMS_PER_SM = 16
+# The backward's walk over a program's blocks software-pipelined this many stages deep (1:
+# the plain loop). Not yet measured on a GPU (session 47: sm_90 SASS shows the next blocks'
+# loads as cp.async into shared memory); 1 until a probe says otherwise.
+BACKWARD_SEGMENTS_STAGES = 1
 _INTERPRETER_SEGMENTS_TILE = (16, 16)
 # Channel-last x on the same kernels, rows channels-fastest (``CHANNELS_FASTEST``: a thread's 8
 # rows are 8 adjacent channels, one 16-byte vector, and its 8 columns 8 positions): the
@@ -248,7 +252,8 @@ def causal_conv1d_backward(grad_output, x, weight, bias, pad: int, silu: bool, o
     if _on_segments(channel_last, width, backward=True):
         kernel = causal_conv1d_backward_segments_kernel
         block_d, count = _segments(dim, length, backward=True, channel_last=channel_last)
-        block_l, tile = count * 8, dict(SEGMENTS=count, CHANNELS_FASTEST=channel_last)
+        block_l = count * 8
+        tile = dict(SEGMENTS=count, CHANNELS_FASTEST=channel_last, STAGES=BACKWARD_SEGMENTS_STAGES)
         warps = SEGMENTS_WARPS_CHANNEL_LAST if channel_last else SEGMENTS_WARPS
         per_sm = SEGMENTS_PROGRAMS_PER_SM
     elif BACKWARD_ROWS and channel_last and width <= 4:
