@@ -484,6 +484,35 @@ def test_pipelined_segments_backward_is_the_plain_loop(stages, device, monkeypat
         assert torch.equal(piped, plain), name
 
 
+def _with_switches(monkeypatch, switches, dy, x, w, b, pad, silu) -> dict:
+    """(y, dx, dW, db) with ``ops.causal``'s ``switches`` (names) off, then on: by setting."""
+    from tritonconv.ops import causal
+
+    results = {}
+    for on in (False, True):
+        for name in switches:
+            monkeypatch.setattr(causal, name, on)
+        tc.clear_caches()
+        y = library.causal_conv1d(x, w, b, pad, silu)
+        results[on] = (y, *library.causal_conv1d_backward(dy, x, w, b, pad, silu, [True] * 3))
+    return results
+
+
+def _assert_same_sums(results: dict, dtype, reduction: int, pad: int) -> None:
+    """The switched-on results against the switched-off ones: integers bit for bit, floats to
+    two roundings of the largest value where the sums run in the same order (y, dx; the
+    compiler may fuse multiply-adds differently), to a sum's rounding where not (dW, db)."""
+    for name, tiles, ours in zip(("y", "dx", "dw", "db"), *results.values(), strict=True):
+        if not dtype.is_floating_point:
+            assert torch.equal(ours, tiles), f"pad {pad} {name}"
+        elif name in ("y", "dx"):
+            ulp = torch.finfo(dtype).eps * tiles.abs().max().item()
+            apart = (ours.double() - tiles.double()).abs().max().item()
+            assert apart <= 2 * ulp, f"pad {pad} {name}: {apart} apart"
+        else:
+            assert_close(ours, tiles.double(), reduction=reduction, name=name)
+
+
 @pytest.mark.parametrize("width, seqlen", [(1, 300), (2, 300), (3, 300), (4, 300), (3, 5), (4, 5)])
 @pytest.mark.parametrize(
     "dtype, silu", [(torch.float32, False), (torch.float32, True), (torch.bfloat16, True),
@@ -514,28 +543,14 @@ def test_segments_match_the_tiles(width, dtype, silu, seqlen, device, monkeypatc
         dy = random_tensor((batch, dim, seqlen - (width - 1) + pad), dtype, device)
         if turn % 2 == 1:  # dy channel-last on odd turns: dy's own strides
             dy = _channel_last(dy)
-        results = {}
-        for segments in (False, True):
-            monkeypatch.setattr(causal, "FORWARD_SEGMENTS", segments)
-            monkeypatch.setattr(causal, "BACKWARD_SEGMENTS", segments)
-            tc.clear_caches()
-            y = library.causal_conv1d(x, w, b, pad, silu)
-            grads = library.causal_conv1d_backward(dy, x, w, b, pad, silu, [True] * 3)
-            results[segments] = (y, *grads)
+        switches = ("FORWARD_SEGMENTS", "BACKWARD_SEGMENTS")
+        results = _with_switches(monkeypatch, switches, dy, x, w, b, pad, silu)
         assert [k.__name__ for k in kernels[-4:]] == [
             "causal_conv1d_kernel", "causal_conv1d_backward_kernel",
             "causal_conv1d_segments_kernel", "causal_conv1d_backward_segments_kernel",
         ]  # fmt: skip
+        _assert_same_sums(results, dtype, batch * seqlen, pad)
         names = ("y", "dx", "dw", "db")
-        for name, tiles, ours in zip(names, results[False], results[True], strict=True):
-            if not dtype.is_floating_point:
-                assert torch.equal(ours, tiles), f"pad {pad} {name}"
-            elif name in ("y", "dx"):
-                ulp = torch.finfo(dtype).eps * tiles.abs().max().item()
-                apart = (ours.double() - tiles.double()).abs().max().item()
-                assert apart <= 2 * ulp, f"pad {pad} {name}: {apart} apart"
-            else:
-                assert_close(ours, tiles.double(), reduction=batch * seqlen, name=name)
         xd, wd, bd = (t.cpu().double().requires_grad_() for t in (x, w, b))
         want = F.conv1d(xd, wd[:, None], bd, padding=pad, groups=dim)[..., : dy.shape[2]]
         want = F.silu(want) if silu else want
@@ -558,7 +573,6 @@ def test_channel_last_segments_match_the_tiles(width, dtype, silu, device, monke
     the tile kernel's output and, with ``BACKWARD_SEGMENTS_CHANNEL_LAST``, the rows kernel's
     gradients, for every window shift over several blocks and two channel blocks: integers
     bit for bit, floats to two roundings (output, dx) or a sum's rounding (dW, db)."""
-    from tritonconv.ops import causal
 
     batch, dim, seqlen = 2, 19, 300
     x = _channel_last(random_tensor((batch, dim, seqlen), dtype, device))
@@ -566,21 +580,7 @@ def test_channel_last_segments_match_the_tiles(width, dtype, silu, device, monke
     b = random_tensor((dim,), dtype, device)
     for pad in sorted({0, width - 1}):
         dy = _channel_last(random_tensor((batch, dim, seqlen - (width - 1) + pad), dtype, device))
-        results = {}
-        for segments in (False, True):
-            monkeypatch.setattr(causal, "FORWARD_SEGMENTS_CHANNEL_LAST", segments)
-            monkeypatch.setattr(causal, "BACKWARD_SEGMENTS_CHANNEL_LAST", segments)
-            tc.clear_caches()
-            y = library.causal_conv1d(x, w, b, pad, silu)
-            grads = library.causal_conv1d_backward(dy, x, w, b, pad, silu, [True] * 3)
-            results[segments] = (y, *grads)
-        for name, tiles, ours in zip(("y", "dx", "dw", "db"), *results.values(), strict=True):
-            if not dtype.is_floating_point:
-                assert torch.equal(ours, tiles), f"pad {pad} {name}"
-            elif name in ("y", "dx"):
-                ulp = torch.finfo(dtype).eps * tiles.abs().max().item()
-                apart = (ours.double() - tiles.double()).abs().max().item()
-                assert apart <= 2 * ulp, f"pad {pad} {name}: {apart} apart"
-            else:
-                assert_close(ours, tiles.double(), reduction=batch * seqlen, name=name)
+        switches = ("FORWARD_SEGMENTS_CHANNEL_LAST", "BACKWARD_SEGMENTS_CHANNEL_LAST")
+        results = _with_switches(monkeypatch, switches, dy, x, w, b, pad, silu)
+        _assert_same_sums(results, dtype, batch * seqlen, pad)
         assert results[True][0].stride(1) == 1 and results[True][1].stride(1) == 1
