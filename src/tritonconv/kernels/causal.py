@@ -57,7 +57,8 @@ def _sigmoid(z):
 
 @triton.jit
 def _silu(z):
-    """``SiLU(z) = z * sigmoid(z)``, as :func:`_sigmoid`."""
+    """``SiLU(z) = z * sigmoid(z)``, as :func:`_sigmoid` (fp32 on the GPU: 0 in place of
+    about -1e-36 for z in [-88.7, -87.3], where ``1 + exp(-z)`` passes 2**126)."""
     return _divide(z, _one_plus_exp_neg(z))
 
 
