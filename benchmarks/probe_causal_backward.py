@@ -62,21 +62,30 @@ def main() -> None:
     parser.add_argument("--forward", action="store_true", help="the forward, not the backward")
     opts = parser.parse_args()
     specs = opts.specs or (DEFAULT_FORWARD if opts.forward else DEFAULT_BACKWARD)
-    saved = {name: getattr(causal, name) for name in KNOBS}
-    saved_tiles = dict(causal._BACKWARD_TILES)
     try:
         rows = run(specs, opts.forward, opts.reps)
     finally:
-        for name, value in saved.items():
-            setattr(causal, name, value)
-        causal._BACKWARD_TILES.update(saved_tiles)
+        _defaults()
     if opts.json:
         with open(opts.json, "w") as f:
             json.dump(rows, f, indent=1)
 
 
+# ``ops.causal``'s knobs as the library sets them: each spec starts from these
+_DEFAULTS = {name: getattr(causal, name) for name in KNOBS}
+_DEFAULT_TILES = dict(causal._BACKWARD_TILES)
+
+
+def _defaults() -> None:
+    for name, value in _DEFAULTS.items():
+        setattr(causal, name, value)
+    causal._BACKWARD_TILES.update(_DEFAULT_TILES)
+
+
 def _configure(spec: str) -> str:
-    """Set ``ops.causal``'s knobs for ``spec``; the layout of x it runs on."""
+    """Set ``ops.causal``'s knobs for ``spec`` (the rest as the library sets them); the layout
+    of x it runs on."""
+    _defaults()
     kind, *fields = spec.split(":")
     causal.FORWARD_SEGMENTS = causal.BACKWARD_SEGMENTS = kind == "segments"
     causal.X_ONCE = kind != "tile-per-tap"
@@ -85,7 +94,8 @@ def _configure(spec: str) -> str:
     causal.BACKWARD_SEGMENTS_CHANNEL_LAST = kind == "cl-segments"
     if kind == "cl-segments" and fields:
         causal.SEGMENTS_TILE_CHANNEL_LAST = tuple(int(v) for v in fields[0].split("x"))
-        causal.SEGMENTS_WARPS_CHANNEL_LAST = int(fields[1])
+        if len(fields) > 1:
+            causal.SEGMENTS_WARPS_CHANNEL_LAST = int(fields[1])
     if kind == "segments":
         tile = tuple(int(v) for v in fields[0].split("x"))
         causal.SEGMENTS_TILE = causal.BACKWARD_SEGMENTS_TILE = tile

@@ -470,7 +470,9 @@ def test_pipelined_segments_backward_is_the_plain_loop(stages, device, monkeypat
     two chunks of two and one blocks."""
     from tritonconv.ops import causal
 
-    batch, dim, seqlen = (2, 2048, 2000) if device == "cuda" else (2, 19, 300)
+    if device != "cuda":
+        pytest.skip("Triton's interpreter ignores num_stages: both would run the same loop")
+    batch, dim, seqlen = 2, 2048, 2000
     x = random_tensor((batch, dim, seqlen), torch.bfloat16, device)
     w = random_tensor((dim, 4), torch.bfloat16, device)
     b = random_tensor((dim,), torch.bfloat16, device)
@@ -566,21 +568,35 @@ def test_segments_match_the_tiles(width, dtype, silu, seqlen, device, monkeypatc
                     assert torch.equal(a, c), (pad, mask)
 
 
-@pytest.mark.parametrize("width", [2, 4])
-@pytest.mark.parametrize("dtype, silu", [(torch.float32, True), (torch.int32, False)], ids=str)
-def test_channel_last_segments_match_the_tiles(width, dtype, silu, device, monkeypatch):
+@pytest.mark.parametrize("width, seqlen", [(1, 300), (2, 300), (3, 300), (4, 300), (4, 5)])
+@pytest.mark.parametrize(
+    "dtype, silu", [(torch.float32, True), (torch.bfloat16, True), (torch.int32, False)], ids=str
+)
+def test_channel_last_segments_match_the_tiles(width, seqlen, dtype, silu, device, monkeypatch):
     """Channel-last x on the segment kernels (rows channels-fastest: ``CHANNELS_FASTEST``) gives
     the tile kernel's output and, with ``BACKWARD_SEGMENTS_CHANNEL_LAST``, the rows kernel's
-    gradients, for every window shift over several blocks and two channel blocks: integers
+    gradients, for every window shift, over several blocks (300 positions; 5: under one
+    segment) and two channel blocks, dy channel-last or (odd shifts) channel-first: integers
     bit for bit, floats to two roundings (output, dx) or a sum's rounding (dW, db)."""
+    from tritonconv.ops import causal
 
-    batch, dim, seqlen = 2, 19, 300
+    kernels = []
+    real = causal.launch
+    monkeypatch.setattr(
+        causal, "launch", lambda kernel, *a, **m: kernels.append(kernel) or real(kernel, *a, **m)
+    )
+    batch, dim = 2, 19
     x = _channel_last(random_tensor((batch, dim, seqlen), dtype, device))
     w = random_tensor((dim, width), dtype, device)
     b = random_tensor((dim,), dtype, device)
-    for pad in sorted({0, width - 1}):
-        dy = _channel_last(random_tensor((batch, dim, seqlen - (width - 1) + pad), dtype, device))
+    for pad in range(width):
+        dy = random_tensor((batch, dim, seqlen - (width - 1) + pad), dtype, device)
+        dy = dy if pad % 2 else _channel_last(dy)
         switches = ("FORWARD_SEGMENTS_CHANNEL_LAST", "BACKWARD_SEGMENTS_CHANNEL_LAST")
         results = _with_switches(monkeypatch, switches, dy, x, w, b, pad, silu)
+        assert [k.__name__ for k in kernels[-4:]] == [
+            "causal_conv1d_kernel", "causal_conv1d_backward_rows_kernel",
+            "causal_conv1d_segments_kernel", "causal_conv1d_backward_segments_kernel",
+        ], pad  # fmt: skip
         _assert_same_sums(results, dtype, batch * seqlen, pad)
         assert results[True][0].stride(1) == 1 and results[True][1].stride(1) == 1

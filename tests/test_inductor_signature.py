@@ -17,6 +17,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 from tritonconv import kernels
 
 
@@ -82,11 +84,19 @@ import dis
 import importlib.util
 import sys
 
-from torch._inductor.codegen.triton import TritonKernel
-from torch._inductor.codegen.wrapper import (
-    user_defined_triton_kernel_transitive_closure_source_code as closure,
-)
+import torch._inductor.codegen.triton as codegen
 from triton.runtime.jit import JITFunction
+
+try:  # (Inductor's copy of a user kernel: torch 2.5-2.10 kept these elsewhere or not at all)
+    from torch._inductor.codegen.wrapper import (
+        user_defined_triton_kernel_transitive_closure_source_code as closure,
+    )
+except ImportError:
+    print("no copy function")
+    sys.exit(0)
+# the imports Inductor heads its generated kernels with (a function before torch 2.11)
+header = getattr(codegen, "gen_common_triton_imports", None)
+header = header or codegen.TritonKernel.gen_common_triton_imports
 
 sys.path.insert(0, {tests!r})
 from test_inductor_signature import _kernels
@@ -96,7 +106,7 @@ for index, (name, fn) in enumerate(_kernels()):
     kernel = getattr(sys.modules[fn.__module__], name)
     path = {folder!r} + f"/copy_{{index}}.py"  # (Triton reads a kernel's source from its file)
     with open(path, "w") as f:
-        f.write(TritonKernel.gen_common_triton_imports() + "\\n" + closure(kernel))
+        f.write(header() + "\\n" + closure(kernel))
     spec = importlib.util.spec_from_file_location(f"copy_{{index}}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -125,4 +135,6 @@ def test_kernels_resolve_as_inductor_copies_them(tmp_path):
         [sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300
     )
     assert done.returncode == 0, done.stderr[-3000:]
+    if "no copy function" in done.stdout:
+        pytest.skip("this torch's Inductor has no user_defined_triton_kernel_transitive_closure")
     assert "unresolved []" in done.stdout, done.stdout[-3000:]

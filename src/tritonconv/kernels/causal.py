@@ -675,7 +675,8 @@ def causal_conv1d_backward_rows_kernel(
 
 
 # --------------------------------------------------------------------------------------------
-# Channel-first x, widths up to 4: 8-position segments held whole by one thread
+# Widths up to 4: 8-position segments held whole by one thread (channel-first x; channel-last
+# x with the rows channels-fastest)
 # --------------------------------------------------------------------------------------------
 
 
@@ -795,7 +796,9 @@ def causal_conv1d_segments_kernel(
     """The forward (:func:`causal_conv1d_kernel`'s arguments and grid, blocks of ``SEGMENTS``
     x 8 positions) for widths up to 4, with no data crossing threads: a program's rows are
     ``BLOCK_D`` channels x ``SEGMENTS`` aligned 8-position segments, each row one thread's
-    (a warp covers 32 consecutive segments of a channel: 512 contiguous bytes of bf16). A row
+    (a warp covers 32 consecutive segments of a channel: 512 contiguous bytes of bf16; with
+    ``CHANNELS_FASTEST``, for channel-last x, the rows run channels first, so a thread holds
+    8 adjacent channels' segments and each of its 8 column loads is one 16-byte vector). A row
     loads its own 8 positions of x and, for the window's reach, the segment before's
     (``PAD > 0``) and after's (``PAD < WIDTH - 1``) as whole aligned vectors (the
     neighbouring threads' data: L1 hits), splits them into columns in registers, and forms
