@@ -123,3 +123,27 @@ def test_plans_made_inside_a_transform_are_not_kept():
     before = tc.explain(x, w, algo="direct")
     assert before.algo == "direct"
     assert_close(tc.conv2d(x, w, algo="direct"), F.conv2d(x, w))
+
+
+def test_a_tensor_escaped_from_a_transform_trains_like_a_plain_one():
+    """A tensor a transform's function kept after the transform ended (a dead functorch
+    wrapper) reaches the eager kernels as its plain tensor: ``autograd.run`` unwraps it as
+    ``torch.autograd.Function.apply`` does (its C++ apply is called directly: without the
+    unwrapping the kernels would read a wrapper, which has no storage)."""
+    kept = {}
+
+    def loss(x):
+        kept["x"] = x
+        return (x * 2).sum()
+
+    x = _t(1, 3, 5, 5)
+    grad(loss)(x)
+    w, b = _t(4, 3, 3, 3).requires_grad_(), _t(4).requires_grad_()
+    out = tc.conv2d(kept["x"], w, b, 1, 1)
+    out.square().sum().backward()
+    w_ref, b_ref = (t.detach().clone().requires_grad_() for t in (w, b))
+    ref = F.conv2d(x, w_ref, b_ref, 1, 1)
+    ref.square().sum().backward()
+    assert_close(out, ref.detach(), reduction=27)
+    assert_close(w.grad, w_ref.grad, reduction=25)
+    assert_close(b.grad, b_ref.grad, reduction=25)

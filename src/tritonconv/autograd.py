@@ -23,9 +23,13 @@ import torch
 
 from . import aten
 from . import library as ops
-from .launch import current_device, tracing
+from .launch import current_device, functorch_active, tracing
 from .ops import crop as crop_ops
 from .precision import allow_tf32
+
+# ``torch.autograd.Function.apply``'s unwrapping of a dead functorch wrapper, one tensor (None
+# where this torch has none: then :func:`run` takes ``apply`` itself)
+_unwrap_if_dead = getattr(torch._C._functorch, "unwrap_if_dead", None)
 
 
 class _StepContext:
@@ -78,6 +82,8 @@ def _differentiable(
 
     op.function = Function
     Function.tensor_args = tensor_args
+    # the C++ ``apply`` that ``torch.autograd.Function.apply`` ends in (:func:`run`)
+    Function.c_apply = super(torch.autograd.Function, Function).apply
     Function.setup_context_fn, Function.backward_fn = setup_context, backward_fn
     Function.__name__ = Function.__qualname__ = name
     Function.__doc__ = op.__doc__
@@ -107,8 +113,15 @@ def run(op: ops.Op, *args, plan=None, tensors=None):
         with torch.cuda.device(index):
             return run(op, *args, plan=plan, tensors=tensors)
     if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
-        count = op.function.tensor_args
-        return op.function.apply(*args[:count], (args[count:], plan))
+        function = op.function
+        count = function.tensor_args
+        if _unwrap_if_dead is None or functorch_active():
+            return function.apply(*args[:count], (args[count:], plan))
+        # ``Function.apply`` less its Python wrapper (about 2 µs: a closure, a generator over
+        # the arguments): the C++ apply, on the tensors' dead functorch wrappers unwrapped as
+        # the wrapper does (a tensor that escaped a finished transform)
+        leading = [_unwrap_if_dead(a) if a is not None else a for a in args[:count]]
+        return function.c_apply(*leading, (args[count:], plan))
     if plan is None:
         return op.impl(*args)
     replay = plan.replay
@@ -163,11 +176,12 @@ def _keep_replay(op: ops.Op, plan, args) -> None:
         plan.replay = plan_of(*args)
 
 
-def _backward_call(ctx, backward_op: ops.Op, *args):
-    """``backward_op(*args)`` (grad_output first, the mask of wanted gradients last),
-    replayed from the launch plan the forward's plan keeps per output-gradient layout and
-    mask: a repeated eager backward runs none of the op's Python. ``ctx.plan`` is None under
-    torch.compile's registered autograd and for direct op calls: then the op itself."""
+def _backward_call(ctx, backward_op: ops.Op, tensor_args: int, *args):
+    """``backward_op(*args)`` (grad_output first, the mask of wanted gradients last; its
+    tensors, or None, the first ``tensor_args`` arguments), replayed from the launch plan the
+    forward's plan keeps per output-gradient layout and mask: a repeated eager backward runs
+    none of the op's Python. ``ctx.plan`` is None under torch.compile's registered autograd
+    and for direct op calls: then the op itself."""
     plan = getattr(ctx, "plan", None)
     grad_output = args[0]
     # (compiled autograd traces this backward: the op itself then, which it can trace; a
@@ -178,12 +192,16 @@ def _backward_call(ctx, backward_op: ops.Op, *args):
     backward = plan.backward
     replay = backward.get(key)
     if replay is not None:  # the callers drop unwanted gradients: no placeholders for them
-        tensors = [a for a in args if isinstance(a, torch.Tensor)]
+        # (the tensors, in order: what the replay takes; a type scan of all the arguments
+        # cost 1.6 µs a call)
+        tensors = [a for a in args[:tensor_args] if a is not None]
         return replay.run(tensors, placeholders=False)
     result = backward_op(*args)
     plan_of = getattr(backward_op.impl, "plan_of", None)
     replay = plan_of(*args) if plan_of is not None else None
     if replay is not None and len(backward) < 16:
+        # (its replays take the first ``tensor_args`` arguments' tensors: none may come later)
+        assert not any(isinstance(a, torch.Tensor) for a in args[tensor_args:]), backward_op
         backward[key] = replay
     return result
 
@@ -247,7 +265,7 @@ def _conv_backward(backward_op: ops.Op, form=aten.conv, op_params=None):
             grads.append(_channel_sums(grad_output) if mask[2] else None)
         elif any(mask):  # the bias gradient too: fused into the weight gradient where it can be
             params = ctx.params if op_params is None else op_params(ctx.params)
-            grads = _backward_call(ctx, backward_op, grad_output, input, weight, *params, mask)
+            grads = _backward_call(ctx, backward_op, 3, grad_output, input, weight, *params, mask)
             grads = [g if wanted else None for g, wanted in zip(grads, mask, strict=True)]
         return *grads, *([None] * len(ctx.params))
 
@@ -395,7 +413,7 @@ def _causal_backward(ctx, grad_output):
         grads = _through_pytorch(form, [x, weight, bias], mask, grad_output)
         return *grads, None, None
     grads = _backward_call(
-        ctx, ops.causal_conv1d_backward, grad_output, x, weight, bias, ctx.pad, ctx.silu, mask
+        ctx, ops.causal_conv1d_backward, 4, grad_output, x, weight, bias, ctx.pad, ctx.silu, mask
     )
     return *(g if wanted else None for g, wanted in zip(grads, mask, strict=True)), None, None
 
