@@ -105,6 +105,48 @@ def test_channels_last_ties_keep_torchs_format(shape, device):
         assert_close(y, expected)
 
 
+@pytest.mark.parametrize("shape", [(3, 1, 5, 5), (3, 24, 1, 1), (24, 1, 1)], ids=str)
+def test_a_tie_made_channels_last_by_its_weight_is_a_view(shape, device):
+    """A contiguous input with one channel or a 1x1 plane (both layouts order its bytes
+    alike) and a channels-last weight (a squeeze-excite block's second 1x1 convolution): each
+    call takes the channels-last view the layout rule makes (no copy, no rule per call), by
+    reshapes and a dimension move where autograd records it (no ``as_strided`` in the graph:
+    its backward allocates and scatters); output values and strides as F.conv2d's, repeated
+    calls (replayed) and gradients too."""
+    from tritonconv import functional
+
+    x = torch.randn(shape, dtype=torch.float64, device=device)
+    w = torch.randn(4, shape[-3], 3, 3, dtype=torch.float64, device=device)
+    w = w.to(memory_format=torch.channels_last)
+    expected = F.conv2d(x.cpu(), w.cpu(), padding=1)
+    for _ in range(3):
+        y = tc.conv2d(x, w, padding=1)
+        assert y.stride() == expected.stride()
+        assert_close(y, expected)
+    options = (1, 1, 1, 1, "auto", None)
+    plan = functional._convolution_plan(2, x, w, None, options, False)
+    relaid = functional._in_weights_layout(x, w, 2)
+    view = functional._tie_view(x, x.dim() == 4)
+    assert relaid.data_ptr() == view.data_ptr() == x.data_ptr()
+    assert relaid.stride() == view.stride() != x.stride()
+    assert plan.relayout == (tuple(x.shape), relaid.stride())
+    xg, wg = x.clone().requires_grad_(), w.clone().requires_grad_()
+    xr, wr = (t.detach().cpu().requires_grad_() for t in (x, w))
+    F.conv2d(xr, wr, padding=1).square().sum().backward()
+    for _ in range(2):
+        xg.grad = wg.grad = None
+        out = tc.conv2d(xg, wg, padding=1)
+        graph, stack = [], [out.grad_fn]
+        while stack:  # (the nodes between the output and x)
+            node = stack.pop()
+            graph.append(type(node).__name__)
+            stack += [n for n, _ in node.next_functions if n is not None]
+        assert not [n for n in graph if "AsStrided" in n], graph
+        out.square().sum().backward()
+        assert_close(xg.grad, xr.grad, reduction=36)
+        assert_close(wg.grad, wr.grad, reduction=3 * 25)
+
+
 def test_non_contiguous_input_and_weight(device):
     x = torch.randn(3, 10, 12, 9, dtype=torch.float64, device=device)[:, ::2].transpose(2, 3)
     w = torch.randn(4, 5, 3, 6, dtype=torch.float64, device=device)[..., ::2]

@@ -83,7 +83,11 @@ class Plan:
         self.op, self.params, self.batched = op, params, batched
         self.replay = None
         self.backward = {}
-        self.relayout = False  # a convolution's input made channels-last first (its weight is)
+        # a convolution's input made channels-last first (its weight is): False (not), True
+        # (:func:`_in_weights_layout` each call), or the (shape, strides) of its view (one
+        # channel or a 1x1 plane, whose two layouts order the same bytes: no layout rule
+        # worked out again each call; :func:`_tie_view` where autograd records it)
+        self.relayout = False
 
 
 _UNFOLD_PLANS = BoundedCache("unfold")
@@ -464,8 +468,12 @@ def _convolution_plan(ndim: int, input, weight, bias, options, transposed: bool)
 
 
 def _apply_convolution(plan: Plan, ndim: int, input, weight, bias):
-    if plan.relayout:  # (the plan was made for the input this makes)
+    relayout = plan.relayout
+    if relayout is True:  # (the plan was made for the input these make)
         input = _in_weights_layout(input, weight, ndim)
+    elif relayout:  # (as_strided costs a third as much, but its backward a copy)
+        graph = input.requires_grad and torch.is_grad_enabled()
+        input = _tie_view(input, plan.batched) if graph else input.as_strided(*relayout)
     x = input if plan.batched else input.unsqueeze(0)
     if bias is not None:  # the kernels read the bias densely
         bias = bias.contiguous()
@@ -675,8 +683,27 @@ def _conv_plan(input, weight, bias, *options, ndim: int, transposed: bool) -> Pl
         algo, config = found.algo, found.config
     ops = TRANSPOSED_OPS if transposed else CONV_OPS
     plan = Plan(ops[algo], params(algo, config), args.batched)
-    plan.relayout = input is not given
+    if input is not given:
+        # (a view of the same memory, not a copy, that the cheaper view makes exactly; real
+        # tensors only: a traced plan is not kept)
+        view = not traced() and not tracing(given) and input.data_ptr() == given.data_ptr()
+        view = view and _tie_view(given, args.batched).stride() == input.stride()
+        plan.relayout = (tuple(input.shape), tuple(input.stride())) if view else True
     return plan
+
+
+def _tie_view(input, batched: bool):
+    """``input`` with one channel or a 1x1 plane, contiguous in both layouts, as the
+    channels-last view :func:`_in_weights_layout` makes of it, by a reshape and a dimension
+    move: views whose gradients are views (``as_strided``'s backward allocates a zero copy of
+    the storage and scatters into it: two kernels a training step). The plan checks that the
+    strides come out the same."""
+    x = input if batched else input.unsqueeze(0)
+    if x.shape[1] == 1:  # (one channel: a last dimension of one, moved to the channels)
+        x = x.squeeze(1).unsqueeze(-1).movedim(-1, 1)
+    else:  # (a 1x1 plane: the channels last, the plane's ones before them)
+        x = x.reshape(x.shape[0], *([1] * (x.dim() - 2)), x.shape[1]).movedim(-1, 1)
+    return x if batched else x.squeeze(0)
 
 
 def _validated(input, weight, bias, options, ndim: int, transposed: bool):
