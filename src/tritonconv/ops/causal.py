@@ -106,11 +106,14 @@ BACKWARD_SEGMENTS_STAGES = 1
 _INTERPRETER_SEGMENTS_TILE = (16, 16)
 # Channel-last x on the same kernels, rows channels-fastest (``CHANNELS_FASTEST``: a thread's 8
 # rows are 8 adjacent channels, one 16-byte vector, and its 8 columns 8 positions): the
-# forward, and the backward off (sm_90: 255 registers with spills). Tiles (channels,
-# segments) and warps. Session 47 (H200, the shape above, channel-last, ms): forward 128 x 4
-# with 2 warps 0.0917 (2927 GB/s), 256 x 2 / 2 warps 0.1018, 256 x 4 / 4 0.1036, 512 x 2 / 4
-# 0.1032, 256 x 8 / 8 0.1093, the tile kernel 0.1043; backward 256 x 2 / 2 0.2643 (the best
-# of five tiles) against the rows kernel's 0.2157.
+# forward, and the backward off (slower, measured before the 4-instruction sigmoid, when it
+# spilled at 255 registers; since then 137-161 registers and no spills offline, not yet
+# measured). Tiles (channels, segments) and warps. Session 47 (H200, the shape above,
+# channel-last, ms), before the sigmoid change: forward 128 x 4 with 2 warps 0.0917 (2927
+# GB/s), 256 x 2 / 2 warps 0.1018, 256 x 4 / 4 0.1036, 512 x 2 / 4 0.1032, 256 x 8 / 8
+# 0.1093, the tile kernel 0.1043; backward 256 x 2 / 2 0.2643 (the best of five tiles)
+# against the rows kernel's 0.2157; after it: forward 128 x 4 / 2 0.0731 (3671 GB/s), 128 x
+# 2 / 1 0.0733, 128 x 8 / 4 0.0742, 64 x 4 / 1 0.0792, 64 x 8 / 2 0.0794.
 FORWARD_SEGMENTS_CHANNEL_LAST = True
 BACKWARD_SEGMENTS_CHANNEL_LAST = False
 SEGMENTS_TILE_CHANNEL_LAST = (128, 4)
