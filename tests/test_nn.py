@@ -115,3 +115,151 @@ def test_jit_trace_records_pytorch_operations():
     traced = torch.jit.trace(model, torch.randn(1, 3, 6, 6))
     x = torch.randn(2, 3, 5, 7)
     torch.testing.assert_close(traced(x), model(x))
+
+
+# --------------------------------------------------------------------------------------------
+# The module's last plan (functional.memoized_convolution)
+
+
+def _counting_plans(monkeypatch) -> list:
+    """Patch the plan lookup to count its calls (the memo's misses)."""
+    from tritonconv import functional
+
+    looked_up = []
+    lookup = functional._convolution_plan
+
+    def counted(*args, **kwargs):
+        looked_up.append(args[1].shape)
+        return lookup(*args, **kwargs)
+
+    monkeypatch.setattr(functional, "_convolution_plan", counted)
+    return looked_up
+
+
+def _reference(module: torch.nn.Conv2d, x: torch.Tensor) -> torch.Tensor:
+    """The torch module's output in float64 on the CPU, for ``module``'s current attributes."""
+    return torch.nn.functional.conv2d(
+        x.double().cpu(), module.weight.double().cpu(),
+        None if module.bias is None else module.bias.double().cpu(),
+        module.stride, module.padding, module.dilation, module.groups,
+    )  # fmt: skip
+
+
+def test_a_repeated_module_call_reuses_its_plan_and_a_changed_one_is_planned(monkeypatch, device):
+    module = tc.nn.Conv2d(3, 4, 3, padding=1).to(device=device, dtype=torch.float64)
+    looked_up = _counting_plans(monkeypatch)
+    x = torch.randn(2, 3, 6, 5, dtype=torch.float64, device=device)
+    for _ in range(3):  # a fresh input of the same signature each call: one lookup
+        fresh = x.clone()
+        assert_close(module(fresh), _reference(module, fresh), reduction=27)
+    assert len(looked_up) == 1
+    changes = [
+        lambda: (module, torch.randn(1, 3, 7, 5, dtype=torch.float64, device=device)),  # shape
+        lambda: (module, x.to(memory_format=torch.channels_last)),  # strides
+        lambda: (module, torch.randn(2, 3, 6, 10, dtype=torch.float64, device=device)[..., ::2]),
+        lambda: (module.float(), x.float()),  # the module's dtype
+        lambda: (module.double(), x.double().requires_grad_()),  # the gradient mask
+    ]
+    for change in changes:
+        before = len(looked_up)
+        m, inp = change()
+        out = m(inp)
+        assert len(looked_up) == before + 1
+        assert_close(out, _reference(m, inp).to(out.dtype), reduction=27)
+        m(inp)  # and then reused
+        assert len(looked_up) == before + 1
+
+
+def test_a_module_whose_attributes_change_is_planned_again(monkeypatch, device):
+    module = tc.nn.Conv2d(3, 4, 3, padding=1).to(device=device, dtype=torch.float64)
+    looked_up = _counting_plans(monkeypatch)
+    x = torch.randn(2, 3, 6, 6, dtype=torch.float64, device=device)
+    module(x)
+    for attribute, value in [("padding", (2, 1)), ("stride", (2, 1)), ("dilation", (2, 2))]:
+        setattr(module, attribute, value)
+        before = len(looked_up)
+        assert_close(module(x), _reference(module, x), reduction=27)
+        assert len(looked_up) == before + 1
+    module.padding = tuple([2, 1])  # an equal tuple, another object: looked up (a cache hit)
+    before = len(looked_up)
+    module(x)
+    assert len(looked_up) == before + 1
+    module.padding = (1, 1)
+    module(x)
+    module.padding = (True, True)  # equal to (1, 1), not the same call: refused as on a first
+    with pytest.raises((TypeError, ValueError, RuntimeError)):
+        module(x)
+
+
+def test_settings_and_cleared_caches_plan_a_module_again(monkeypatch, device):
+    module = tc.nn.Conv2d(3, 4, 3, padding=1).to(device=device)
+    looked_up = _counting_plans(monkeypatch)
+    x = torch.randn(2, 3, 6, 6, device=device)
+    module(x)
+    flags = torch.backends.cudnn.allow_tf32
+    limit = tc.get_workspace_limit()
+    try:
+        for change in (
+            lambda: setattr(torch.backends.cudnn, "allow_tf32", not flags),
+            lambda: tc.set_workspace_limit(limit // 2),
+            tc.clear_caches,
+        ):
+            change()
+            before = len(looked_up)
+            module(x)
+            assert len(looked_up) == before + 1
+        with torch.no_grad():  # the gradient mask: none now
+            before = len(looked_up)
+            module(x)
+            assert len(looked_up) == before + 1
+    finally:
+        torch.backends.cudnn.allow_tf32 = flags
+        tc.set_workspace_limit(limit)
+
+
+def test_modes_and_subclasses_take_the_full_path(monkeypatch, device):
+    module = tc.nn.Conv2d(3, 4, 3, padding=1).to(device=device)
+    x = torch.randn(2, 3, 6, 6, device=device)
+    module(x)
+    module(x)
+    memo = module._plan_memo.entry
+    from tritonconv import functional
+
+    full = []
+    convolution = functional._convolution
+    monkeypatch.setattr(
+        functional, "_convolution", lambda *a, **k: full.append(1) or convolution(*a, **k)
+    )
+
+    class Seen(torch.overrides.TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
+    with Seen():
+        module(x)
+    assert full
+    if device == "cpu":
+        full.clear()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            assert module(x).dtype == torch.bfloat16  # (autocast's cast: the full path's)
+        assert full
+    assert module._plan_memo.entry is memo  # the full path leaves the memo alone
+
+
+def test_a_copied_or_pickled_module_starts_without_a_plan(device):
+    import copy
+    import io
+
+    module = tc.nn.Conv2d(3, 4, 3, padding=1).to(device=device)
+    x = torch.randn(1, 3, 5, 5, device=device)
+    expected = module(x)
+    assert module._plan_memo.entry is not None
+    clone = copy.deepcopy(module)
+    assert clone._plan_memo.entry is None and clone._plan_memo is not module._plan_memo
+    buffer = io.BytesIO()
+    torch.save(module, buffer)
+    buffer.seek(0)
+    loaded = torch.load(buffer, weights_only=False)
+    assert loaded._plan_memo.entry is None
+    for other in (clone, loaded):
+        assert torch.equal(other(x), expected)

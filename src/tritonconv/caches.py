@@ -13,6 +13,10 @@ import threading
 
 _ALL: list[BoundedCache] = []
 
+# Bumped whenever a cache is emptied: a plan kept outside the caches (``functional.PlanMemo``,
+# a module's last plan) holds the generation it was made in and is not used after a clear.
+generation = 0
+
 
 class BoundedCache:
     """A bounded, thread-safe map (see the module docstring)."""
@@ -39,8 +43,10 @@ class BoundedCache:
             self.entries[key] = value
 
     def clear(self) -> None:
+        global generation
         with self.lock:
             self.entries.clear()
+            generation += 1
 
 
 def clear_caches() -> None:

@@ -63,10 +63,12 @@ def _output_padding(module: nn.modules.conv._ConvTransposeNd, input, output_size
 
 
 class _Convolution(_Converted):
-    """``_conv_forward`` through a tritonconv function; other padding modes pad first with
+    """``_conv_forward`` through tritonconv's convolution of ``_ndim`` spatial dimensions
+    (:func:`tritonconv.conv2d` and its kin), the module's last plan reused while its calls
+    repeat (``functional.memoized_convolution``); other padding modes pad first with
     ``torch.nn.functional.pad``, exactly as the torch module does."""
 
-    _function = None  # the tritonconv function (set by each subclass)
+    _ndim = 0  # spatial dimensions (set by each subclass)
 
     def __init__(self, *args, algo: str = "auto", **kwargs):
         super().__init__(*args, **kwargs)
@@ -74,15 +76,19 @@ class _Convolution(_Converted):
 
     def _conv_forward(self, input, weight, bias):
         input, padding = _padded(self, input)
-        return self._function(
-            input, weight, bias, self.stride, padding, self.dilation, self.groups, algo=self.algo
-        )
+        options = (self.stride, padding, self.dilation, self.groups, self.algo, None)
+        memo = None
+        if not torch.compiler.is_compiling():  # (Dynamo: no memo to trace, nothing to keep)
+            memo = self.__dict__.get("_plan_memo")
+            if memo is None:  # (made by from_torch, or unpickled from an older version)
+                memo = self.__dict__["_plan_memo"] = functional.PlanMemo()
+        return functional.memoized_convolution(memo, self._ndim, input, weight, bias, options)
 
 
 class Conv1d(_Convolution, nn.Conv1d):
     """``torch.nn.Conv1d`` computed by tritonconv (``algo`` as in :func:`tritonconv.conv1d`)."""
 
-    _function = staticmethod(functional.conv1d)
+    _ndim = 1
 
 
 class Conv2d(_Convolution, nn.Conv2d):
@@ -92,13 +98,13 @@ class Conv2d(_Convolution, nn.Conv2d):
     ``torch.nn.functional.pad``, exactly as ``torch.nn.Conv2d`` does.
     """
 
-    _function = staticmethod(functional.conv2d)
+    _ndim = 2
 
 
 class Conv3d(_Convolution, nn.Conv3d):
     """``torch.nn.Conv3d`` computed by tritonconv (``algo`` as in :func:`tritonconv.conv3d`)."""
 
-    _function = staticmethod(functional.conv3d)
+    _ndim = 3
 
 
 class _Transposed(_Converted):

@@ -25,7 +25,9 @@ from .caches import BoundedCache, clear_caches
 from .choice import benchmark_switch
 from .launch import transformed
 
-__all__ = ["BoundedCache", "clear_caches", "lookup", "tensor_key", "traced", "values_key"]
+__all__ = [
+    "BoundedCache", "clear_caches", "lookup", "settings", "tensor_key", "traced", "values_key",
+]  # fmt: skip
 
 
 def tensor_key(t) -> tuple | None:
@@ -59,6 +61,14 @@ def traced() -> bool:
     return torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack() > 0
 
 
+def settings() -> tuple:
+    """The process-wide settings every plan key holds besides its call's signature: fp32's dot
+    precision is that of the kernels a plan may end up replaying (``allow_tf32``, and with it
+    off ``TF32_OFF_PRECISION``); the benchmark switch decides how ``"auto"`` chooses
+    (``dot_precision(torch.float32)`` follows from the first two)."""
+    return precision.allow_tf32(), precision.TF32_OFF_PRECISION, benchmark_switch()
+
+
 def lookup(cache: BoundedCache, make_key: Callable[[], tuple], build: Callable[[], object]):
     """The plan of the call whose signature ``make_key()`` returns, built by ``build()`` on a
     miss. Uncached while torch.compile traces, or when the arguments are not hashable or not
@@ -66,16 +76,7 @@ def lookup(cache: BoundedCache, make_key: Callable[[], tuple], build: Callable[[
     if traced() or transformed():
         return build()  # (a dispatch mode: fake or functional tensors, whose plans are traced)
     try:
-        # fp32's dot precision is that of the kernels a plan may end up replaying (allow_tf32,
-        # and with it off TF32_OFF_PRECISION); the benchmark switch decides how "auto" chooses
-        # (dot_precision(torch.float32) follows from the first two)
-        # (read after ``traced()``: eager only)
-        key = (
-            make_key(),
-            precision.allow_tf32(),
-            precision.TF32_OFF_PRECISION,
-            benchmark_switch(),
-        )
+        key = (make_key(), *settings())  # (settings read after ``traced()``: eager only)
         plan = cache.get(key)
     except (TypeError, AttributeError):
         return build()
