@@ -22,7 +22,8 @@ torch`` what a Python node costs beyond a C++ one.
     (cd benchmarks && PYTHONPATH=../src python3 probe_model_floor.py [--models resnet50 ...]
         [--variants torch ours ...] [--infer])
 
-``--infer`` times no-gradient forwards in eval mode instead (the ``python node`` then costs a
+Then the hit rate of the kept launch arguments (``launch._ready``) over ``--steps`` more
+steps of each ``ours`` variant. ``--infer`` times no-gradient forwards in eval mode instead (the ``python node`` then costs a
 forward through ``autograd.Function`` without a graph, the ``empty node`` one allocation).
 """
 
@@ -38,7 +39,7 @@ from profile_model_host import ms_per_step, step_fn
 from torch import nn
 
 import tritonconv.nn as tnn
-from tritonconv import functional
+from tritonconv import functional, launch
 
 
 class _PythonConv(torch.autograd.Function):
@@ -170,6 +171,31 @@ def main() -> None:
             per_conv = (w - base) / convs * 1e3
             print(f"  {key:16s} {w:7.2f} / {c:7.2f}   torch/this {base / w:.3f}   "
                   f"{per_conv:+6.1f} µs a convolution over torch")  # fmt: skip
+        for key in (k for k in fns if k.startswith("ours")):
+            hits, misses = _kept_launches(fns[key], args.steps)
+            print(f"  {key}: kept launch arguments (launch._ready) {hits} hits, {misses} "
+                  f"misses in {args.steps} steps")  # fmt: skip
+
+
+def _kept_launches(fn, steps: int) -> tuple[int, int]:
+    """Hits and misses of the kept launch arguments (``launch._ready``, keyed by the
+    launches' addresses) over ``steps`` calls of ``fn``: whether a model's steps repeat their
+    addresses (a miss rebuilds a launch's arguments and puts them in the cache)."""
+    counts = [0, 0]
+    get = launch._ready.get
+
+    def counted(key):
+        found = get(key)
+        counts[found is None] += 1
+        return found
+
+    launch._ready.get = counted
+    try:
+        for _ in range(steps):
+            fn()
+    finally:
+        del launch._ready.get
+    return counts[0], counts[1]
 
 
 if __name__ == "__main__":

@@ -92,6 +92,36 @@ def test_threads_convolve_at_once(fresh):
     assert len(functional._CONV_PLANS) == 2 * len(CASES)
 
 
+def test_threads_share_one_module_and_its_plan_memo(fresh):
+    """Four threads call one module at once on inputs of three signatures (as
+    ``nn.DataParallel``'s replicas share a module's attributes): its last-plan memo
+    (``functional.PlanMemo``) is one reference, so a thread at worst misses it; every output
+    is its own input's."""
+    module = tc.nn.Conv2d(4, 6, 3, padding=1).to(DEVICE, torch.float64)
+    shapes = [(1, 4, 5, 5), (2, 4, 6, 3), (1, 4, 7, 4)]
+    errors = []
+
+    def work(worker: int):
+        generator = torch.Generator().manual_seed(worker)
+        for i in range(12):
+            x = torch.randn(shapes[(worker + i) % 3], dtype=torch.float64, generator=generator)
+            expected = F.conv2d(
+                x, module.weight.detach().cpu(), module.bias.detach().cpu(), padding=1
+            )
+            try:
+                assert_close(module(x.to(DEVICE)), expected, reduction=36)
+            except AssertionError as e:
+                errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(w,)) for w in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[0]
+    assert module._plan_memo.entry is not None
+
+
 def test_bounded_cache_stays_bounded_under_threads():
     cache = caches.BoundedCache("test: hammered", size=16)
     try:

@@ -13,7 +13,7 @@ import triton
 import triton.language as tl
 
 import tritonconv as tc
-from tritonconv import functional, launch, plans
+from tritonconv import caches, functional, launch, plans
 from tritonconv.ops.common import needs_int64
 from tritonconv.testing import assert_close, is_leading_part
 
@@ -189,6 +189,19 @@ def test_plan_cache_is_bounded():
     assert plans.lookup(cache, lambda: 9, lambda: pytest.fail("rebuilt")) == -9
     plans.clear_caches()
     assert len(cache) == 0
+
+
+def test_a_full_cache_drops_its_oldest_entries_first():
+    cache = plans.BoundedCache("test: order", size=8)
+    try:
+        for i in range(9):
+            cache.put(i, -i)
+        assert list(cache.entries) == [1, 2, 3, 4, 5, 6, 7, 8]
+        cache.put(3, -3)  # (a key put again keeps its place)
+        cache.put(9, -9)
+        assert list(cache.entries) == [2, 3, 4, 5, 6, 7, 8, 9]
+    finally:
+        caches._ALL.remove(cache)
 
 
 def test_threads_share_the_caches_safely(device):

@@ -263,3 +263,21 @@ def test_a_copied_or_pickled_module_starts_without_a_plan(device):
     assert loaded._plan_memo.entry is None
     for other in (clone, loaded):
         assert torch.equal(other(x), expected)
+
+
+def test_a_transposed_module_reuses_its_plan(monkeypatch, device):
+    module = tc.nn.ConvTranspose2d(3, 4, 3, stride=2, padding=1).to(device, torch.float64)
+    theirs = torch.nn.ConvTranspose2d(3, 4, 3, stride=2, padding=1).double()
+    theirs.load_state_dict(module.state_dict())
+    looked_up = _counting_plans(monkeypatch)
+    x = torch.randn(2, 3, 4, 5, dtype=torch.float64, device=device)
+    for _ in range(3):
+        assert_close(module(x.clone()), theirs(x.cpu()), reduction=12)
+    assert len(looked_up) == 1
+    for _ in range(2):  # an output size: its output padding is a new list each call
+        out = module(x, output_size=(8, 10))
+        assert_close(out, theirs(x.cpu(), output_size=(8, 10)), reduction=12)
+    assert len(looked_up) == 3
+    module.stride = theirs.stride = (1, 2)
+    assert_close(module(x), theirs(x.cpu()), reduction=12)
+    assert len(looked_up) == 4

@@ -10,6 +10,7 @@ all of them.
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
 
 _ALL: list[BoundedCache] = []
 
@@ -24,7 +25,7 @@ class BoundedCache:
     def __init__(self, name: str, size: int = 4096):
         self.name = name
         self.size = size
-        self.entries: dict = {}
+        self.entries: OrderedDict = OrderedDict()
         self.lock = threading.Lock()
         _ALL.append(self)
 
@@ -39,7 +40,9 @@ class BoundedCache:
             return
         with self.lock:
             while len(self.entries) >= self.size:
-                self.entries.pop(next(iter(self.entries)))
+                # (an ordered dict: popping a plain dict's first entry costs a scan over the
+                # slots already popped, 4 µs a put at 8192 entries; session 48)
+                self.entries.popitem(last=False)
             self.entries[key] = value
 
     def clear(self) -> None:

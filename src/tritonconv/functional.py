@@ -490,8 +490,10 @@ class PlanMemo:
 _MEMO_TYPES = frozenset({torch.Tensor, torch.nn.Parameter})
 
 
-def memoized_convolution(memo: PlanMemo | None, ndim: int, input, weight, bias, options):
-    """``_convolution(ndim, input, weight, bias, options)`` (not transposed) for a caller that
+def memoized_convolution(
+    memo: PlanMemo | None, ndim: int, input, weight, bias, options, *, transposed: bool = False
+):
+    """``_convolution(ndim, input, weight, bias, options, transposed=...)`` for a caller that
     repeats one call: a module, whose ``options`` are its attributes, the same objects each
     call. Where the call is plain eager (plain tensors, no torch-function mode, autocast,
     tracer or transform) and its tensors' signature, gradient mask and every setting a plan
@@ -501,15 +503,15 @@ def memoized_convolution(memo: PlanMemo | None, ndim: int, input, weight, bias, 
     alone 1.1). Anything else takes the full path, as does every call without a memo
     (``memo`` None: while Dynamo traces)."""
     if memo is None or torch.compiler.is_compiling():
-        return _convolution(ndim, input, weight, bias, options)
+        return _convolution(ndim, input, weight, bias, options, transposed=transposed)
     state = _memo_state(input, weight, bias)
     if state is None:
-        return _convolution(ndim, input, weight, bias, options)
+        return _convolution(ndim, input, weight, bias, options, transposed=transposed)
     entry = memo.entry
     if entry is not None and entry[0] == state and _same_objects(entry[1], options):
         plan = entry[2]
     else:
-        plan = _convolution_plan(ndim, input, weight, bias, options, False)
+        plan = _convolution_plan(ndim, input, weight, bias, options, transposed)
         memo.entry = (state, options, plan)
     return _apply_convolution(plan, ndim, input, weight, bias)
 

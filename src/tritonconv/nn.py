@@ -28,6 +28,16 @@ class _Converted:
     def extra_repr(self) -> str:
         return super().extra_repr() + f", algo={self.algo!r}"
 
+    def _memo(self) -> functional.PlanMemo | None:
+        """The module's last plan, reused while its calls repeat
+        (``functional.memoized_convolution``); None while Dynamo traces (nothing to keep)."""
+        if torch.compiler.is_compiling():
+            return None
+        memo = self.__dict__.get("_plan_memo")
+        if memo is None:  # (made by from_torch, or unpickled from an older version)
+            memo = self.__dict__["_plan_memo"] = functional.PlanMemo()
+        return memo
+
     @classmethod
     def from_torch(cls, module: nn.Module, algo: str = "auto"):
         """A tritonconv module sharing ``module``'s parameters."""
@@ -77,12 +87,9 @@ class _Convolution(_Converted):
     def _conv_forward(self, input, weight, bias):
         input, padding = _padded(self, input)
         options = (self.stride, padding, self.dilation, self.groups, self.algo, None)
-        memo = None
-        if not torch.compiler.is_compiling():  # (Dynamo: no memo to trace, nothing to keep)
-            memo = self.__dict__.get("_plan_memo")
-            if memo is None:  # (made by from_torch, or unpickled from an older version)
-                memo = self.__dict__["_plan_memo"] = functional.PlanMemo()
-        return functional.memoized_convolution(memo, self._ndim, input, weight, bias, options)
+        return functional.memoized_convolution(
+            self._memo(), self._ndim, input, weight, bias, options
+        )
 
 
 class Conv1d(_Convolution, nn.Conv1d):
@@ -108,9 +115,12 @@ class Conv3d(_Convolution, nn.Conv3d):
 
 
 class _Transposed(_Converted):
-    """``forward(input, output_size=None)`` of the torch module through a tritonconv function."""
+    """``forward(input, output_size=None)`` of the torch module through tritonconv's transposed
+    convolution of ``_ndim`` spatial dimensions (:func:`tritonconv.conv_transpose2d` and its
+    kin), the module's last plan reused as :class:`_Convolution`'s (with ``output_size``, whose
+    output padding is worked out anew each call, the plan is looked up)."""
 
-    _function = None
+    _ndim = 0  # spatial dimensions (set by each subclass)
 
     def __init__(self, *args, algo: str = "auto", **kwargs):
         super().__init__(*args, **kwargs)
@@ -120,35 +130,30 @@ class _Transposed(_Converted):
         if self.padding_mode != "zeros":
             raise ValueError(f"Only 'zeros' padding mode is supported for {type(self).__name__}")
         output_padding = _output_padding(self, input, output_size)
-        return self._function(
-            input,
-            self.weight,
-            self.bias,
-            self.stride,
-            self.padding,
-            output_padding,
-            self.groups,
-            self.dilation,
-            algo=self.algo,
-        )
+        options = (self.stride, self.padding, output_padding, self.groups, self.dilation,
+                   self.algo, None)  # fmt: skip
+        return functional.memoized_convolution(
+            self._memo(), self._ndim, input, self.weight, self.bias, options,
+            transposed=True,
+        )  # fmt: skip
 
 
 class ConvTranspose1d(_Transposed, nn.ConvTranspose1d):
     """``torch.nn.ConvTranspose1d`` computed by tritonconv (:func:`tritonconv.conv_transpose1d`)."""
 
-    _function = staticmethod(functional.conv_transpose1d)
+    _ndim = 1
 
 
 class ConvTranspose2d(_Transposed, nn.ConvTranspose2d):
     """``torch.nn.ConvTranspose2d`` computed by tritonconv (:func:`tritonconv.conv_transpose2d`)."""
 
-    _function = staticmethod(functional.conv_transpose2d)
+    _ndim = 2
 
 
 class ConvTranspose3d(_Transposed, nn.ConvTranspose3d):
     """``torch.nn.ConvTranspose3d`` computed by tritonconv (:func:`tritonconv.conv_transpose3d`)."""
 
-    _function = staticmethod(functional.conv_transpose3d)
+    _ndim = 3
 
 
 #: torch module type -> the tritonconv module that replaces it.
