@@ -99,26 +99,18 @@ def test_threads_share_one_module_and_its_plan_memo(fresh):
     is its own input's."""
     module = tc.nn.Conv2d(4, 6, 3, padding=1).to(DEVICE, torch.float64)
     shapes = [(1, 4, 5, 5), (2, 4, 6, 3), (1, 4, 7, 4)]
-    errors = []
 
     def work(worker: int):
         generator = torch.Generator().manual_seed(worker)
         for i in range(12):
             x = torch.randn(shapes[(worker + i) % 3], dtype=torch.float64, generator=generator)
-            expected = F.conv2d(
-                x, module.weight.detach().cpu(), module.bias.detach().cpu(), padding=1
-            )
-            try:
-                assert_close(module(x.to(DEVICE)), expected, reduction=36)
-            except AssertionError as e:
-                errors.append(e)
+            weight, bias = module.weight.detach().cpu(), module.bias.detach().cpu()
+            expected = F.conv2d(x, weight, bias, padding=1)
+            assert_close(module(x.to(DEVICE)), expected, reduction=36)
 
-    threads = [threading.Thread(target=work, args=(w,)) for w in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors, errors[0]
+    with ThreadPoolExecutor(4) as pool:
+        for future in [pool.submit(work, w) for w in range(4)]:
+            future.result()  # (a thread's failure raised here)
     assert module._plan_memo.entry is not None
 
 
