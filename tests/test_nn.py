@@ -184,6 +184,10 @@ def test_a_module_whose_attributes_change_is_planned_again(monkeypatch, device):
     before = len(looked_up)
     module(x)
     assert len(looked_up) == before + 1
+    module.padding = [1, 1]  # a list may change in place: never kept
+    module(x)
+    module.padding[1] = 2
+    assert_close(module(x), _reference(module, x), reduction=27)
     module.padding = (1, 1)
     module(x)
     module.padding = (True, True)  # equal to (1, 1), not the same call: refused as on a first

@@ -498,7 +498,8 @@ def memoized_convolution(
     call. Where the call is plain eager (plain tensors, no torch-function mode, autocast,
     tracer or transform) and its tensors' signature, gradient mask and every setting a plan
     key holds (:func:`plans.settings`, the workspace limit, the caches' generation) equal
-    the last call's, with the same option objects, the last call's plan runs without its key
+    the last call's, with the same option objects (kept only where they are immutable:
+    ints, strings, tuples of them), the last call's plan runs without its key
     being built or looked up (about 3 µs a call on the CPU; the key's ``repr`` of the options
     alone 1.1). Anything else takes the full path, as does every call without a memo
     (``memo`` None: while Dynamo traces)."""
@@ -512,7 +513,8 @@ def memoized_convolution(
         plan = entry[2]
     else:
         plan = _convolution_plan(ndim, input, weight, bias, options, transposed)
-        memo.entry = (state, options, plan)
+        if _literals(options):  # (a list could change in place under the same identity)
+            memo.entry = (state, options, plan)
     return _apply_convolution(plan, ndim, input, weight, bias)
 
 
