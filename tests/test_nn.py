@@ -285,3 +285,45 @@ def test_a_transposed_module_reuses_its_plan(monkeypatch, device):
     module.stride = theirs.stride = (1, 2)
     assert_close(module(x), theirs(x.cpu()), reduction=12)
     assert len(looked_up) == 4
+
+
+def test_a_plan_looked_up_while_a_setting_changed_is_not_kept(monkeypatch, device):
+    """Another thread's setting changing between the memo's state and the lookup: the plan
+    is the new setting's, so it is not kept under the old state (nor is any plan where the
+    plan cache keeps none)."""
+    from tritonconv import functional
+
+    module = tc.nn.Conv2d(2, 3, 3, padding=1).to(device, torch.float64)
+    x = torch.randn(1, 2, 5, 5, dtype=torch.float64, device=device)
+    limit = tc.get_workspace_limit()
+    state = functional._memo_state
+    changes = iter([lambda: tc.set_workspace_limit(limit // 2)])
+
+    def racing(*args):
+        result = state(*args)
+        next(changes, lambda: None)()  # (once: right after the first state is read)
+        return result
+
+    monkeypatch.setattr(functional, "_memo_state", racing)
+    try:
+        module(x)
+        assert module._plan_memo.entry is None
+        module(x)  # the setting now stays: kept
+        assert module._plan_memo.entry is not None
+    finally:
+        tc.set_workspace_limit(limit)
+    monkeypatch.setattr(functional._CONV_PLANS, "size", 0)
+    other = tc.nn.Conv2d(2, 3, 3, padding=1).to(device, torch.float64)
+    other(x)
+    assert other._plan_memo.entry is None
+
+
+def test_a_memo_holds_its_dimensions():
+    from tritonconv import functional
+
+    memo = functional.PlanMemo()
+    x, w = torch.randn(1, 2, 3, 4, 4), torch.randn(3, 2, 1, 1, 1)
+    options = (1, 0, 1, 1, "auto", None)
+    functional.memoized_convolution(memo, 3, x, w, None, options)
+    with pytest.raises(tc.TritonConvError, match="4D .batched. input to conv2d"):
+        functional.memoized_convolution(memo, 2, x, w, None, options)

@@ -9,13 +9,17 @@ all of them.
 
 from __future__ import annotations
 
+import itertools
 import threading
 from collections import OrderedDict
 
 _ALL: list[BoundedCache] = []
 
-# Bumped whenever a cache is emptied: a plan kept outside the caches (``functional.PlanMemo``,
-# a module's last plan) holds the generation it was made in and is not used after a clear.
+# A new number whenever a cache is emptied: a plan kept outside the caches
+# (``functional.PlanMemo``, a module's last plan) holds the generation it was made in and is
+# not used after a clear. Drawn from a counter (atomic under the GIL): two clears at once
+# each get their own number, and no number comes back.
+_generations = itertools.count(1)
 generation = 0
 
 
@@ -49,7 +53,7 @@ class BoundedCache:
         global generation
         with self.lock:
             self.entries.clear()
-            generation += 1
+            generation = next(_generations)
 
 
 def clear_caches() -> None:

@@ -502,10 +502,12 @@ def memoized_convolution(
     ints, strings, tuples of them), the last call's plan runs without its key
     being built or looked up (about 3 µs a call on the CPU; the key's ``repr`` of the options
     alone 1.1). Anything else takes the full path, as does every call without a memo
-    (``memo`` None: while Dynamo traces)."""
+    (``memo`` None: while Dynamo traces). A plan is kept only where the plan cache keeps
+    plans (a cache sized 0 keeps none) and where nothing the state holds changed while it was
+    looked up (another thread's settings: the plan would be the new settings')."""
     if memo is None or torch.compiler.is_compiling():
         return _convolution(ndim, input, weight, bias, options, transposed=transposed)
-    state = _memo_state(input, weight, bias)
+    state = _memo_state(ndim, transposed, input, weight, bias)
     if state is None:
         return _convolution(ndim, input, weight, bias, options, transposed=transposed)
     entry = memo.entry
@@ -513,14 +515,19 @@ def memoized_convolution(
         plan = entry[2]
     else:
         plan = _convolution_plan(ndim, input, weight, bias, options, transposed)
-        if _literals(options):  # (a list could change in place under the same identity)
+        if (
+            _literals(options)  # (a list could change in place under the same identity)
+            and _PLAN_CACHES[ndim, transposed].size > 0
+            and _memo_state(ndim, transposed, input, weight, bias) == state
+        ):
             memo.entry = (state, options, plan)
     return _apply_convolution(plan, ndim, input, weight, bias)
 
 
-def _memo_state(input, weight, bias) -> tuple | None:
+def _memo_state(ndim: int, transposed: bool, input, weight, bias) -> tuple | None:
     """What a memoized plan depends on besides the options (None: a call the memo does not
-    take): :func:`_convolution_plan`'s key less the options, and the caches' generation."""
+    take): :func:`_convolution_plan`'s key less the options, its cache, and the caches'
+    generation."""
     if (
         type(input) not in _MEMO_TYPES
         or type(weight) not in _MEMO_TYPES
@@ -532,6 +539,8 @@ def _memo_state(input, weight, bias) -> tuple | None:
     ):
         return None
     return (
+        ndim,
+        transposed,
         tensor_key(input),
         tensor_key(weight),
         tensor_key(bias),
