@@ -58,6 +58,11 @@ LAYERS = {
     "efficientnet_3x3_s2": (32, 96, 112, 112, 3, 2),
     "dw3x3_56_c256": (32, 256, 56, 56, 3, 1),
     "replk_31x31": (16, 128, 56, 56, 31, 1),
+    # MobileNetV3-large's narrow layers (channels filling no 32-channel block)
+    "mobilenetv3_3x3_16": (32, 16, 112, 112, 3, 1),
+    "mobilenetv3_3x3_72": (32, 72, 56, 56, 3, 1),
+    "mobilenetv3_5x5_s2_72": (32, 72, 56, 56, 5, 2),
+    "mobilenetv3_5x5_120": (32, 120, 28, 28, 5, 1),
 }
 VARIANTS = {
     "bf16_cl": (torch.bfloat16, True),

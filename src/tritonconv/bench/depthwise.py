@@ -67,6 +67,12 @@ CASES = [
     Case("mobilenet_5x5", 32, 480, 14, 5),
     Case("mobilenet_5x5_s2", 32, 240, 28, 5, stride=2),
     Case("efficientnet_3x3_s2", 32, 96, 112, 3, stride=2),
+    # MobileNetV3-large's own narrow layers, whose channel counts fill no 32-channel block
+    # (session 48's models run: kernel time 0.66-0.88x cuDNN's forward)
+    Case("mobilenetv3_3x3_16", 32, 16, 112, 3),
+    Case("mobilenetv3_3x3_72", 32, 72, 56, 3),
+    Case("mobilenetv3_5x5_s2_72", 32, 72, 56, 5, stride=2),
+    Case("mobilenetv3_5x5_120", 32, 120, 28, 5),
     Case("replk_31x31", 16, 128, 56, 31),
     Case("regnet_3x3_16ch", 32, 64, 56, 3, per_group=16),
     Case("grouped_3x3_8ch", 32, 256, 28, 3, per_group=8),
