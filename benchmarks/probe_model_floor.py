@@ -20,11 +20,12 @@ torchvision model (``--variants``), alternated round by round:
 torch`` what a Python node costs beyond a C++ one.
 
     (cd benchmarks && PYTHONPATH=../src python3 probe_model_floor.py [--models resnet50 ...]
-        [--variants torch ours ...] [--infer])
+        [--variants torch ours ...] [--modes train infer])
 
 Then the hit rate of the kept launch arguments (``launch._ready``) over ``--steps`` more
-steps of each ``ours`` variant. ``--infer`` times no-gradient forwards in eval mode instead (the ``python node`` then costs a
-forward through ``autograd.Function`` without a graph, the ``empty node`` one allocation).
+steps of each ``ours`` variant. ``--modes infer`` times no-gradient forwards in eval mode
+instead (the ``python node`` then costs a forward through ``autograd.Function`` without a
+graph, the ``empty node`` one allocation); ``--modes train infer`` both, one build each.
 """
 
 from __future__ import annotations
@@ -132,8 +133,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
     parser.add_argument(
-        "--infer", action="store_true", help="time no-gradient forwards (eval mode) instead"
-    )
+        "--modes", nargs="+", default=["train"], choices=("train", "infer"),
+        help="training steps, no-gradient forwards (eval mode), or both (one build each)",
+    )  # fmt: skip
     args = parser.parse_args()
     import torchvision
 
@@ -145,36 +147,43 @@ def main() -> None:
         x = torch.randn(args.batch, 3, size, size, device=device).to(
             torch.bfloat16, memory_format=cl
         )
-        fns = {}
-        for key in ["torch", *(v for v in args.variants if v != "torch")]:
-            model = _variant(key, ref)
-            model.train(not args.infer)
-            fns[key] = _inference(model, x) if args.infer else step_fn(model, x)
-            for _ in range(3):
-                fns[key]()
-        if device == "cuda":
-            torch.cuda.synchronize()
-        wall = {key: [] for key in fns}
-        cpu = {key: [] for key in fns}
-        for _ in range(args.rounds):
-            for key, fn in fns.items():
-                w, c = ms_per_step(fn, args.steps)
-                wall[key].append(w)
-                cpu[key].append(c)
         convs = sum(1 for m in ref.modules() if isinstance(m, nn.Conv2d))
-        what = "inference (no gradients)" if args.infer else "training step"
-        print(f"== {name}, batch {args.batch}, {convs} convolutions, {what}: ms, median of "
-              f"{args.rounds} rounds (wall / process CPU)")  # fmt: skip
-        base = statistics.median(wall["torch"])
-        for key in fns:
-            w, c = statistics.median(wall[key]), statistics.median(cpu[key])
-            per_conv = (w - base) / convs * 1e3
-            print(f"  {key:16s} {w:7.2f} / {c:7.2f}   torch/this {base / w:.3f}   "
-                  f"{per_conv:+6.1f} µs a convolution over torch")  # fmt: skip
-        for key in (k for k in fns if k.startswith("ours")):
-            hits, misses = _kept_launches(fns[key], args.steps)
-            print(f"  {key}: kept launch arguments (launch._ready) {hits} hits, {misses} "
-                  f"misses in {args.steps} steps")  # fmt: skip
+        models = {key: _variant(key, ref) for key in ["torch", *args.variants]}
+        for mode in args.modes:
+            fns = {}
+            for key, model in models.items():
+                model.train(mode == "train")
+                fns[key] = step_fn(model, x) if mode == "train" else _inference(model, x)
+                for _ in range(3):
+                    fns[key]()
+            _report(name, args, convs, mode, fns, device)
+
+
+def _report(name: str, args, convs: int, mode: str, fns: dict, device: str) -> None:
+    """Time ``fns`` in alternated rounds and print ms a step and µs a convolution over torch,
+    then the kept launch arguments' hits."""
+    if device == "cuda":
+        torch.cuda.synchronize()
+    wall = {key: [] for key in fns}
+    cpu = {key: [] for key in fns}
+    for _ in range(args.rounds):
+        for key, fn in fns.items():
+            w, c = ms_per_step(fn, args.steps)
+            wall[key].append(w)
+            cpu[key].append(c)
+    what = "inference (no gradients)" if mode == "infer" else "training step"
+    print(f"== {name}, batch {args.batch}, {convs} convolutions, {what}: ms, median of "
+          f"{args.rounds} rounds (wall / process CPU)")  # fmt: skip
+    base = statistics.median(wall["torch"])
+    for key in fns:
+        w, c = statistics.median(wall[key]), statistics.median(cpu[key])
+        per_conv = (w - base) / convs * 1e3
+        print(f"  {key:16s} {w:7.2f} / {c:7.2f}   torch/this {base / w:.3f}   "
+              f"{per_conv:+6.1f} µs a convolution over torch")  # fmt: skip
+    for key in (k for k in fns if k.startswith("ours")):
+        hits, misses = _kept_launches(fns[key], args.steps)
+        print(f"  {key}: kept launch arguments (launch._ready) {hits} hits, {misses} "
+              f"misses in {args.steps} steps")  # fmt: skip
 
 
 def _kept_launches(fn, steps: int) -> tuple[int, int]:

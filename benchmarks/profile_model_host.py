@@ -45,12 +45,13 @@ def ms_per_step(fn, steps: int) -> tuple[float, float]:
     """(wall, process CPU) ms per step: the CPU time counts the host's work (every thread,
     the autograd engine's included) but not the time the shared machine takes the CPU away,
     so it compares host paths where the wall time is too noisy to."""
+    sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
     fn()
-    torch.cuda.synchronize()
+    sync()
     start, cpu = time.perf_counter(), time.process_time()
     for _ in range(steps):
         fn()
-    torch.cuda.synchronize()
+    sync()
     wall, cpu = time.perf_counter() - start, time.process_time() - cpu
     return wall / steps * 1e3, cpu / steps * 1e3
 
