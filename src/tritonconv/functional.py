@@ -500,8 +500,8 @@ def memoized_convolution(
     key holds (:func:`plans.settings`, the workspace limit, the caches' generation) equal
     the last call's, with the same option objects (kept only where they are immutable:
     ints, strings, tuples of them), the last call's plan runs without its key
-    being built or looked up (about 3 µs a call on the CPU; the key's ``repr`` of the options
-    alone 1.1). Anything else takes the full path, as does every call without a memo
+    being built or looked up (on the CPU, 2.6 µs a call in a loop and 5-10 µs a convolution
+    in a model's step; the key's ``repr`` of the options alone 1.1). Anything else takes the full path, as does every call without a memo
     (``memo`` None: while Dynamo traces). A plan is kept only where the plan cache keeps
     plans (a cache sized 0 keeps none) and where nothing the state holds changed while it was
     looked up (another thread's settings: the plan would be the new settings')."""
