@@ -327,3 +327,51 @@ def test_a_memo_holds_its_dimensions():
     functional.memoized_convolution(memo, 3, x, w, None, options)
     with pytest.raises(tc.TritonConvError, match=r"4D \(batched\) input to conv2d"):
         functional.memoized_convolution(memo, 2, x, w, None, options)
+
+
+def test_memoized_modules_match_unmemoized_ones_bit_for_bit(device):
+    """Random modules of every kind called with changing inputs, layouts and gradient modes:
+    each call's output and gradients equal, bit for bit, those of a copy whose memo never
+    holds a plan (every call looked up)."""
+    import copy
+    import random
+
+    from tritonconv import functional
+
+    class NoMemo(functional.PlanMemo):
+        __slots__ = ()
+        entry = property(lambda self: None, lambda self, value: None)
+
+    kinds = {
+        (1, False): tc.nn.Conv1d, (2, False): tc.nn.Conv2d, (3, False): tc.nn.Conv3d,
+        (1, True): tc.nn.ConvTranspose1d, (2, True): tc.nn.ConvTranspose2d,
+        (3, True): tc.nn.ConvTranspose3d,
+    }  # fmt: skip
+    rng = random.Random(48)
+    for (ndim, _), kind in kinds.items():
+        groups = rng.choice([1, 2])
+        module = kind(
+            2 * groups, groups * rng.choice([1, 2]), rng.choice([1, 2, 3]),
+            stride=rng.choice([1, 2]), padding=1, groups=groups, bias=rng.random() < 0.5,
+        ).to(device, torch.float64)  # fmt: skip
+        unmemoized = copy.deepcopy(module)
+        unmemoized.__dict__["_plan_memo"] = NoMemo()
+        for _ in range(4):
+            x = torch.randn(rng.choice([1, 2]), 2 * groups, *rng.choices([3, 4], k=ndim))
+            x = x.to(device, torch.float64)
+            if ndim == 2 and rng.random() < 0.5:
+                x = x.to(memory_format=torch.channels_last)
+            grad = rng.random() < 0.5
+            results = []
+            for m in (module, unmemoized):
+                m.zero_grad(set_to_none=True)
+                xi = x.clone().requires_grad_(grad)
+                with torch.set_grad_enabled(grad):
+                    y = m(xi)
+                results.append([y.detach()])
+                if grad:
+                    y.sum().backward()
+                    results[-1] += [xi.grad, *(p.grad for p in m.parameters())]
+            for ours, theirs in zip(*results, strict=True):
+                assert torch.equal(ours, theirs), (kind.__name__, x.shape, grad)
+        assert module._plan_memo.entry is not None
