@@ -35,16 +35,10 @@ from torch import nn
 
 import tritonconv as tc
 import tritonconv.nn as tnn
-from tritonconv import functional, launch
+from tritonconv import launch
 from tritonconv.bench import loop_us, profile_calls
 from tritonconv.caches import BoundedCache
-
-
-class _NoMemo(functional.PlanMemo):
-    """A module's plan memo that never holds a plan."""
-
-    __slots__ = ()
-    entry = property(lambda self: None, lambda self, value: None)
+from tritonconv.testing import without_plan_memos
 
 
 class _AddressFree(BoundedCache):
@@ -81,10 +75,7 @@ def main() -> None:
         raise SystemExit("run with TRITON_INTERPRET=1 TRITONCONV_CPU_KERNELS=1 on a CPU machine")
     torch.manual_seed(0)
     memoized = tnn.convert(model(args.convs))
-    unmemoized = copy.deepcopy(memoized)
-    for m in unmemoized.modules():
-        if isinstance(m, tnn._Convolution):
-            m.__dict__["_plan_memo"] = _NoMemo()
+    unmemoized = without_plan_memos(copy.deepcopy(memoized))
     x = torch.randn(1, 8, 4, 4, dtype=torch.bfloat16).to(memory_format=torch.channels_last)
 
     def infer(net):

@@ -40,7 +40,8 @@ from profile_model_host import ms_per_step, step_fn
 from torch import nn
 
 import tritonconv.nn as tnn
-from tritonconv import functional, launch
+from tritonconv import launch
+from tritonconv.testing import without_plan_memos
 
 
 class _PythonConv(torch.autograd.Function):
@@ -97,21 +98,10 @@ def _stubbed(model: nn.Module, empty: bool) -> nn.Module:
 VARIANTS = ("torch", "ours", "ours, unmemoized", "python node", "empty node")
 
 
-class _NoMemo(functional.PlanMemo):
-    """A module's plan memo that never holds a plan: every call looks its plan up."""
-
-    __slots__ = ()
-    entry = property(lambda self: None, lambda self, value: None)
-
-
 def _variant(key: str, ref: nn.Module) -> nn.Module:
     if key.startswith("ours"):
         model = tnn.convert(copy.deepcopy(ref))
-        if key == "ours, unmemoized":
-            for m in model.modules():
-                if isinstance(m, tnn._Convolution):
-                    m.__dict__["_plan_memo"] = _NoMemo()
-        return model
+        return without_plan_memos(model) if key == "ours, unmemoized" else model
     if key == "torch":
         return ref
     return _stubbed(ref, key == "empty node")

@@ -336,11 +336,7 @@ def test_memoized_modules_match_unmemoized_ones_bit_for_bit(device):
     import copy
     import random
 
-    from tritonconv import functional
-
-    class NoMemo(functional.PlanMemo):
-        __slots__ = ()
-        entry = property(lambda self: None, lambda self, value: None)
+    from tritonconv.testing import without_plan_memos
 
     kinds = {
         (1, False): tc.nn.Conv1d, (2, False): tc.nn.Conv2d, (3, False): tc.nn.Conv3d,
@@ -354,8 +350,7 @@ def test_memoized_modules_match_unmemoized_ones_bit_for_bit(device):
             2 * groups, groups * rng.choice([1, 2]), rng.choice([1, 2, 3]),
             stride=rng.choice([1, 2]), padding=1, groups=groups, bias=rng.random() < 0.5,
         ).to(device, torch.float64)  # fmt: skip
-        unmemoized = copy.deepcopy(module)
-        unmemoized.__dict__["_plan_memo"] = NoMemo()
+        unmemoized = without_plan_memos(copy.deepcopy(module))
         for _ in range(4):
             x = torch.randn(rng.choice([1, 2]), 2 * groups, *rng.choices([3, 4], k=ndim))
             x = x.to(device, torch.float64)
@@ -374,4 +369,4 @@ def test_memoized_modules_match_unmemoized_ones_bit_for_bit(device):
                     results[-1] += [xi.grad, *(p.grad for p in m.parameters())]
             for ours, theirs in zip(*results, strict=True):
                 assert torch.equal(ours, theirs), (kind.__name__, x.shape, grad)
-        assert module._plan_memo.entry is not None
+        assert module._plan_memo.entry is not None and unmemoized._plan_memo.entry is None

@@ -456,15 +456,21 @@ _PLAN_CACHES = {
 def _convolution_plan(ndim: int, input, weight, bias, options, transposed: bool) -> Plan:
     return lookup(
         _PLAN_CACHES[ndim, transposed],
-        lambda: (
-            tensor_key(input),
-            tensor_key(weight),
-            tensor_key(bias),
-            values_key(options),
-            conv_gemm.get_workspace_limit(),
-            _grad_mask(input, weight, bias),
-        ),
+        lambda: (_signature(input, weight, bias), values_key(options)),
         lambda: _conv_plan(input, weight, bias, *options, ndim=ndim, transposed=transposed),
+    )
+
+
+def _signature(input, weight, bias) -> tuple:
+    """What a convolution's plan key holds besides its options and :func:`plans.settings`:
+    the tensors' keys, the workspace limit and the gradient mask (a module's memo holds the
+    same: :func:`memoized_convolution`)."""
+    return (
+        tensor_key(input),
+        tensor_key(weight),
+        tensor_key(bias),
+        conv_gemm.get_workspace_limit(),
+        _grad_mask(input, weight, bias),
     )
 
 
@@ -526,7 +532,8 @@ def memoized_convolution(
 
 def _memo_state(ndim: int, transposed: bool, input, weight, bias) -> tuple | None:
     """What a memoized plan depends on besides the options (None: a call the memo does not
-    take): :func:`_convolution_plan`'s key less the options, its cache, and the caches'
+    take: the calls :func:`_convolution` and :func:`plans.lookup` would treat other than a
+    cache hit): :func:`_convolution_plan`'s key less the options, its cache, and the caches'
     generation."""
     if (
         type(input) not in _MEMO_TYPES
@@ -534,21 +541,12 @@ def _memo_state(ndim: int, transposed: bool, input, weight, bias) -> tuple | Non
         or (bias is not None and type(bias) not in _MEMO_TYPES)
         or torch._C._is_torch_function_mode_enabled()
         or torch._C._is_any_autocast_enabled()
-        or torch._C._len_torch_dispatch_stack() > 0
+        or traced()
         or transformed()
     ):
         return None
-    return (
-        ndim,
-        transposed,
-        tensor_key(input),
-        tensor_key(weight),
-        tensor_key(bias),
-        _grad_mask(input, weight, bias),
-        conv_gemm.get_workspace_limit(),
-        *settings(),
-        caches.generation,
-    )
+    signature = _signature(input, weight, bias)
+    return ndim, transposed, signature, *settings(), caches.generation
 
 
 def _same_objects(a: tuple, b: tuple) -> bool:

@@ -159,3 +159,20 @@ def check_no_view_written(graph: torch.fx.Graph) -> None:
                     f"{kernel.__name__} writes {name} through a strided or offset view (size "
                     f"{tuple(val.shape)}, strides {val.stride()}, offset {val.storage_offset()})"
                 )
+
+
+def without_plan_memos(model: torch.nn.Module) -> torch.nn.Module:
+    """``model`` (in place) with every tritonconv convolution module's plan memo replaced by
+    one that never holds a plan: each call looks its plan up, as before the memo
+    (``functional.memoized_convolution``); for tests and A/B timings."""
+    from . import functional
+    from . import nn as tnn
+
+    class NoMemo(functional.PlanMemo):
+        __slots__ = ()
+        entry = property(lambda self: None, lambda self, value: None)
+
+    for module in model.modules():
+        if isinstance(module, tnn._Converted):
+            module.__dict__["_plan_memo"] = NoMemo()
+    return model
